@@ -1,0 +1,52 @@
+"""Atomic, durable file writes: temp file in the same directory, fsync, rename.
+
+A reader never sees a half-written file under its final name; after a crash
+either the old file or the complete new one is there (plus, at worst, a
+``*.tmp`` leftover that no reader looks at).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+TMP_SUFFIX = ".tmp"
+
+
+def tmp_path_for(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TMP_SUFFIX}")
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # some file systems cannot fsync directories
+        fsync_path(path)
+
+
+@contextlib.contextmanager
+def atomic_target(path: Path) -> Iterator[Path]:
+    """Yield a temp path to write; on success fsync it and rename it to ``path``."""
+    tmp = tmp_path_for(path)
+    tmp.unlink(missing_ok=True)
+    try:
+        yield tmp
+        fsync_path(tmp)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_target(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

@@ -1,0 +1,421 @@
+"""Versioned checkpoints: embeddings, model, config, stats, and the commit protocol.
+
+Version N's files carry ``.vN``; ``checkpoint_version.txt`` names the newest
+*committed* version and is written last, atomically and fsynced. A crash at any
+point therefore leaves the previous version intact and loadable.
+
+>>> import tempfile, pathlib, numpy as np
+>>> ckpt = CheckpointDir(pathlib.Path(tempfile.mkdtemp()))
+>>> ckpt.read_version()
+0
+>>> emb = np.ones((3, 2), dtype=np.float32)
+>>> model = ModelState({"relations/0/operator/rhs/diagonal": np.ones(2, np.float32)})
+>>> write_checkpoint(ckpt, 1, embeddings={("user", 0): EmbeddingsState(emb)}, model=model)
+>>> ckpt.read_version(), ckpt.read_embeddings("user", 0).embeddings.shape
+(1, (3, 2))
+>>> sorted(p.name for p in ckpt.path.iterdir())
+['checkpoint_version.txt', 'embeddings_user_0.v1.h5', 'model.v1.h5']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio import atomic
+from pbgio.errors import FormatError, MissingArtifactError
+from pbgio.h5 import attr_int, attr_str, check_format_version, open_h5, write_format_version
+from pbgio.spec import naming
+from pbgio.spec.checkpoint import (
+    CONFIG_JSON_ATTR,
+    EMBEDDINGS_DATASET,
+    ITERATION_ATTRS,
+    MODEL_GROUP,
+    OPTIMIZER_DATASET,
+    STATE_DICT_KEY_ATTR,
+    public_to_private,
+)
+from pbgio.spec.entities import format_count, parse_count_text
+from pbgio.spec.rules import rule
+
+if TYPE_CHECKING:
+    from pbgio.config import ConfigSchema
+
+Float32Array = NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class IterationInfo:
+    """The iteration that was running when a file was written (index N writes vN+1)."""
+
+    num_epochs: int
+    epoch_idx: int
+    num_edge_paths: int
+    edge_path_idx: int
+    edge_path: str
+    num_edge_chunks: int
+    edge_chunk_idx: int
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {
+            key: (getattr(self, key.split("/", 1)[1]) if kind is str
+                  else np.int64(getattr(self, key.split("/", 1)[1])))
+            for key, kind in ITERATION_ATTRS.items()
+        }
+
+    @classmethod
+    def from_handle(cls, handle: Any) -> IterationInfo | None:
+        values: dict[str, Any] = {}
+        for key, kind in ITERATION_ATTRS.items():
+            value = attr_str(handle, key) if kind is str else attr_int(handle, key)
+            if value is None:
+                return None
+            values[key.split("/", 1)[1]] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class FileMetadata:
+    """Root attributes of a checkpoint file besides ``format_version``."""
+
+    config_json: str | None = None
+    iteration: IterationInfo | None = None
+
+
+@dataclass
+class EmbeddingsState:
+    embeddings: Float32Array
+    optimizer_state: bytes | None = None
+
+    def __post_init__(self) -> None:
+        self.embeddings = np.asarray(self.embeddings, dtype=np.float32)
+        if self.embeddings.ndim != 2:
+            raise ValueError(f"embeddings are 2-D (count, dimension), got shape {self.embeddings.shape}")
+
+
+@dataclass
+class ModelState:
+    """Model parameters by public name (``relations/0/operator/rhs/diagonal`` …)."""
+
+    params: dict[str, Float32Array] = field(default_factory=dict)
+    optimizer_state: bytes | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.params:
+            if public_to_private(name) is None:
+                raise ValueError(f"model parameter name {name!r} maps to no state-dict key")
+        self.params = {k: np.asarray(v, dtype=np.float32) for k, v in self.params.items()}
+
+    def state_dict(self) -> dict[str, Float32Array]:
+        """Parameters keyed by their private state-dict keys."""
+        return {public_to_private(k) or k: v for k, v in self.params.items()}
+
+
+@dataclass(frozen=True)
+class CommitStep:
+    """One durable step of writing a checkpoint version."""
+
+    description: str
+    run: Callable[[], None]
+
+
+class CheckpointDir:
+    """A checkpoint directory (``checkpoint_path``, or an ``init_path`` with v0 files)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    # ---- names
+    def embeddings_path(self, entity_type: str, part: int, version: int) -> Path:
+        return self.path / naming.embeddings_file(entity_type, part, version)
+
+    def model_path(self, version: int) -> Path:
+        return self.path / naming.model_file(version)
+
+    @property
+    def version_path(self) -> Path:
+        return self.path / naming.CHECKPOINT_VERSION
+
+    # ---- version
+    def read_version(self) -> int:
+        """The committed version; a missing or empty version file means 0."""
+        try:
+            text = self.version_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return 0
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FormatError(rule("checkpoint-version-format").issue(
+                str(self.version_path), None, f"expected a text file, found {exc}")) from None
+        if not text.strip():
+            return 0
+        version = parse_count_text(text)
+        if version is None:
+            raise FormatError(rule("checkpoint-version-format").issue(
+                str(self.version_path), None, f"expected one non-negative integer, found {text[:40]!r}"))
+        return version
+
+    def _version_or_latest(self, version: int | None) -> int:
+        return self.read_version() if version is None else version
+
+    def versions_on_disk(self) -> list[int]:
+        if not self.path.is_dir():
+            return []
+        found = set()
+        for p in self.path.iterdir():
+            parsed = naming.parse_versioned_file(p.name)
+            if parsed:
+                found.add(parsed[3])
+        return sorted(found)
+
+    def files_of_version(self, version: int) -> list[Path]:
+        if not self.path.is_dir():
+            return []
+        return sorted(p for p in self.path.iterdir()
+                      if (parsed := naming.parse_versioned_file(p.name)) and parsed[3] == version)
+
+    # ---- embeddings
+    def write_embeddings(self, entity_type: str, part: int, version: int, state: EmbeddingsState,
+                         metadata: FileMetadata | None = None) -> Path:
+        path = self.embeddings_path(entity_type, part, version)
+        with _h5_writer(path, metadata) as f:
+            f.create_dataset(EMBEDDINGS_DATASET, data=state.embeddings)
+            _write_blob(f, state.optimizer_state)
+        return path
+
+    def read_embeddings(self, entity_type: str, part: int, version: int | None = None) -> EmbeddingsState:
+        path = self.embeddings_path(entity_type, part, self._version_or_latest(version))
+        with open_h5(path) as f:
+            check_format_version(f, path)
+            if EMBEDDINGS_DATASET not in f:
+                raise FormatError(rule("embeddings-dataset").issue(
+                    str(path), EMBEDDINGS_DATASET, "expected dataset embeddings, found none"))
+            ds = f[EMBEDDINGS_DATASET]
+            if ds.dtype != np.float32 or ds.ndim != 2:
+                raise FormatError(rule("embeddings-dataset").issue(
+                    str(path), EMBEDDINGS_DATASET,
+                    f"expected 2-D float32, found {ds.ndim}-D {ds.dtype}"))
+            return EmbeddingsState(ds[...], _read_blob(f, path))
+
+    # ---- model
+    def write_model(self, version: int, model: ModelState, metadata: FileMetadata | None = None) -> Path:
+        path = self.model_path(version)
+        with _h5_writer(path, metadata) as f:
+            group = f.create_group(MODEL_GROUP, track_order=True)
+            for name, value in model.params.items():
+                ds = group.create_dataset(name, data=value)
+                ds.attrs[STATE_DICT_KEY_ATTR] = public_to_private(name)
+            _write_blob(f, model.optimizer_state)
+        return path
+
+    def read_model(self, version: int | None = None) -> ModelState:
+        path = self.model_path(self._version_or_latest(version))
+        with open_h5(path) as f:
+            check_format_version(f, path)
+            params: dict[str, Float32Array] = {}
+            if MODEL_GROUP in f:
+                for name, ds in _datasets(f[MODEL_GROUP]):
+                    expected = public_to_private(name)
+                    if expected is None:
+                        raise FormatError(rule("model-param-name").issue(
+                            str(path), f"{MODEL_GROUP}/{name}", "expected relations/{idx}/operator/"
+                            "{side}/{param} or entities/{type}/global_embedding, found this name"))
+                    if ds.dtype != np.float32:
+                        raise FormatError(rule("model-param-dtype").issue(
+                            str(path), f"{MODEL_GROUP}/{name}", f"expected float32, found {ds.dtype}"))
+                    params[name] = ds[...]
+            return ModelState(params, _read_blob(f, path))
+
+    def read_metadata(self, path: Path) -> FileMetadata:
+        with open_h5(path) as f:
+            check_format_version(f, path)
+            return FileMetadata(attr_str(f, CONFIG_JSON_ATTR), IterationInfo.from_handle(f))
+
+    # ---- config and stats
+    def write_config(self, config: ConfigSchema | str) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        text = config if isinstance(config, str) else config.to_json()
+        atomic.write_text(self.path / naming.CONFIG_JSON, text)
+
+    def read_config(self) -> ConfigSchema:
+        from pbgio.config import load_config
+
+        path = self.path / naming.CONFIG_JSON
+        if not path.is_file():
+            raise MissingArtifactError(str(path), "checkpoint config")
+        return load_config(path)
+
+    def append_stats(self, records: Iterable[Mapping[str, Any]]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        path = self.path / naming.TRAINING_STATS
+        with path.open("a", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def read_stats(self) -> list[dict[str, Any]]:
+        path = self.path / naming.TRAINING_STATS
+        if not path.is_file():
+            return []
+        records = []
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise FormatError(rule("training-stats-format").issue(
+                    str(path), None, f"expected a JSON object, found invalid JSON ({exc.msg})",
+                    rows=(lineno,), count=1)) from None
+            if not isinstance(value, dict):
+                raise FormatError(rule("training-stats-format").issue(
+                    str(path), None, f"expected a JSON object, found {type(value).__name__}",
+                    rows=(lineno,), count=1))
+            records.append(value)
+        return records
+
+    # ---- snapshots
+    def snapshot_versions(self) -> set[int]:
+        """Versions that ``epoch_{k}/`` snapshots keep alive."""
+        kept = set()
+        if self.path.is_dir():
+            for p in self.path.iterdir():
+                if p.is_dir() and naming.SNAPSHOT_DIR_RE.match(p.name):
+                    version = CheckpointDir(p).read_version()
+                    if version:
+                        kept.add(version)
+        return kept
+
+
+def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    import h5py
+
+    for key, item in group.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, h5py.Dataset):
+            yield name, item
+        else:
+            yield from _datasets(item, f"{name}/")
+
+
+class _h5_writer:  # noqa: N801 - used as a context manager like a function
+    """Write an HDF5 checkpoint file atomically, stamping the root attributes."""
+
+    def __init__(self, path: Path, metadata: FileMetadata | None) -> None:
+        self.path = path
+        self.metadata = metadata or FileMetadata()
+        self._ctx = atomic.atomic_target(path)
+
+    def __enter__(self) -> Any:
+        import h5py
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._ctx.__enter__()
+        self._file = h5py.File(tmp, "w")
+        write_format_version(self._file)
+        if self.metadata.config_json is not None:
+            self._file.attrs[CONFIG_JSON_ATTR] = self.metadata.config_json
+        if self.metadata.iteration is not None:
+            for key, value in self.metadata.iteration.to_attrs().items():
+                self._file.attrs[key] = value
+        return self._file
+
+    def __exit__(self, *exc: Any) -> None:
+        self._file.close()
+        self._ctx.__exit__(*exc)
+
+
+def _write_blob(f: Any, blob: bytes | None) -> None:
+    if blob is not None:
+        f.create_dataset(OPTIMIZER_DATASET, data=np.frombuffer(blob, dtype=np.dtype("V1")))
+
+
+def _read_blob(f: Any, path: Path) -> bytes | None:
+    if OPTIMIZER_DATASET not in f:
+        return None
+    ds = f[OPTIMIZER_DATASET]
+    if ds.ndim != 1 or ds.dtype.itemsize != 1:
+        raise FormatError(rule("optimizer-blob").issue(
+            str(path), OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found {ds.ndim}-D {ds.dtype}"))
+    return bytes(ds[...].tobytes())
+
+
+# --------------------------------------------------------------------------- commit protocol
+
+
+def plan_checkpoint(
+    ckpt: CheckpointDir,
+    version: int,
+    *,
+    embeddings: Mapping[tuple[str, int], EmbeddingsState],
+    model: ModelState | None,
+    metadata: FileMetadata | None = None,
+    config: ConfigSchema | str | None = None,
+    snapshot_epoch: int | None = None,
+) -> list[CommitStep]:
+    """The steps that write and commit ``version``, in order.
+
+    Files of the new version first (each atomic), then ``config.json``, then the
+    version file (the commit point), then an optional ``epoch_{k}/`` snapshot,
+    then removal of the previous version's files unless it is v0 or a snapshot keeps it.
+    """
+    if version <= 0:
+        raise ValueError(f"checkpoint versions start at 1, got {version}")
+    steps: list[CommitStep] = []
+    for (etype, part), state in embeddings.items():
+        steps.append(CommitStep(
+            f"write {naming.embeddings_file(etype, part, version)}",
+            lambda etype=etype, part=part, state=state: _discard(
+                ckpt.write_embeddings(etype, part, version, state, metadata))))
+    if model is not None:
+        steps.append(CommitStep(f"write {naming.model_file(version)}",
+                                lambda: _discard(ckpt.write_model(version, model, metadata))))
+    if config is not None:
+        steps.append(CommitStep(f"write {naming.CONFIG_JSON}", lambda: ckpt.write_config(config)))
+    steps.append(CommitStep(f"commit {naming.CHECKPOINT_VERSION} = {version}",
+                            lambda: atomic.write_text(ckpt.version_path, format_count(version))))
+    if snapshot_epoch is not None:
+        steps.append(CommitStep(f"snapshot {naming.snapshot_dir(snapshot_epoch)}",
+                                lambda: _snapshot(ckpt, version, snapshot_epoch)))
+    steps.append(CommitStep(f"remove versions older than {version}",
+                            lambda: remove_superseded(ckpt, version)))
+    return steps
+
+
+def _discard(_: object) -> None:
+    return None
+
+
+def write_checkpoint(ckpt: CheckpointDir, version: int, **kwargs: Any) -> None:
+    """Write and commit a checkpoint version (see :func:`plan_checkpoint`)."""
+    for step in plan_checkpoint(ckpt, version, **kwargs):
+        step.run()
+
+
+def remove_superseded(ckpt: CheckpointDir, committed: int) -> None:
+    """Delete files of versions below ``committed``, except v0 and snapshot-kept ones."""
+    if ckpt.read_version() != committed:
+        raise RuntimeError(f"{ckpt.version_path}: version {committed} is not committed")
+    keep = ckpt.snapshot_versions() | {0, committed}
+    for version in ckpt.versions_on_disk():
+        if version < committed and version not in keep:
+            for path in ckpt.files_of_version(version):
+                path.unlink(missing_ok=True)
+
+
+def _snapshot(ckpt: CheckpointDir, version: int, epoch: int) -> None:
+    """``epoch_{k}/``: absolute links to version's files and a real version file."""
+    snap = ckpt.path / naming.snapshot_dir(epoch)
+    snap.mkdir(exist_ok=True)
+    for path in ckpt.files_of_version(version):
+        link = snap / path.name
+        if not link.is_symlink():
+            link.symlink_to(path.resolve())
+    atomic.write_text(snap / naming.CHECKPOINT_VERSION, format_count(version))

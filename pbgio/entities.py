@@ -1,0 +1,102 @@
+"""Read and write the entity side of a layout (``entity_path``).
+
+>>> import tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> write_entity_count(d, "user", 0, 3)
+>>> write_entity_names(d, "user", 0, ["ann", "bob", "cy"])
+>>> read_entity_count(d, "user", 0), read_entity_names(d, "user", 0)
+(3, ['ann', 'bob', 'cy'])
+>>> (d / "entity_count_user_0.txt").read_text()
+'3\\n'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pbgio import atomic
+from pbgio.errors import FormatError, MissingArtifactError
+from pbgio.spec import naming
+from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_text
+from pbgio.spec.rules import rule
+
+
+def _read_text(path: Path, what: str, rule_id: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissingArtifactError(str(path), what) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormatError(rule(rule_id).issue(str(path), None, f"expected a text file, found {exc}")) from None
+
+
+def _read_count(path: Path, what: str, rule_id: str) -> int:
+    text = _read_text(path, what, rule_id)
+    count = parse_count_text(text)
+    if count is None:
+        raise FormatError(rule(rule_id).issue(
+            str(path), None, f"expected one non-negative integer, found {text[:40]!r}"))
+    return count
+
+
+def _read_name_list(path: Path, what: str, rule_id: str) -> list[str]:
+    text = _read_text(path, what, rule_id)
+    try:
+        value: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(rule(rule_id).issue(
+            str(path), None, f"expected a JSON list of strings, found invalid JSON ({exc})")) from None
+    if not isinstance(value, list):
+        raise FormatError(rule(rule_id).issue(
+            str(path), None, f"expected a JSON list of strings, found a {type(value).__name__}"))
+    bad = [i for i, name in enumerate(value) if not isinstance(name, str)]
+    if bad:
+        raise FormatError(rule(rule_id).issue(
+            str(path), None, f"expected strings, found {type(value[bad[0]]).__name__} "
+            f"{value[bad[0]]!r}", rows=tuple(bad[:5]), count=len(bad)))
+    return value
+
+
+def read_entity_count(entity_path: Path, entity_type: str, part: int) -> int:
+    return _read_count(entity_path / naming.entity_count_file(entity_type, part),
+                       f"entity count of {entity_type!r} partition {part}", "entity-count-format")
+
+
+def write_entity_count(entity_path: Path, entity_type: str, part: int, count: int) -> None:
+    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(entity_path / naming.entity_count_file(entity_type, part), format_count(count))
+
+
+def read_entity_names(entity_path: Path, entity_type: str, part: int) -> list[str]:
+    return _read_name_list(entity_path / naming.entity_names_file(entity_type, part),
+                           f"entity names of {entity_type!r} partition {part}", "entity-names-format")
+
+
+def write_entity_names(entity_path: Path, entity_type: str, part: int, names: Sequence[str]) -> None:
+    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(entity_path / naming.entity_names_file(entity_type, part),
+                      json.dumps(list(names), indent=NAMES_JSON_INDENT))
+
+
+def read_dynamic_rel_count(entity_path: Path) -> int:
+    return _read_count(entity_path / naming.DYNAMIC_REL_COUNT, "dynamic relation count",
+                       "dynamic-rel-count-format")
+
+
+def write_dynamic_rel_count(entity_path: Path, count: int) -> None:
+    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(entity_path / naming.DYNAMIC_REL_COUNT, format_count(count))
+
+
+def read_relation_names(entity_path: Path) -> list[str]:
+    return _read_name_list(entity_path / naming.DYNAMIC_REL_NAMES, "relation names",
+                           "dynamic-rel-names-format")
+
+
+def write_relation_names(entity_path: Path, names: Sequence[str]) -> None:
+    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(entity_path / naming.DYNAMIC_REL_NAMES,
+                      json.dumps(list(names), indent=NAMES_JSON_INDENT))

@@ -1,0 +1,172 @@
+"""The error hierarchy and the validation report.
+
+Every problem pbgio finds is an :class:`Issue`: a stable rule id (see
+:mod:`pbgio.spec.rules`), the file, the dataset, the first offending rows with
+a total count, and an "expected …, found …" message. Readers raise the first
+issue they meet as a :class:`FormatError`; the validator collects all of them
+in a :class:`Report`.
+
+>>> issue = Issue("edge-rel-range", "error", "edges/edges_0_0.h5", "rel",
+...               "expected rel < 3, found 7", rows=(12,), count=1)
+>>> print(issue)
+edges/edges_0_0.h5: rel: row 12: expected rel < 3, found 7 [edge-rel-range]
+>>> FormatError(issue).issue.rule
+'edge-rel-range'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One broken rule, located as precisely as the rule allows."""
+
+    rule: str
+    severity: Severity
+    file: str | None
+    dataset: str | None
+    message: str
+    rows: tuple[int, ...] = ()
+    count: int | None = None
+
+    def __str__(self) -> str:
+        where = [part for part in (self.file, self.dataset) if part]
+        if self.rows:
+            shown = ", ".join(str(r) for r in self.rows)
+            more = f" ({self.count} rows in all)" if self.count and self.count > len(self.rows) else ""
+            where.append(f"row{'s' if len(self.rows) > 1 else ''} {shown}{more}")
+        prefix = ": ".join(where)
+        return f"{prefix + ': ' if prefix else ''}{self.message} [{self.rule}]"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows"] = list(self.rows)
+        return data
+
+
+@dataclass
+class Report:
+    """All the issues found in one validation run.
+
+    >>> report = Report(target="demo")
+    >>> report.ok
+    True
+    >>> report.add(Issue("edge-file-missing", "error", "edges_0_1.h5", None, "missing"))
+    >>> report.ok, report.exit_code
+    (False, 1)
+    """
+
+    target: str
+    kind: str = "unknown"
+    issues: list[Issue] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+
+    def add(self, issue: Issue) -> None:
+        self.issues.append(issue)
+
+    def extend(self, issues: Iterable[Issue]) -> None:
+        self.issues.extend(issues)
+
+    def count_checked(self, what: str, n: int = 1) -> None:
+        self.checked[what] = self.checked.get(what, 0) + n
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def rule_ids(self) -> set[str]:
+        return {i.rule for i in self.issues}
+
+    def raise_if_errors(self) -> None:
+        if self.errors:
+            raise FormatError(self.errors[0], more=len(self.errors) - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "kind": self.kind,
+            "valid": self.ok,
+            "error_count": len(self.errors),
+            "warning_count": len(self.warnings),
+            "checked": dict(sorted(self.checked.items())),
+            "issues": [i.to_dict() for i in self.issues],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __iter__(self) -> Iterator[Issue]:
+        return iter(self.issues)
+
+
+class PbgioError(Exception):
+    """Base of every error pbgio raises on purpose."""
+
+
+class FormatError(PbgioError, ValueError):
+    """An artifact breaks a rule of the format. Carries the :class:`Issue`."""
+
+    def __init__(self, issue: Issue, *, more: int = 0) -> None:
+        self.issue = issue
+        self.more = more
+        suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        super().__init__(f"{issue}{suffix}")
+
+    @property
+    def rule(self) -> str:
+        return self.issue.rule
+
+    @property
+    def file(self) -> str | None:
+        return self.issue.file
+
+    @property
+    def dataset(self) -> str | None:
+        return self.issue.dataset
+
+
+class CorruptFileError(FormatError):
+    """A file that cannot be opened as what it should be (truncated, not HDF5, …)."""
+
+
+class VersionError(FormatError):
+    """A file of a format version this pbgio does not know."""
+
+
+class MissingArtifactError(PbgioError, FileNotFoundError):
+    """A file or directory the layout requires does not exist."""
+
+    def __init__(self, path: str, what: str, rule: str = "artifact-missing") -> None:
+        self.path = path
+        self.rule = rule
+        super().__init__(f"{path}: {what} does not exist [{rule}]")
+
+
+class ConfigError(PbgioError, ValueError):
+    """A run config with problems; ``issues`` holds every one of them."""
+
+    def __init__(self, source: str, issues: list[Issue]) -> None:
+        self.source = source
+        self.issues = issues
+        lines = "\n".join(f"  {i.dataset or '<root>'}: {i.message} [{i.rule}]" for i in issues)
+        count = len(issues)
+        super().__init__(f"{source}: {count} problem{'s' if count != 1 else ''} in the config:\n{lines}")

@@ -1,0 +1,119 @@
+"""File names of the current (format_version 1) layout, and entity-type name safety.
+
+Every file name pbgio reads or writes is built and parsed here, nowhere else.
+
+>>> entity_count_file("user", 3)
+'entity_count_user_3.txt'
+>>> parse_entity_count_file("entity_count_my_type_12.txt")
+('my_type', 12)
+>>> bucket_file(0, 1), parse_bucket_file("edges_0_1.h5")
+('edges_0_1.h5', (0, 1))
+>>> embeddings_file("user", 0, 7)
+'embeddings_user_0.v7.h5'
+>>> parse_versioned_file("embeddings_user_0.v7.h5")
+('embeddings', 'user', 0, 7)
+>>> parse_versioned_file("model.v7.h5")
+('model', None, None, 7)
+>>> entity_type_name_problem("../etc")
+'contains a path separator'
+"""
+
+from __future__ import annotations
+
+import re
+
+ENTITY_COUNT_RE = re.compile(r"^entity_count_(?P<type>.+)_(?P<part>\d+)\.txt$")
+ENTITY_NAMES_RE = re.compile(r"^entity_names_(?P<type>.+)_(?P<part>\d+)\.json$")
+BUCKET_RE = re.compile(r"^edges_(?P<lhs>\d+)_(?P<rhs>\d+)\.h5$")
+EMBEDDINGS_RE = re.compile(r"^embeddings_(?P<type>.+)_(?P<part>\d+)\.v(?P<version>\d+)\.h5$")
+MODEL_RE = re.compile(r"^model\.v(?P<version>\d+)\.h5$")
+SNAPSHOT_DIR_RE = re.compile(r"^epoch_(?P<epoch>\d+)$")
+
+DYNAMIC_REL_COUNT = "dynamic_rel_count.txt"
+DYNAMIC_REL_NAMES = "dynamic_rel_names.json"
+CHECKPOINT_VERSION = "checkpoint_version.txt"
+CONFIG_JSON = "config.json"
+TRAINING_STATS = "training_stats.json"
+
+# Names that mark the legacy (.pt era) layout; see pbgio.legacy for migration.
+LEGACY_MARKERS_RE = re.compile(
+    r"^(CHECKPOINT_VERSION|FILAMENT_CHECKPOINT_VERSION|METADATA_[01]\.pt(\.\d+)?|"
+    r"entity_count_.+_\d+\.pt|dynamic_rel_count\.pt|dict\.pt|.+_\d+\.pt(\.\d+)?)$"
+)
+
+MAX_TYPE_NAME_BYTES = 200
+_FORBIDDEN_CHARS = set('<>:"|?*')
+
+
+def entity_count_file(entity_type: str, part: int) -> str:
+    return f"entity_count_{entity_type}_{part}.txt"
+
+
+def entity_names_file(entity_type: str, part: int) -> str:
+    return f"entity_names_{entity_type}_{part}.json"
+
+
+def bucket_file(lhs: int, rhs: int) -> str:
+    return f"edges_{lhs}_{rhs}.h5"
+
+
+def embeddings_file(entity_type: str, part: int, version: int) -> str:
+    return f"embeddings_{entity_type}_{part}.v{version}.h5"
+
+
+def model_file(version: int) -> str:
+    return f"model.v{version}.h5"
+
+
+def snapshot_dir(epoch: int) -> str:
+    return f"epoch_{epoch}"
+
+
+def parse_entity_count_file(name: str) -> tuple[str, int] | None:
+    m = ENTITY_COUNT_RE.match(name)
+    return (m["type"], int(m["part"])) if m else None
+
+
+def parse_entity_names_file(name: str) -> tuple[str, int] | None:
+    m = ENTITY_NAMES_RE.match(name)
+    return (m["type"], int(m["part"])) if m else None
+
+
+def parse_bucket_file(name: str) -> tuple[int, int] | None:
+    m = BUCKET_RE.match(name)
+    return (int(m["lhs"]), int(m["rhs"])) if m else None
+
+
+def parse_versioned_file(name: str) -> tuple[str, str | None, int | None, int] | None:
+    """``(kind, type, part, version)`` of a checkpoint file name, or None."""
+    m = EMBEDDINGS_RE.match(name)
+    if m:
+        return ("embeddings", m["type"], int(m["part"]), int(m["version"]))
+    m = MODEL_RE.match(name)
+    if m:
+        return ("model", None, None, int(m["version"]))
+    return None
+
+
+def is_legacy_marker(name: str) -> bool:
+    return bool(LEGACY_MARKERS_RE.match(name))
+
+
+def entity_type_name_problem(name: str) -> str | None:
+    """Why ``name`` is unsafe as part of a file name, or None when it is safe."""
+    if not name:
+        return "is empty"
+    if len(name.encode("utf-8")) > MAX_TYPE_NAME_BYTES:
+        return f"is longer than {MAX_TYPE_NAME_BYTES} bytes in UTF-8"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character"
+    bad = sorted(_FORBIDDEN_CHARS.intersection(name))
+    if bad:
+        return f"contains {''.join(bad)!r}, which some file systems forbid"
+    if name in (".", ".."):
+        return "is a relative directory name"
+    if name != name.strip(" ."):
+        return "starts or ends with a space or a dot"
+    return None
