@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pbgio.config import ConfigSchema
 
 MODEL_GROUP = "model"
 EMBEDDINGS_DATASET = "embeddings"
@@ -124,3 +128,27 @@ def param_shapes(operator: str, *, dimension: int, num_dynamic_rels: int | None)
     params = spec.static_params if num_dynamic_rels is None else spec.dynamic_params
     lead = () if num_dynamic_rels is None else (num_dynamic_rels,)
     return {name: lead + tuple(size[s] for s in shape) for name, shape in params.items()}
+
+
+def expected_model_params(config: ConfigSchema, num_dynamic_rels: int | None) -> dict[str, tuple[int, ...] | None]:
+    """Public names and shapes of every model parameter a config implies.
+
+    In dynamic mode the shapes need ``num_dynamic_rels``; when it is unknown they are None.
+    """
+    params: dict[str, tuple[int, ...] | None] = {}
+    if config.dynamic_relations:
+        rel = config.relations[0]
+        for side in ("lhs", "rhs"):
+            dim = config.entity_dimension(getattr(rel, side))
+            shapes = param_shapes(rel.operator, dimension=dim, num_dynamic_rels=num_dynamic_rels or 0)
+            for pname, shape in shapes.items():
+                params[operator_param_name(0, side, pname)] = shape if num_dynamic_rels is not None else None
+    else:
+        for idx, rel in enumerate(config.relations):
+            shapes = param_shapes(rel.operator, dimension=config.entity_dimension(rel.rhs), num_dynamic_rels=None)
+            for pname, shape in shapes.items():
+                params[operator_param_name(idx, "rhs", pname)] = shape
+    if config.global_emb:
+        for etype in config.entities:
+            params[global_embedding_name(etype)] = (config.entity_dimension(etype),)
+    return params

@@ -1,0 +1,3 @@
+from pbgio.cli import main
+
+main()

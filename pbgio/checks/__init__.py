@@ -1,0 +1,96 @@
+"""Rule checks, one module per artifact; :mod:`pbgio.validate` drives them.
+
+Checks never raise for bad data: they add :class:`~pbgio.errors.Issue` objects
+to a :class:`~pbgio.errors.Report`. They stream large datasets in blocks, so
+memory stays bounded by a block, not by the dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio.config import ConfigSchema
+from pbgio.errors import FormatError, Issue, MissingArtifactError, Report
+from pbgio.spec.rules import rule
+
+MAX_ROWS_SHOWN = 5
+
+
+@dataclass
+class Context:
+    """What the checks know about the layout being validated."""
+
+    report: Report
+    root: Path | None = None
+    config: ConfigSchema | None = None
+    counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    dynamic_rel_count: int | None = None
+
+    def display(self, path: Path) -> str:
+        """``path`` as shown in issues: relative to the validated root when inside it."""
+        if self.root is not None:
+            try:
+                return path.relative_to(self.root).as_posix()
+            except ValueError:
+                pass
+        return str(path)
+
+    def add(self, rule_id: str, path: Path | None, dataset: str | None, message: str, *,
+            rows: tuple[int, ...] = (), count: int | None = None) -> None:
+        self.report.add(rule(rule_id).issue(
+            None if path is None else self.display(path), dataset, message, rows=rows, count=count))
+
+    def add_error(self, exc: FormatError | MissingArtifactError, path: Path) -> None:
+        """Record an error a reader raised, relocated to the displayed path."""
+        if isinstance(exc, FormatError):
+            issue = exc.issue
+            self.report.add(Issue(issue.rule, issue.severity, self.display(path), issue.dataset,
+                                  issue.message, issue.rows, issue.count))
+        else:
+            self.add("path-missing", path, None, "expected this file, found nothing")
+
+    def count(self, entity_type: str, part: int) -> int | None:
+        """Entity count of a type in a bucket partition (unpartitioned types use part 0)."""
+        if self.config is not None and self.config.entities[entity_type].num_partitions == 1:
+            part = 0
+        return self.counts.get((entity_type, part))
+
+    @property
+    def num_relations(self) -> int | None:
+        if self.config is None:
+            return None
+        if self.config.dynamic_relations:
+            return self.dynamic_rel_count
+        return len(self.config.relations)
+
+
+class RowCollector:
+    """Collects offending rows of one rule across blocks; emits one issue at the end."""
+
+    def __init__(self, ctx: Context, rule_id: str, path: Path, dataset: str) -> None:
+        self.ctx, self.rule_id, self.path, self.dataset = ctx, rule_id, path, dataset
+        self.rows: list[int] = []
+        self.total = 0
+        self.first_message: str | None = None
+
+    def add(self, offset: int, bad: NDArray[np.bool_], describe: Callable[[int], str]) -> None:
+        """``bad`` marks offending rows of a block starting at ``offset``."""
+        idx = np.flatnonzero(bad)
+        if not len(idx):
+            return
+        self.total += len(idx)
+        if len(self.rows) < MAX_ROWS_SHOWN:
+            take = idx[: MAX_ROWS_SHOWN - len(self.rows)]
+            self.rows.extend(int(offset + i) for i in take)
+        if self.first_message is None:
+            self.first_message = describe(int(idx[0]))
+
+    def flush(self) -> None:
+        if self.total:
+            self.ctx.add(self.rule_id, self.path, self.dataset, self.first_message or "",
+                         rows=tuple(self.rows), count=self.total)

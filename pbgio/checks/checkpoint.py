@@ -1,0 +1,304 @@
+"""Checks of a checkpoint directory (or an init_path laid out like one)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from pbgio.checkpoint import CheckpointDir
+from pbgio.checks import Context, RowCollector
+from pbgio.config import ConfigSchema, parse_config
+from pbgio.errors import ConfigError, FormatError, MissingArtifactError
+from pbgio.h5 import attr_str, check_format_version, open_h5
+from pbgio.spec import naming
+from pbgio.spec.checkpoint import (
+    CONFIG_JSON_ATTR,
+    EMBEDDINGS_DATASET,
+    ITERATION_ATTRS,
+    MODEL_DEFINING_KEYS,
+    MODEL_GROUP,
+    OPTIMIZER_DATASET,
+    STATE_DICT_KEY_ATTR,
+    TORCH_LEGACY_MAGIC,
+    TORCH_ZIP_MAGIC,
+    expected_model_params,
+    public_to_private,
+)
+
+ROW_BLOCK_BYTES = 16 << 20
+
+
+def check_checkpoint_dir(ctx: Context, path: Path) -> None:
+    """Check versions, files, attributes, embeddings, model, snapshots and stats."""
+    ckpt = CheckpointDir(path)
+    try:
+        version: int | None = ckpt.read_version()
+    except FormatError as exc:
+        ctx.add_error(exc, ckpt.version_path)
+        version = None
+    reference = _reference_config(ctx, path)
+    if version is None:
+        return
+    ctx.report.count_checked("checkpoint versions")
+    if version > 0 and not (path / naming.CONFIG_JSON).is_file():
+        ctx.add("checkpoint-config-missing", path / naming.CONFIG_JSON, None,
+                f"expected config.json beside committed version {version}, found none")
+    cfg = ctx.config
+    if version > 0:
+        expected = [ckpt.model_path(version)]
+        if cfg is not None:
+            expected += [ckpt.embeddings_path(t, p, version)
+                         for t, e in cfg.entities.items() for p in range(e.num_partitions)]
+        for file in expected:
+            if not file.is_file():
+                ctx.add("checkpoint-file-missing", file, None,
+                        f"expected this file of committed version {version}, found none")
+    for file in ckpt.files_of_version(version):
+        kind, etype, part, _ = naming.parse_versioned_file(file.name)  # type: ignore[misc]
+        if kind == "model":
+            _check_model_file(ctx, file, reference)
+        else:
+            _check_embeddings_file(ctx, file, etype, part, reference)
+    kept = ckpt.snapshot_versions() | {0, version}
+    for stale in sorted(set(ckpt.versions_on_disk()) - kept):
+        files = ckpt.files_of_version(stale)
+        ctx.add("checkpoint-stale-files", files[0], None,
+                f"expected only files of version {version} (and v0 or snapshots), found {len(files)} "
+                f"file(s) of version {stale}, likely left by an interrupted checkpoint write")
+    _check_snapshots(ctx, path)
+    _check_stats(ctx, path / naming.TRAINING_STATS)
+
+
+def _reference_config(ctx: Context, path: Path) -> dict[str, Any] | None:
+    """The normalized config.json of the checkpoint; compared with ctx.config and file attrs."""
+    config_path = path / naming.CONFIG_JSON
+    if not config_path.is_file():
+        return ctx.config.to_dict() if ctx.config is not None else None
+    try:
+        raw = json.loads(config_path.read_text(encoding="utf-8"))
+        stored = parse_config(raw, ctx.display(config_path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        ctx.add("config-unreadable", config_path, None, f"expected a JSON config, found {exc}")
+        return None
+    except ConfigError as exc:
+        for issue in exc.issues:
+            ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+        return None
+    stored_dict = stored.to_dict()
+    if ctx.config is None:
+        ctx.config = stored
+    else:
+        _compare_configs(ctx, config_path, ctx.config.to_dict(), stored_dict,
+                         "the validated config", drift=False)
+    return stored_dict
+
+
+def _compare_configs(ctx: Context, file: Path, reference: dict[str, Any], found: dict[str, Any],
+                     what: str, *, drift: bool, dataset: str | None = None) -> None:
+    differ = sorted(k for k in set(reference) | set(found) if reference.get(k) != found.get(k))
+    defining = [k for k in differ if k in MODEL_DEFINING_KEYS]
+    if defining:
+        key = defining[0]
+        ctx.add("checkpoint-config-mismatch", file, dataset,
+                f"expected {key} = {json.dumps(reference.get(key))} as in {what}, found "
+                f"{json.dumps(found.get(key))}" + (f" (and {len(defining) - 1} more keys)" if len(defining) > 1 else ""))
+    others = [k for k in differ if k not in MODEL_DEFINING_KEYS]
+    if drift and others:
+        ctx.add("checkpoint-config-drift", file, dataset,
+                f"expected the same config as {what}, found different {', '.join(others[:5])}")
+
+
+def _check_attrs(ctx: Context, file: Path, f: h5py.File, reference: dict[str, Any] | None) -> None:
+    missing = [k for k in (CONFIG_JSON_ATTR, *ITERATION_ATTRS) if k not in f.attrs]
+    if missing:
+        ctx.add("checkpoint-attrs", file, None,
+                f"expected root attributes {', '.join(missing)}, found none")
+    text = attr_str(f, CONFIG_JSON_ATTR)
+    if text is None or reference is None:
+        return
+    try:
+        found = parse_config(json.loads(text)).to_dict()
+    except (json.JSONDecodeError, ConfigError) as exc:
+        ctx.add("checkpoint-attrs", file, CONFIG_JSON_ATTR,
+                f"expected a valid config in attribute {CONFIG_JSON_ATTR}, found one that fails: "
+                f"{str(exc).splitlines()[0]}")
+        return
+    _compare_configs(ctx, file, reference, found, "config.json", drift=True, dataset=CONFIG_JSON_ATTR)
+
+
+def _check_blob(ctx: Context, file: Path, f: h5py.File) -> None:
+    if OPTIMIZER_DATASET not in f:
+        return
+    ds = f[OPTIMIZER_DATASET]
+    if not isinstance(ds, h5py.Dataset) or ds.ndim != 1 or ds.dtype.itemsize != 1 or ds.dtype.kind != "V":
+        found = f"{ds.ndim}-D {ds.dtype}" if isinstance(ds, h5py.Dataset) else "a group"
+        ctx.add("optimizer-blob", file, OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found {found}")
+        return
+    head = ds[: len(TORCH_LEGACY_MAGIC)].tobytes()
+    if not (head.startswith(TORCH_ZIP_MAGIC) or head == TORCH_LEGACY_MAGIC):
+        ctx.add("optimizer-blob", file, OPTIMIZER_DATASET,
+                f"expected a torch.save payload (zip or legacy pickle), found bytes {head[:8]!r}")
+
+
+def _with_open(ctx: Context, file: Path, check: Callable[[h5py.File], None]) -> None:
+    """Open ``file`` (errors become issues), check its format_version, then run ``check``."""
+    try:
+        with open_h5(file) as f:
+            try:
+                check_format_version(f, file)
+            except FormatError as exc:
+                ctx.add_error(exc, file)
+            check(f)
+    except (FormatError, MissingArtifactError) as exc:
+        ctx.add_error(exc, file)
+
+
+def _check_embeddings_file(ctx: Context, file: Path, etype: str, part: int,
+                           reference: dict[str, Any] | None) -> None:
+    _with_open(ctx, file, lambda f: _check_embeddings(ctx, file, f, etype, part, reference))
+
+
+def _check_embeddings(ctx: Context, file: Path, f: h5py.File, etype: str, part: int,
+                      reference: dict[str, Any] | None) -> None:
+    ctx.report.count_checked("embeddings files")
+    _check_attrs(ctx, file, f, reference)
+    _check_blob(ctx, file, f)
+    ds = f.get(EMBEDDINGS_DATASET)
+    if not isinstance(ds, h5py.Dataset) or ds.dtype != np.float32 or ds.ndim != 2:
+        found = "none" if ds is None else (
+            f"{ds.ndim}-D {ds.dtype}" if isinstance(ds, h5py.Dataset) else "a group")
+        ctx.add("embeddings-dataset", file, EMBEDDINGS_DATASET,
+                f"expected a 2-D float32 dataset, found {found}")
+        return
+    cfg = ctx.config
+    if cfg is not None and etype in cfg.entities:
+        count = ctx.count(etype, part)
+        expected = (count if count is not None else ds.shape[0], cfg.entity_dimension(etype))
+        if tuple(ds.shape) != expected:
+            ctx.add("embeddings-shape", file, EMBEDDINGS_DATASET,
+                    f"expected shape {expected} (entity count x dimension of {etype!r}), "
+                    f"found {tuple(ds.shape)}")
+    _check_finite(ctx, file, ds, "embeddings-nonfinite", EMBEDDINGS_DATASET)
+
+
+def _check_finite(ctx: Context, file: Path, ds: Any, rule_id: str, dataset: str) -> None:
+    rows = RowCollector(ctx, rule_id, file, dataset)
+    if ds.ndim == 0:
+        value = np.asarray(ds[()])
+        if not np.isfinite(value).all():
+            ctx.add(rule_id, file, dataset, f"expected a finite value, found {value}")
+        return
+    row_bytes = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize)
+    step = max(1, ROW_BLOCK_BYTES // row_bytes)
+    for start in range(0, ds.shape[0], step):
+        block = ds[start:start + step]
+        bad = ~np.isfinite(block).reshape(len(block), -1).all(axis=1)
+        if bad.any():
+            rows.add(start, bad, lambda i, block=block: (
+                f"expected finite values, found {block[i][~np.isfinite(block[i])].ravel()[0]}"))
+    rows.flush()
+
+
+def _check_model_file(ctx: Context, file: Path, reference: dict[str, Any] | None) -> None:
+    _with_open(ctx, file, lambda f: _check_model(ctx, file, f, reference))
+
+
+def _check_model(ctx: Context, file: Path, f: h5py.File, reference: dict[str, Any] | None) -> None:
+    ctx.report.count_checked("model files")
+    _check_attrs(ctx, file, f, reference)
+    _check_blob(ctx, file, f)
+    cfg = ctx.config
+    expected = expected_model_params(cfg, ctx.dynamic_rel_count) if cfg is not None else None
+    seen = set()
+    group = f.get(MODEL_GROUP)
+    for name, ds in _walk(group) if isinstance(group, h5py.Group) else ():
+        seen.add(name)
+        _check_param(ctx, file, name, ds, expected)
+    if expected is not None:
+        for name in sorted(set(expected) - seen):
+            ctx.add("model-param-missing", file, f"{MODEL_GROUP}/{name}",
+                    "expected this parameter (from the config's operators and global_emb), found none")
+
+
+def _walk(group: h5py.Group, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, item in group.items():
+        if isinstance(item, h5py.Dataset):
+            out.append((prefix + key, item))
+        else:
+            out.extend(_walk(item, f"{prefix}{key}/"))
+    return out
+
+
+def _check_param(ctx: Context, file: Path, name: str, ds: Any,
+                 expected: dict[str, tuple[int, ...] | None] | None) -> None:
+    full = f"{MODEL_GROUP}/{name}"
+    private = public_to_private(name)
+    if private is None or (expected is not None and name not in expected):
+        ctx.add("model-param-name", file, full,
+                "expected relations/{idx}/operator/{side}/{param} or entities/{type}/global_embedding "
+                "for an index, side, parameter and type the config has, found this dataset")
+        return
+    key = attr_str(ds, STATE_DICT_KEY_ATTR) if STATE_DICT_KEY_ATTR in ds.attrs else None
+    if key != private:
+        ctx.add("model-state-dict-key", file, full,
+                f"expected attribute {STATE_DICT_KEY_ATTR} = {private!r}, found {key!r}")
+    if ds.dtype != np.float32:
+        ctx.add("model-param-dtype", file, full, f"expected float32, found {ds.dtype}")
+        return
+    shape = expected.get(name) if expected is not None else None
+    if shape is not None and tuple(ds.shape) != shape:
+        ctx.add("model-param-shape", file, full, f"expected shape {shape}, found {tuple(ds.shape)}")
+    _check_finite(ctx, file, ds, "model-param-nonfinite", full)
+
+
+def _check_snapshots(ctx: Context, path: Path) -> None:
+    for snap in sorted(p for p in path.iterdir() if p.is_dir() and naming.SNAPSHOT_DIR_RE.match(p.name)):
+        version_file = snap / naming.CHECKPOINT_VERSION
+        if not version_file.is_file():
+            ctx.add("checkpoint-snapshot-broken", snap, None,
+                    f"expected {naming.CHECKPOINT_VERSION} in the snapshot, found none")
+        for entry in sorted(snap.iterdir()):
+            if entry.is_symlink() and not entry.exists():
+                ctx.add("checkpoint-snapshot-broken", entry, None,
+                        f"expected the link to resolve, found it points to missing {entry.readlink()}")
+
+
+def _check_stats(ctx: Context, path: Path) -> None:
+    if not path.is_file():
+        return
+    rows: list[int] = []
+    first = ""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                value, problem = None, f"invalid JSON ({exc.msg})"
+            else:
+                problem = "" if isinstance(value, dict) else f"a JSON {type(value).__name__}"
+            if problem:
+                rows.append(lineno)
+                first = first or problem
+    if rows:
+        ctx.add("training-stats-format", path, None, f"expected one JSON object per line, found {first}",
+                rows=tuple(rows[:5]), count=len(rows))
+
+
+def check_checkpoint_file(ctx: Context, file: Path) -> None:
+    """Check one checkpoint .h5 file on its own (no config: structure and values only)."""
+    parsed = naming.parse_versioned_file(file.name)
+    if parsed is None:
+        return
+    kind, etype, part, _ = parsed
+    if kind == "model":
+        _check_model_file(ctx, file, None)
+    else:
+        _check_embeddings_file(ctx, file, etype or "", part or 0, None)

@@ -1,0 +1,309 @@
+"""Checks of edge buckets, streamed block by block.
+
+Per bucket: HDF5 readability, ``format_version``, datasets, dtypes, shapes and
+lengths; featurized offsets invariants; and, when the config and entity counts
+are known, index ranges per relation type and side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio.checks import Context, RowCollector
+from pbgio.errors import FormatError, MissingArtifactError
+from pbgio.h5 import check_format_version, open_h5
+from pbgio.spec.edges import (
+    DATASETS_BY_NAME,
+    INDEX_DATASETS,
+    READ_BLOCK_ELEMENTS,
+    SIDES,
+    Side,
+    data_name,
+    offsets_name,
+)
+
+Ints = NDArray[np.int64]
+
+
+@dataclass
+class SideLimits:
+    """Per relation id: the entity count bounding a side's index, and whether it is featurized."""
+
+    limit: Ints  # -1 where unknown (count file missing)
+    featurized: NDArray[np.bool_]
+    feature_limit: Ints  # feature count where featurized, -1 otherwise
+    labels: list[str]  # "'user' partition 1", the count file each limit comes from
+
+    @property
+    def uniform_plain_limit(self) -> int | None:
+        """The one limit when every relation is plain and shares it, else None."""
+        if len(self.limit) and not self.featurized.any() and (self.limit == self.limit[0]).all():
+            return int(self.limit[0])
+        return None
+
+
+def side_limits(ctx: Context, side: Side, part: int, num_relations: int) -> SideLimits | None:
+    cfg = ctx.config
+    if cfg is None or num_relations <= 0:
+        return None
+    rels = [cfg.relations[0]] * num_relations if cfg.dynamic_relations else cfg.relations
+    limit = np.full(num_relations, -1, dtype=np.int64)
+    featurized = np.zeros(num_relations, dtype=bool)
+    feature_limit = np.full(num_relations, -1, dtype=np.int64)
+    labels = []
+    for r, rel in enumerate(rels):
+        etype = getattr(rel, side)
+        if etype not in cfg.entities:
+            return None
+        count = ctx.count(etype, part)
+        labels.append(f"{etype!r} partition {part if cfg.entities[etype].num_partitions > 1 else 0}")
+        if cfg.entities[etype].featurized:
+            featurized[r] = True
+            feature_limit[r] = -1 if count is None else count
+        else:
+            limit[r] = -1 if count is None else count
+    return SideLimits(limit, featurized, feature_limit, labels)
+
+
+def check_bucket(ctx: Context, path: Path, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
+    """Check one bucket file; partitions are needed for range checks against the config."""
+    try:
+        with open_h5(path) as f:
+            _check_open_bucket(ctx, path, f, lhs_part, rhs_part)
+    except (FormatError, MissingArtifactError) as exc:
+        ctx.add_error(exc, path)
+    ctx.report.count_checked("bucket files")
+
+
+def _check_open_bucket(ctx: Context, path: Path, f: h5py.File, lhs_part: int | None,
+                       rhs_part: int | None) -> None:
+    try:
+        check_format_version(f, path)
+    except FormatError as exc:
+        ctx.add_error(exc, path)
+    datasets: dict[str, Any] = {}
+    for name, item in f.items():
+        if isinstance(item, h5py.Dataset) and name in DATASETS_BY_NAME:
+            datasets[name] = item
+        else:
+            ctx.add("edge-dataset-unknown", path, name,
+                    "expected only rel, lhs, rhs, weight, lhsd_/rhsd_ offsets and data, found this "
+                    + ("group" if isinstance(item, h5py.Group) else "dataset"))
+    missing = [n for n in INDEX_DATASETS if n not in datasets]
+    for name in missing:
+        ctx.add("edge-dataset-missing", path, name, f"expected dataset {name}, found none")
+    usable = _check_dtypes_and_shapes(ctx, path, datasets)
+    if missing or not {*INDEX_DATASETS} <= usable:
+        return
+    n = int(datasets["rel"].shape[0])
+    ctx.report.count_checked("edges", n)
+    ctx.report.count_checked("bucket bytes", sum(int(datasets[k].id.get_storage_size()) for k in INDEX_DATASETS))
+    for name in ("lhs", "rhs", "weight"):
+        if name in usable and datasets[name].shape[0] != n:
+            ctx.add("edge-length-mismatch", path, name,
+                    f"expected {n} entries (the length of rel), found {datasets[name].shape[0]}")
+            usable.discard(name)
+    if not {"lhs", "rhs"} <= usable:
+        return
+    sides: dict[Side, tuple[Any, Any]] = {}
+    for side in SIDES:
+        off, dat = offsets_name(side), data_name(side)
+        if (off in datasets) != (dat in datasets):
+            have, lack = (off, dat) if off in datasets else (dat, off)
+            ctx.add("edge-offsets-pair", path, lack, f"expected {lack} beside {have}, found none")
+        elif off in datasets and off in usable and dat in usable:
+            if datasets[off].shape[0] != n + 1:
+                ctx.add("edge-offsets-length", path, off,
+                        f"expected {n + 1} entries (N + 1 for N = {n} edges), found {datasets[off].shape[0]}")
+            else:
+                sides[side] = (datasets[off], datasets[dat])
+    _scan(ctx, path, datasets, usable, sides, n, lhs_part, rhs_part)
+
+
+def _check_dtypes_and_shapes(ctx: Context, path: Path, datasets: dict[str, Any]) -> set[str]:
+    usable = set()
+    for name, ds in datasets.items():
+        ok = True
+        if ds.ndim != 1:
+            ctx.add("edge-dataset-shape", path, name, f"expected 1 dimension, found shape {ds.shape}")
+            ok = False
+        if name == "weight":
+            if np.issubdtype(ds.dtype, np.integer):
+                ctx.add("edge-weight-int", path, name,
+                        f"expected float weights, found {ds.dtype} (the original's importer truncated "
+                        "float weights to integers)")
+            elif not np.issubdtype(ds.dtype, np.floating):
+                ctx.add("edge-dataset-dtype", path, name, f"expected a float dtype, found {ds.dtype}")
+                ok = False
+        elif ds.dtype != np.int64:
+            ctx.add("edge-dataset-dtype", path, name,
+                    f"expected {DATASETS_BY_NAME[name].dtype}, found {ds.dtype}")
+            ok = False
+        if ok:
+            usable.add(name)
+    return usable
+
+
+class _Reader:
+    """Reads 1-D int64 blocks into reused buffers (bounded memory)."""
+
+    def __init__(self, ds: Any, block: int) -> None:
+        self.ds = ds
+        self.buf = np.empty(block, dtype=ds.dtype)
+
+    def read(self, start: int, end: int) -> NDArray[Any]:
+        out = self.buf[: end - start]
+        if len(out):
+            self.ds.read_direct(out, np.s_[start:end], np.s_[0:end - start])
+        return out
+
+
+def _scan(ctx: Context, path: Path, datasets: dict[str, Any], usable: set[str],
+          sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None, rhs_part: int | None) -> None:
+    block = READ_BLOCK_ELEMENTS
+    num_rel = ctx.num_relations
+    limits: dict[Side, SideLimits | None] = {"lhs": None, "rhs": None}
+    if num_rel is not None and lhs_part is not None and rhs_part is not None:
+        limits = {"lhs": side_limits(ctx, "lhs", lhs_part, num_rel),
+                  "rhs": side_limits(ctx, "rhs", rhs_part, num_rel)}
+    readers = {name: _Reader(datasets[name], block) for name in INDEX_DATASETS}
+    weight = _Reader(datasets["weight"], block) if "weight" in usable else None
+    off_readers = {side: _Reader(off, block + 1) for side, (off, _) in sides.items()}
+
+    def collector(rule_id: str, dataset: str) -> RowCollector:
+        return RowCollector(ctx, rule_id, path, dataset)
+
+    rel_rows = collector("edge-rel-range", "rel")
+    index_rows = {side: collector(f"edge-{side}-range", side) for side in SIDES}
+    order_rows = {side: collector("edge-offsets-order", offsets_name(side)) for side in SIDES}
+    plain_rows = {side: collector("edge-plain-features", offsets_name(side)) for side in SIDES}
+    missing_rows = {side: collector("edge-featurized-missing", offsets_name(side)) for side in SIDES}
+    feature_rows = {side: collector("edge-feature-range", data_name(side)) for side in SIDES}
+    weight_rows = collector("edge-weight-invalid", "weight")
+
+    for start in range(0, n, block):
+        end = min(start + block, n)
+        rel = readers["rel"].read(start, end)
+        rel_index = rel
+        if num_rel is not None:
+            if int(rel.min()) < 0 or int(rel.max()) >= num_rel:
+                rel_rows.add(start, (rel < 0) | (rel >= num_rel), lambda i, rel=rel: (
+                    f"expected 0 <= rel < {num_rel} ({_rel_source(ctx)}), found {rel[i]}"))
+                rel_index = np.clip(rel, 0, max(num_rel - 1, 0))
+        offs = {side: reader.read(start, end + 1) for side, reader in off_readers.items()}
+        for side, off in offs.items():
+            if start == 0 and off[0] != 0:
+                ctx.add("edge-offsets-start", path, offsets_name(side), f"expected 0, found {off[0]}",
+                        rows=(0,), count=1)
+            order_rows[side].add(start + 1, off[1:] < off[:-1], lambda i, off=off: (
+                f"expected non-decreasing offsets, found {off[i + 1]} after {off[i]}"))
+        for side in SIDES:
+            lim = limits[side]
+            if lim is None:
+                continue
+            _check_indices(readers[side].read(start, end), rel_index, lim, index_rows[side],
+                           start, side)
+            if side in offs:
+                _check_bags(side, offs[side], sides[side][1], lim, rel_index, start,
+                            plain_rows[side], feature_rows[side])
+            elif lim.featurized.any() and offsets_name(side) not in datasets:
+                missing_rows[side].add(start, lim.featurized[rel_index], lambda i, side=side: (
+                    f"expected {offsets_name(side)} and {data_name(side)} for this edge, whose "
+                    f"{side} type is featurized, found no such datasets"))
+        if weight is not None:
+            w = weight.read(start, end)
+            bad_w = ~np.isfinite(w) | (w < 0)
+            if bad_w.any():
+                weight_rows.add(start, bad_w, lambda i, w=w: (
+                    f"expected a finite non-negative weight, found {w[i]}"))
+    for side, (off, dat) in sides.items():
+        if n == 0 and int(off[0]) != 0:
+            ctx.add("edge-offsets-start", path, offsets_name(side), f"expected 0, found {off[0]}",
+                    rows=(0,), count=1)
+        last = int(off[n])
+        if last != dat.shape[0]:
+            ctx.add("edge-offsets-end", path, offsets_name(side),
+                    f"expected {dat.shape[0]} (len({data_name(side)})), found {last}", rows=(n,), count=1)
+        lim = limits[side]
+        if lim is not None:
+            _check_uniform_feature_ids(dat, lim, feature_rows[side])
+    for c in (rel_rows, weight_rows, *index_rows.values(), *order_rows.values(), *plain_rows.values(),
+              *missing_rows.values(), *feature_rows.values()):
+        c.flush()
+
+
+def _rel_source(ctx: Context) -> str:
+    if ctx.config is not None and ctx.config.dynamic_relations:
+        return "dynamic_rel_count.txt"
+    return "the config's relations"
+
+
+def _check_indices(idx: Ints, rel: Ints, lim: SideLimits, collector: RowCollector,
+                   start: int, side: str) -> None:
+    uniform = lim.uniform_plain_limit
+    if uniform is not None:
+        if uniform < 0:
+            return
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo >= 0 and hi < uniform:
+            return
+        bad = (idx < 0) | (idx >= uniform)
+        bound = np.int64(uniform)
+        collector.add(start, bad, lambda i: (
+            f"expected 0 <= {side} < {bound} (count of {lim.labels[0]}), found {idx[i]}"))
+        return
+    if lim.featurized.all():
+        return
+    row_limit = lim.limit[rel]
+    checked = ~lim.featurized[rel] & (row_limit >= 0)
+    bad = checked & ((idx < 0) | (idx >= row_limit))
+    if bad.any():
+        collector.add(start, bad, lambda i: (
+            f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}, rel {rel[i]}), "
+            f"found {idx[i]}"))
+
+
+def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints, start: int,
+                plain_rows: RowCollector, feature_rows: RowCollector) -> None:
+    """Plain rows need empty bags; with several feature counts, check ids row by row."""
+    lengths = off[1:] - off[:-1]
+    plain = ~lim.featurized[rel]
+    bad = plain & (lengths != 0)
+    if bad.any():
+        plain_rows.add(start, bad, lambda i: (
+            f"expected an empty feature list for a plain {side} entity, found {lengths[i]} features"))
+    if _single_feature_limit(lim) is not None or not lim.featurized.any():
+        return
+    lo, hi = int(off[0]), int(off[-1])
+    if hi <= lo or (lengths < 0).any() or lo < 0 or hi > dat.shape[0]:
+        return  # broken offsets are reported by the offsets rules
+    ids = np.asarray(dat[lo:hi])
+    row_limits = np.repeat(lim.feature_limit[rel], lengths)
+    bad_ids = (row_limits >= 0) & ((ids < 0) | (ids >= row_limits))
+    feature_rows.add(lo, bad_ids, lambda i: (
+        f"expected 0 <= feature id < {row_limits[i]} (feature count), found {ids[i]}"))
+
+
+def _single_feature_limit(lim: SideLimits) -> int | None:
+    found = set(lim.feature_limit[lim.featurized].tolist())
+    return found.pop() if len(found) == 1 else None
+
+
+def _check_uniform_feature_ids(dat: Any, lim: SideLimits, rows: RowCollector) -> None:
+    """Stream the feature ids when every featurized relation shares one feature count."""
+    bound = _single_feature_limit(lim)
+    if bound is None or bound < 0:
+        return
+    reader = _Reader(dat, READ_BLOCK_ELEMENTS)
+    total = dat.shape[0]
+    for start in range(0, total, READ_BLOCK_ELEMENTS):
+        ids = reader.read(start, min(start + READ_BLOCK_ELEMENTS, total))
+        if int(ids.min()) < 0 or int(ids.max()) >= bound:
+            rows.add(start, (ids < 0) | (ids >= bound), lambda i, ids=ids: (
+                f"expected 0 <= feature id < {bound} (feature count), found {ids[i]}"))

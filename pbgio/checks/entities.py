@@ -1,0 +1,98 @@
+"""Checks of ``entity_path``: counts, names, dynamic relation files."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from pbgio import entities
+from pbgio.checks import Context
+from pbgio.errors import FormatError, MissingArtifactError
+from pbgio.spec import naming
+
+
+def check_entity_dir(ctx: Context, entity_path: Path) -> None:
+    """Check every entity file; with a config, also completeness and relation files."""
+    cfg = ctx.config
+    present: dict[tuple[str, int], Path] = {}
+    for path in entity_path.iterdir():
+        parsed = naming.parse_entity_count_file(path.name)
+        if parsed:
+            present[parsed] = path
+    expected: set[tuple[str, int]] = set()
+    if cfg is not None:
+        expected = {(t, p) for t, e in cfg.entities.items() for p in range(e.num_partitions)}
+        for etype, part in sorted(expected - set(present)):
+            ctx.add("entity-count-missing", entity_path / naming.entity_count_file(etype, part), None,
+                    f"expected the entity count of {etype!r} partition {part}, found no file")
+        for etype, part in sorted(set(present) - expected):
+            ctx.add("entity-count-extra", present[(etype, part)], None,
+                    f"expected partitions 0..{cfg.entities[etype].num_partitions - 1} of {etype!r}"
+                    if etype in cfg.entities else
+                    f"expected an entity type of the config {sorted(cfg.entities)}, found {etype!r}")
+    for (etype, part), path in sorted(present.items()):
+        try:
+            ctx.counts[(etype, part)] = entities.read_entity_count(entity_path, etype, part)
+        except FormatError as exc:
+            ctx.add_error(exc, path)
+        ctx.report.count_checked("entity count files")
+    for path in sorted(entity_path.glob("entity_names_*_*.json")):
+        parsed = naming.parse_entity_names_file(path.name)
+        if parsed:
+            _check_names(ctx, entity_path, *parsed)
+    _check_relation_files(ctx, entity_path)
+
+
+def _check_names(ctx: Context, entity_path: Path, etype: str, part: int) -> None:
+    path = entity_path / naming.entity_names_file(etype, part)
+    try:
+        names = entities.read_entity_names(entity_path, etype, part)
+    except (FormatError, MissingArtifactError) as exc:
+        ctx.add_error(exc, path)
+        return
+    ctx.report.count_checked("entity names files")
+    count = ctx.counts.get((etype, part))
+    if count is not None and len(names) != count:
+        ctx.add("entity-names-count", path, None,
+                f"expected {count} names (entity_count_{etype}_{part}.txt), found {len(names)}")
+    dupes = [name for name, n in Counter(names).items() if n > 1]
+    if dupes:
+        first_rows = [i for i, name in enumerate(names) if name in set(dupes[:5])]
+        ctx.add("entity-names-duplicate", path, None,
+                f"expected unique names, found {len(dupes)} repeated, e.g. {dupes[0]!r}",
+                rows=tuple(first_rows[:5]), count=len(dupes))
+
+
+def _check_relation_files(ctx: Context, entity_path: Path) -> None:
+    cfg = ctx.config
+    count_path = entity_path / naming.DYNAMIC_REL_COUNT
+    names_path = entity_path / naming.DYNAMIC_REL_NAMES
+    if count_path.exists():
+        try:
+            ctx.dynamic_rel_count = entities.read_dynamic_rel_count(entity_path)
+        except FormatError as exc:
+            ctx.add_error(exc, count_path)
+    elif cfg is not None and cfg.dynamic_relations:
+        ctx.add("dynamic-rel-count-missing", count_path, None,
+                "expected the dynamic relation count (dynamic_relations is true), found no file")
+    if not names_path.exists():
+        return
+    try:
+        names = entities.read_relation_names(entity_path)
+    except FormatError as exc:
+        ctx.add_error(exc, names_path)
+        return
+    dynamic = cfg.dynamic_relations if cfg is not None else ctx.dynamic_rel_count is not None
+    if dynamic and ctx.dynamic_rel_count is not None and len(names) != ctx.dynamic_rel_count:
+        ctx.add("dynamic-rel-names-count", names_path, None,
+                f"expected {ctx.dynamic_rel_count} names ({naming.DYNAMIC_REL_COUNT}), found {len(names)}")
+    if cfg is not None and not cfg.dynamic_relations:
+        expected = [r.name for r in cfg.relations]
+        if len(names) != len(expected):
+            ctx.add("dynamic-rel-names-count", names_path, None,
+                    f"expected {len(expected)} names (the config's relations), found {len(names)}")
+        elif names != expected:
+            row = next(i for i, (a, b) in enumerate(zip(names, expected, strict=True)) if a != b)
+            ctx.add("relation-names-mismatch", names_path, None,
+                    f"expected {expected[row]!r} (relations[{row}].name), found {names[row]!r}",
+                    rows=(row,), count=sum(a != b for a, b in zip(names, expected, strict=True)))

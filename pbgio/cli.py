@@ -1,0 +1,213 @@
+"""The ``pbgio`` command line: validate, info, example.
+
+Exit codes: 0 valid (warnings allowed), 1 invalid data or failed command,
+2 usage error (bad option, missing path), 130 interrupted.
+Data goes to stdout (``--json``); messages and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    name="pbgio",
+    help="Read, write and validate PyTorch-BigGraph files.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+BaseOption = Annotated[
+    Path | None,
+    typer.Option("--base", help="Directory that relative paths in the config resolve against "
+                 "(default: the config's directory; for a checkpoint's config.json, the directory "
+                 "holding checkpoint_path)."),
+]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"pbgio {version('pbg')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Read, write and validate PyTorch-BigGraph files."""
+
+
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _show_progress(no_progress: bool) -> bool:
+    return not no_progress and sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _error(message: str) -> None:
+    from rich.markup import escape
+
+    _stderr().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def _usage_error(message: str) -> typer.Exit:
+    _error(message)
+    return typer.Exit(EXIT_USAGE)
+
+
+@app.command()
+def validate(
+    path: Annotated[Path, typer.Argument(help="A config .json, a layout/checkpoint directory, or one .h5 file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
+    base: BaseOption = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    max_issues: Annotated[int, typer.Option(help="Issues shown in the human report.")] = 50,
+) -> None:
+    """Check every rule of the format; report all problems (exit 0 valid, 1 invalid)."""
+    from pbgio.errors import MissingArtifactError, PbgioError
+    from pbgio.validate import validate_path
+
+    from rich.markup import escape
+
+    console = _stderr()
+    try:
+        if _show_progress(no_progress):
+            report = _validate_with_progress(path, base)
+        else:
+            report = validate_path(path, base=base)
+    except MissingArtifactError as exc:
+        raise _usage_error(str(exc)) from None
+    except PbgioError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_INVALID) from None
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if as_json:
+        typer.echo(report.to_json())
+    else:
+        for issue in report.issues[:max_issues]:
+            style = "red" if issue.severity == "error" else "yellow"
+            console.print(f"[{style}]{issue.severity}[/]: {escape(str(issue))}", soft_wrap=True)
+        if len(report.issues) > max_issues:
+            console.print(f"… {len(report.issues) - max_issues} more (use --json for all)")
+        checked = ", ".join(f"{v:,} {k}" for k, v in sorted(report.checked.items()))
+        verdict = "[green]valid[/]" if report.ok else "[bold red]invalid[/]"
+        console.print(f"{escape(str(path))}: {verdict} ({report.kind}): {len(report.errors)} error(s), "
+                      f"{len(report.warnings)} warning(s); checked {checked or 'nothing'}")
+    raise typer.Exit(report.exit_code)
+
+
+def _validate_with_progress(path: Path, base: Path | None) -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+    from pbgio.validate import validate_path
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(),
+                  TimeElapsedColumn(), console=_stderr(), transient=True) as progress:
+        task = progress.add_task("validating", total=None)
+
+        def on_bucket(name: str, size: int) -> None:
+            progress.update(task, description=f"checking {name}", advance=size)
+
+        return validate_path(path, base=base, on_bucket=on_bucket)
+
+
+@app.command()
+def info(
+    path: Annotated[Path, typer.Argument(help="A config .json or an artifact directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    base: BaseOption = None,
+) -> None:
+    """Summarize a layout: types, partitions, counts, buckets, edges, checkpoint versions."""
+    from pbgio.errors import PbgioError
+    from pbgio.info import summarize
+
+    if not path.exists():
+        raise _usage_error(f"{path}: no such file or directory")
+    try:
+        summary = summarize(path, base=base)
+    except PbgioError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_INVALID) from None
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if "config" in summary:
+        console.print(f"config {summary['config']}: dimension {summary['dimension']}, "
+                      f"{'dynamic' if summary['dynamic_relations'] else 'static'} relations")
+        types = Table("entity type", "partitions", "featurized", "dimension", "counts", title="entities")
+        for name, e in summary["entities"].items():
+            counts = ", ".join("missing" if c is None else f"{c:,}" for c in e["counts"])
+            types.add_row(name, str(e["num_partitions"]), str(e["featurized"]), str(e["dimension"]), counts)
+        console.print(types)
+        rels = Table("#", "relation", "lhs", "rhs", "operator", title="relations")
+        for i, r in enumerate(summary["relations"]):
+            rels.add_row(str(i), r["name"], r["lhs"], r["rhs"], r["operator"])
+        console.print(rels)
+        if "dynamic_rel_count" in summary:
+            console.print(f"dynamic relation types: {summary['dynamic_rel_count']}")
+        edge_paths = summary["edge_paths"]
+    else:
+        console.print(f"{summary['path']}")
+        if summary["entity_counts"]:
+            console.print("entity counts: " + ", ".join(f"{k}: {v}" for k, v in summary["entity_counts"].items()))
+        edge_paths = [summary["edges"]] if summary["edges"]["buckets"] else []
+    for ep in edge_paths:
+        table = Table("bucket", "edges", title=f"{ep['path']}: {ep['total_edges']:,} edges", title_justify="left")
+        for bucket, n in ep["buckets"].items():
+            table.add_row(bucket, "unreadable" if n is None else f"{n:,}")
+        console.print(table)
+    ck = summary["checkpoint"]
+    if ck["exists"]:
+        console.print(f"checkpoint {ck['path']}: version {ck['version']}, versions on disk "
+                      f"{ck['versions_on_disk']}, snapshots {ck['snapshots'] or 'none'}")
+    else:
+        console.print(f"checkpoint {ck['path']}: not written yet")
+
+
+@app.command()
+def example(
+    dest: Annotated[Path, typer.Argument(help="Directory to create the example layout in.")],
+    edges: Annotated[int, typer.Option(help="Number of edges.")] = 20_000,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Write a small example layout (planted communities) and print its config path."""
+    from pbgio.example import build_example
+
+    if dest.exists() and any(dest.iterdir()):
+        raise _usage_error(f"{dest}: exists and is not empty")
+    typer.echo(build_example(dest, num_edges=edges, seed=seed))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)

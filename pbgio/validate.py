@@ -1,0 +1,214 @@
+"""``pbgio validate``: check every rule of the spec on a config's layout, a directory or a file.
+
+>>> import tempfile, pathlib
+>>> empty = pathlib.Path(tempfile.mkdtemp())
+>>> report = validate_path(empty)
+>>> report.ok, sorted(report.rule_ids())
+(False, ['layout-unrecognized'])
+
+What a path is taken to be:
+
+- a ``.json`` file: a run config; its ``entity_path``, ``edge_paths``,
+  ``checkpoint_path`` and ``init_path`` are validated together, with every
+  cross-file rule. Relative paths resolve against ``base``, by default the
+  config's directory, or, for the ``config.json`` inside a checkpoint
+  directory, the directory that holds ``checkpoint_path``.
+- a directory holding a ``config.json`` (a checkpoint directory, or a project
+  folder): as above.
+- a directory with entity files, buckets or checkpoint files only: that artifact,
+  with the rules that need no config.
+- a single ``.h5`` file: that bucket or checkpoint file.
+- anything in the legacy ``.pt`` layout: reported as legacy, with the command that migrates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pbgio.checks import Context
+from pbgio.checks.checkpoint import check_checkpoint_dir, check_checkpoint_file
+from pbgio.checks.edges import check_bucket
+from pbgio.checks.entities import check_entity_dir
+from pbgio.config import ConfigSchema, parse_config, read_config_json, semantic_issues
+from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, Report
+from pbgio.h5 import format_version, open_h5
+from pbgio.spec import naming
+from pbgio.storage import local_path
+
+ProgressCallback = Callable[[str, int], None]
+"""Called with a description and a byte size before each bucket is checked."""
+
+LEGACY_SEARCH_DEPTH = 3
+
+
+def validate_path(path: Path | str, *, base: Path | None = None,
+                  on_bucket: ProgressCallback | None = None) -> Report:
+    """Validate whatever ``path`` is (see the module doc) and return the full report."""
+    path = local_path(path)
+    if not path.exists():
+        raise MissingArtifactError(str(path), "path to validate")
+    report = Report(target=str(path))
+    root = path if path.is_dir() else path.parent
+    ctx = Context(report, root=root)
+    if path.is_file():
+        if path.suffix == ".json":
+            _validate_config_file(ctx, path, base, on_bucket)
+        else:
+            _validate_file(ctx, path)
+        return report
+    legacy = _legacy_markers(path)
+    if legacy:
+        report.kind = "legacy"
+        what = ("a bucket without format_version" if legacy[0].suffix == ".h5"
+                else "a file of the legacy .pt layout")
+        ctx.add("legacy-layout", legacy[0], None,
+                f"expected the current layout, found {what} (migrate the directory with "
+                f"`pbgio convert --from legacy {path} DST`)")
+        return report
+    config = _find_config(path)
+    if config is not None:
+        _validate_config_file(ctx, config, base, on_bucket)
+    else:
+        _validate_dir(ctx, path, on_bucket)
+    return report
+
+
+def _find_config(path: Path) -> Path | None:
+    """The config.json of a checkpoint or project directory (itself or one level down)."""
+    direct = path / naming.CONFIG_JSON
+    if direct.is_file():
+        return direct
+    below = [p / naming.CONFIG_JSON for p in sorted(path.iterdir()) if (p / naming.CONFIG_JSON).is_file()]
+    return below[0] if len(below) == 1 else None
+
+
+def _legacy_markers(path: Path, depth: int = LEGACY_SEARCH_DEPTH) -> list[Path]:
+    found = [p for p in sorted(path.iterdir()) if naming.is_legacy_marker(p.name)]
+    names = {p.name for p in path.iterdir()}
+    buckets = sorted(path / n for n in names if naming.parse_bucket_file(n))
+    if buckets and not any(_has_format_version(b) for b in buckets):
+        found.append(buckets[0])
+    if found or depth == 0:
+        return found
+    for sub in sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink()):
+        found = _legacy_markers(sub, depth - 1)
+        if found:
+            return found
+    return []
+
+
+def _has_format_version(bucket: Path) -> bool:
+    try:
+        with open_h5(bucket) as f:
+            return format_version(f) is not None
+    except PbgioError:
+        return True  # unreadable files are reported by the bucket checks, not as legacy
+
+
+def infer_base(config_path: Path, cfg: ConfigSchema) -> Path:
+    """Directory that a config's relative paths resolve against (see the module doc)."""
+    directory = config_path.resolve().parent
+    checkpoint = local_path(cfg.checkpoint_path)
+    if config_path.name == naming.CONFIG_JSON and not checkpoint.is_absolute():
+        parts = checkpoint.parts
+        if parts and directory.parts[-len(parts):] == parts:
+            return Path(*directory.parts[: -len(parts)])
+    return directory
+
+
+def _validate_config_file(ctx: Context, config_path: Path, base: Path | None,
+                          on_bucket: ProgressCallback | None) -> None:
+    ctx.report.kind = "config"
+    try:
+        raw = read_config_json(config_path)
+        cfg = parse_config(raw, ctx.display(config_path))
+    except ConfigError as exc:
+        for issue in exc.issues:
+            ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+        return
+    for issue in semantic_issues(cfg):
+        if issue.severity == "warning":
+            ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+    ctx.config = cfg
+    base = base if base is not None else infer_base(config_path, cfg)
+    ctx.root = base.resolve()
+    entity_path = local_path(cfg.entity_path, base)
+    if entity_path.is_dir():
+        check_entity_dir(ctx, entity_path)
+    else:
+        ctx.add("path-missing", entity_path, None, "expected the entity_path directory, found nothing")
+    lhs_parts, rhs_parts = cfg.bucket_grid()
+    for edge_path_str in cfg.edge_paths:
+        edge_path = local_path(edge_path_str, base)
+        if not edge_path.is_dir():
+            ctx.add("path-missing", edge_path, None, "expected an edge_paths directory, found nothing")
+            continue
+        present = {naming.parse_bucket_file(p.name): p for p in edge_path.iterdir()}
+        present.pop(None, None)
+        for lhs in range(lhs_parts):
+            for rhs in range(rhs_parts):
+                bucket = edge_path / naming.bucket_file(lhs, rhs)
+                if (lhs, rhs) not in present:
+                    ctx.add("edge-file-missing", bucket, None,
+                            f"expected bucket ({lhs}, {rhs}) of the {lhs_parts}x{rhs_parts} grid, "
+                            "found no file")
+                    continue
+                if on_bucket is not None:
+                    on_bucket(ctx.display(bucket), bucket.stat().st_size)
+                check_bucket(ctx, bucket, lhs, rhs)
+        for key in sorted(k for k in present if k is not None and (k[0] >= lhs_parts or k[1] >= rhs_parts)):
+            ctx.add("edge-file-extra", present[key], None,
+                    f"expected buckets within the {lhs_parts}x{rhs_parts} grid, found ({key[0]}, {key[1]})")
+    checkpoint_path = local_path(cfg.checkpoint_path, base)
+    if checkpoint_path.is_dir():
+        check_checkpoint_dir(ctx, checkpoint_path)
+    if cfg.init_path is not None:
+        init_path = local_path(cfg.init_path, base)
+        if init_path.is_dir():
+            check_checkpoint_dir(ctx, init_path)
+        else:
+            ctx.add("path-missing", init_path, None, "expected the init_path directory, found nothing")
+
+
+def _validate_dir(ctx: Context, path: Path, on_bucket: ProgressCallback | None) -> None:
+    names = [p.name for p in path.iterdir()]
+    kinds = []
+    if any(naming.parse_entity_count_file(n) or n == naming.DYNAMIC_REL_COUNT for n in names):
+        kinds.append("entities")
+        check_entity_dir(ctx, path)
+    buckets = sorted((naming.parse_bucket_file(n), path / n) for n in names if naming.parse_bucket_file(n))
+    if buckets:
+        kinds.append("edges")
+        for _, bucket in buckets:
+            if on_bucket is not None:
+                on_bucket(ctx.display(bucket), bucket.stat().st_size)
+            check_bucket(ctx, bucket)
+    if any(naming.parse_versioned_file(n) or n == naming.CHECKPOINT_VERSION for n in names):
+        kinds.append("checkpoint")
+        check_checkpoint_dir(ctx, path)
+    if not kinds:
+        ctx.add("layout-unrecognized", path, None,
+                "expected entity files, edge buckets, checkpoint files or a config.json, found none")
+    ctx.report.kind = "+".join(kinds) or "unknown"
+
+
+def _validate_file(ctx: Context, path: Path) -> None:
+    if naming.parse_bucket_file(path.name):
+        ctx.report.kind = "bucket"
+        check_bucket(ctx, path)
+        return
+    parsed = naming.parse_versioned_file(path.name)
+    if parsed is not None:
+        ctx.report.kind = parsed[0]
+        check_checkpoint_file(ctx, path)
+        return
+    if naming.is_legacy_marker(path.name):
+        ctx.report.kind = "legacy"
+        ctx.add("legacy-layout", path, None,
+                f"expected a current-layout file, found a legacy .pt file (migrate its directory with "
+                f"`pbgio convert --from legacy SRC DST`)")
+        return
+    ctx.add("layout-unrecognized", path, None,
+            "expected a config (.json), a bucket (edges_L_R.h5) or a checkpoint file (*.vN.h5), "
+            "found another file")
