@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from pbgio import atomic
 from pbgio.errors import FormatError
-from pbgio.h5 import check_format_version, open_h5, write_format_version
+from pbgio.h5 import BlockReader, check_format_version, open_h5, write_format_version
 from pbgio.spec.edges import (
     INDEX_DATASETS,
     SIDES,
@@ -213,8 +213,8 @@ def _read_int(f: Any, path: Path, name: str, start: int, end: int) -> Int64Array
         raise FormatError(rule("edge-dataset-dtype").issue(
             str(path), name, f"expected int64, found {ds.dtype}"))
     out = np.empty(max(0, end - start), dtype=np.int64)
-    if len(out):
-        ds.read_direct(out, np.s_[start:end])
+    with BlockReader(ds, path) as reader:
+        reader.read(start, end, out)
     return out
 
 

@@ -8,6 +8,7 @@ naming the file, never a raw h5py ``OSError``.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,3 +92,72 @@ def attr_int(handle: h5py.File, name: str) -> int | None:
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         return int(value)
     return None
+
+
+class BlockReader:
+    """Read element ranges of a 1-D dataset into caller buffers.
+
+    Unfiltered, native-endian contiguous or chunked data is read straight from the
+    file with ``os.preadv`` at the offsets HDF5 reports (no per-call HDF5 overhead,
+    GIL released). Anything else (compression, checksums, external or virtual
+    storage) goes through h5py.
+    """
+
+    def __init__(self, ds: h5py.Dataset, path: Path) -> None:
+        self.ds = ds
+        self.path = path
+        self.itemsize = ds.dtype.itemsize
+        self._chunk = 0
+        self._offsets: dict[int, int] | None = None
+        plist = ds.id.get_create_plist()
+        if ds.ndim != 1 or not ds.dtype.isnative or plist.get_nfilters() or plist.get_external_count():
+            return
+        layout = plist.get_layout()
+        if layout == h5py.h5d.CONTIGUOUS:
+            offset = ds.id.get_offset()
+            if offset is not None:
+                self._chunk, self._offsets = max(1, ds.shape[0]), {0: offset}
+        elif layout == h5py.h5d.CHUNKED and ds.chunks is not None:
+            offsets: dict[int, int] = {}
+            chunk = ds.chunks[0]
+            ds.id.chunk_iter(lambda info: offsets.__setitem__(info.chunk_offset[0] // chunk, info.byte_offset))
+            self._chunk, self._offsets = chunk, offsets
+        if self._offsets is not None:
+            self._fd = os.open(path, os.O_RDONLY)
+
+    @property
+    def direct(self) -> bool:
+        return self._offsets is not None
+
+    def read(self, start: int, end: int, out: np.ndarray[Any, Any]) -> None:
+        """Fill ``out`` (length ``end - start``) with elements ``[start, end)``."""
+        if end <= start:
+            return
+        if self._offsets is None:
+            self.ds.read_direct(out, np.s_[start:end], np.s_[0:end - start])
+            return
+        chunk, size = self._chunk, self.itemsize
+        for k in range(start // chunk, (end - 1) // chunk + 1):
+            lo, hi = max(start, k * chunk), min(end, (k + 1) * chunk)
+            dest = out[lo - start:hi - start]
+            base = self._offsets.get(k)
+            if base is None:
+                dest[...] = self.ds.fillvalue
+                continue
+            want = (hi - lo) * size
+            got = os.preadv(self._fd, [memoryview(dest).cast("B")], base + (lo - k * chunk) * size)
+            if got != want:
+                raise CorruptFileError(rule("h5-unreadable").issue(
+                    str(self.path), self.ds.name.lstrip("/"),
+                    f"expected {want} bytes at offset {base}, found {got} (truncated file)"))
+
+    def close(self) -> None:
+        if self._offsets is not None:
+            os.close(self._fd)
+            self._offsets = None
+
+    def __enter__(self) -> BlockReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +31,15 @@ class Context:
     config: ConfigSchema | None = None
     counts: dict[tuple[str, int], int] = field(default_factory=dict)
     dynamic_rel_count: int | None = None
+    _buffers: dict[tuple[str, str], NDArray[Any]] = field(default_factory=dict, repr=False)
+
+    def buffer(self, slot: str, size: int, dtype: np.dtype[Any]) -> NDArray[Any]:
+        """A reusable read buffer: fresh large allocations cost a page-zeroing pass each."""
+        key = (slot, dtype.str)
+        buf = self._buffers.get(key)
+        if buf is None or len(buf) < size:
+            buf = self._buffers[key] = np.empty(size, dtype=dtype)
+        return buf[:size]
 
     def display(self, path: Path) -> str:
         """``path`` as shown in issues: relative to the validated root when inside it."""

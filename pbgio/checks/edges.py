@@ -7,6 +7,7 @@ are known, index ranges per relation type and side.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from numpy.typing import NDArray
 
 from pbgio.checks import Context, RowCollector
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import check_format_version, open_h5
+from pbgio.h5 import BlockReader, check_format_version, open_h5
 from pbgio.spec.edges import (
     DATASETS_BY_NAME,
     INDEX_DATASETS,
@@ -151,30 +152,36 @@ def _check_dtypes_and_shapes(ctx: Context, path: Path, datasets: dict[str, Any])
 
 
 class _Reader:
-    """Reads 1-D int64 blocks into reused buffers (bounded memory)."""
+    """Reads blocks of a 1-D dataset into a reused buffer (bounded memory)."""
 
-    def __init__(self, ds: Any, block: int) -> None:
-        self.ds = ds
-        self.buf = np.empty(block, dtype=ds.dtype)
+    def __init__(self, ctx: Context, files: contextlib.ExitStack, slot: str, ds: Any, block: int) -> None:
+        self.blocks = files.enter_context(BlockReader(ds, Path(ds.file.filename)))
+        self.buf = ctx.buffer(slot, block, ds.dtype)
 
     def read(self, start: int, end: int) -> NDArray[Any]:
         out = self.buf[: end - start]
-        if len(out):
-            self.ds.read_direct(out, np.s_[start:end], np.s_[0:end - start])
+        self.blocks.read(start, end, out)
         return out
 
 
 def _scan(ctx: Context, path: Path, datasets: dict[str, Any], usable: set[str],
           sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None, rhs_part: int | None) -> None:
+    with contextlib.ExitStack() as files:
+        _scan_blocks(ctx, files, path, datasets, usable, sides, n, lhs_part, rhs_part)
+
+
+def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: Path, datasets: dict[str, Any],
+                 usable: set[str], sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None,
+                 rhs_part: int | None) -> None:
     block = READ_BLOCK_ELEMENTS
     num_rel = ctx.num_relations
     limits: dict[Side, SideLimits | None] = {"lhs": None, "rhs": None}
     if num_rel is not None and lhs_part is not None and rhs_part is not None:
         limits = {"lhs": side_limits(ctx, "lhs", lhs_part, num_rel),
                   "rhs": side_limits(ctx, "rhs", rhs_part, num_rel)}
-    readers = {name: _Reader(datasets[name], block) for name in INDEX_DATASETS}
-    weight = _Reader(datasets["weight"], block) if "weight" in usable else None
-    off_readers = {side: _Reader(off, block + 1) for side, (off, _) in sides.items()}
+    readers = {name: _Reader(ctx, files, name, datasets[name], block) for name in INDEX_DATASETS}
+    weight = _Reader(ctx, files, "weight", datasets["weight"], block) if "weight" in usable else None
+    off_readers = {side: _Reader(ctx, files, offsets_name(side), off, block + 1) for side, (off, _) in sides.items()}
 
     def collector(rule_id: str, dataset: str) -> RowCollector:
         return RowCollector(ctx, rule_id, path, dataset)
@@ -232,7 +239,7 @@ def _scan(ctx: Context, path: Path, datasets: dict[str, Any], usable: set[str],
                     f"expected {dat.shape[0]} (len({data_name(side)})), found {last}", rows=(n,), count=1)
         lim = limits[side]
         if lim is not None:
-            _check_uniform_feature_ids(dat, lim, feature_rows[side])
+            _check_uniform_feature_ids(ctx, files, dat, lim, feature_rows[side])
     for c in (rel_rows, weight_rows, *index_rows.values(), *order_rows.values(), *plain_rows.values(),
               *missing_rows.values(), *feature_rows.values()):
         c.flush()
@@ -295,12 +302,13 @@ def _single_feature_limit(lim: SideLimits) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _check_uniform_feature_ids(dat: Any, lim: SideLimits, rows: RowCollector) -> None:
+def _check_uniform_feature_ids(ctx: Context, files: contextlib.ExitStack, dat: Any, lim: SideLimits,
+                               rows: RowCollector) -> None:
     """Stream the feature ids when every featurized relation shares one feature count."""
     bound = _single_feature_limit(lim)
     if bound is None or bound < 0:
         return
-    reader = _Reader(dat, READ_BLOCK_ELEMENTS)
+    reader = _Reader(ctx, files, "features", dat, READ_BLOCK_ELEMENTS)
     total = dat.shape[0]
     for start in range(0, total, READ_BLOCK_ELEMENTS):
         ids = reader.read(start, min(start + READ_BLOCK_ELEMENTS, total))

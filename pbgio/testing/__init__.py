@@ -1,0 +1,24 @@
+"""Test helpers shipped with pbgio: valid layouts in memory, hypothesis strategies, mutations.
+
+- :mod:`pbgio.testing.layouts`: :class:`~pbgio.testing.layouts.Layout`, a complete valid
+  current layout in memory, :func:`~pbgio.testing.layouts.write_layout` and the deterministic
+  builder :func:`~pbgio.testing.layouts.small_valid_layout`. Needs only pbgio's dependencies.
+- :mod:`pbgio.testing.strategies`: hypothesis strategies for every artifact (needs the
+  ``test`` extra: hypothesis).
+- :mod:`pbgio.testing.mutations`: one mutation per rule of :data:`pbgio.spec.rules.RULES`,
+  breaking exactly that rule in a written valid layout.
+
+Only :mod:`~pbgio.testing.strategies` imports hypothesis; import it explicitly.
+"""
+
+from __future__ import annotations
+
+from pbgio.testing.layouts import (
+    CheckpointLayout,
+    Layout,
+    expected_params,
+    small_valid_layout,
+    write_layout,
+)
+
+__all__ = ["CheckpointLayout", "Layout", "expected_params", "small_valid_layout", "write_layout"]
