@@ -19,6 +19,7 @@ point therefore leaves the previous version intact and loadable.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -305,7 +306,7 @@ def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
             yield from _datasets(item, f"{name}/")
 
 
-class _h5_writer:  # noqa: N801 - used as a context manager like a function
+class _h5_writer:
     """Write an HDF5 checkpoint file atomically, stamping the root attributes."""
 
     def __init__(self, path: Path, metadata: FileMetadata | None) -> None:
@@ -370,10 +371,9 @@ def plan_checkpoint(
         raise ValueError(f"checkpoint versions start at 1, got {version}")
     steps: list[CommitStep] = []
     for (etype, part), state in embeddings.items():
-        steps.append(CommitStep(
-            f"write {naming.embeddings_file(etype, part, version)}",
-            lambda etype=etype, part=part, state=state: _discard(
-                ckpt.write_embeddings(etype, part, version, state, metadata))))
+        steps.append(CommitStep(f"write {naming.embeddings_file(etype, part, version)}",
+                                functools.partial(_write_embeddings, ckpt, etype, part, version, state,
+                                                  metadata)))
     if model is not None:
         steps.append(CommitStep(f"write {naming.model_file(version)}",
                                 lambda: _discard(ckpt.write_model(version, model, metadata))))
@@ -391,6 +391,11 @@ def plan_checkpoint(
 
 def _discard(_: object) -> None:
     return None
+
+
+def _write_embeddings(ckpt: CheckpointDir, etype: str, part: int, version: int, state: EmbeddingsState,
+                      metadata: FileMetadata | None) -> None:
+    ckpt.write_embeddings(etype, part, version, state, metadata)
 
 
 def write_checkpoint(ckpt: CheckpointDir, version: int, **kwargs: Any) -> None:

@@ -81,10 +81,10 @@ def validate(
     max_issues: Annotated[int, typer.Option(help="Issues shown in the human report.")] = 50,
 ) -> None:
     """Check every rule of the format; report all problems (exit 0 valid, 1 invalid)."""
+    from rich.markup import escape
+
     from pbgio.errors import MissingArtifactError, PbgioError
     from pbgio.validate import validate_path
-
-    from rich.markup import escape
 
     console = _stderr()
     try:

@@ -294,8 +294,8 @@ class BucketWriter:
             f.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(chunk,), dtype=np.int64)
         if weight:
             f.create_dataset("weight", shape=(0,), maxshape=(None,), chunks=(chunk,), dtype=np.float32)
-        for side, on in (("lhs", lhs_feats), ("rhs", rhs_feats)):
-            if on:
+        for side in SIDES:
+            if lhs_feats if side == "lhs" else rhs_feats:
                 f.create_dataset(offsets_name(side), data=np.zeros(1, np.int64), maxshape=(None,),
                                  chunks=(chunk,), dtype=np.int64)
                 f.create_dataset(data_name(side), shape=(0,), maxshape=(None,), chunks=(chunk,),

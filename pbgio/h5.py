@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import h5py
 import numpy as np
@@ -145,7 +145,7 @@ class BlockReader:
                 dest[...] = self.ds.fillvalue
                 continue
             want = (hi - lo) * size
-            got = os.preadv(self._fd, [memoryview(dest).cast("B")], base + (lo - k * chunk) * size)
+            got = os.preadv(self._fd, [cast(Any, dest)], base + (lo - k * chunk) * size)
             if got != want:
                 raise CorruptFileError(rule("h5-unreadable").issue(
                     str(self.path), self.ds.name.lstrip("/"),

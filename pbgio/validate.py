@@ -206,8 +206,8 @@ def _validate_file(ctx: Context, path: Path) -> None:
     if naming.is_legacy_marker(path.name):
         ctx.report.kind = "legacy"
         ctx.add("legacy-layout", path, None,
-                f"expected a current-layout file, found a legacy .pt file (migrate its directory with "
-                f"`pbgio convert --from legacy SRC DST`)")
+                "expected a current-layout file, found a legacy .pt file (migrate its directory with "
+                "`pbgio convert --from legacy SRC DST`)")
         return
     ctx.add("layout-unrecognized", path, None,
             "expected a config (.json), a bucket (edges_L_R.h5) or a checkpoint file (*.vN.h5), "

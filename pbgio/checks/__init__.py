@@ -7,7 +7,6 @@ memory stays bounded by a block, not by the dataset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,17 +87,22 @@ class RowCollector:
         self.total = 0
         self.first_message: str | None = None
 
-    def add(self, offset: int, bad: NDArray[np.bool_], describe: Callable[[int], str]) -> None:
-        """``bad`` marks offending rows of a block starting at ``offset``."""
+    def add(self, offset: int, bad: NDArray[np.bool_]) -> int | None:
+        """Record the rows ``bad`` marks in a block starting at ``offset``.
+
+        Returns the block index of the first offending row while no message has been
+        set (the caller then describes it with :meth:`describe`), else None.
+        """
         idx = np.flatnonzero(bad)
         if not len(idx):
-            return
+            return None
         self.total += len(idx)
         if len(self.rows) < MAX_ROWS_SHOWN:
-            take = idx[: MAX_ROWS_SHOWN - len(self.rows)]
-            self.rows.extend(int(offset + i) for i in take)
-        if self.first_message is None:
-            self.first_message = describe(int(idx[0]))
+            self.rows.extend(int(offset + i) for i in idx[: MAX_ROWS_SHOWN - len(self.rows)])
+        return int(idx[0]) if self.first_message is None else None
+
+    def describe(self, message: str) -> None:
+        self.first_message = message
 
     def flush(self) -> None:
         if self.total:

@@ -12,7 +12,7 @@ import numpy as np
 
 from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
-from pbgio.config import ConfigSchema, parse_config
+from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
 from pbgio.h5 import attr_str, check_format_version, open_h5
 from pbgio.spec import naming
@@ -59,11 +59,7 @@ def check_checkpoint_dir(ctx: Context, path: Path) -> None:
                 ctx.add("checkpoint-file-missing", file, None,
                         f"expected this file of committed version {version}, found none")
     for file in ckpt.files_of_version(version):
-        kind, etype, part, _ = naming.parse_versioned_file(file.name)  # type: ignore[misc]
-        if kind == "model":
-            _check_model_file(ctx, file, reference)
-        else:
-            _check_embeddings_file(ctx, file, etype, part, reference)
+        _check_versioned_file(ctx, file, reference)
     kept = ckpt.snapshot_versions() | {0, version}
     for stale in sorted(set(ckpt.versions_on_disk()) - kept):
         files = ckpt.files_of_version(stale)
@@ -199,8 +195,10 @@ def _check_finite(ctx: Context, file: Path, ds: Any, rule_id: str, dataset: str)
         block = ds[start:start + step]
         bad = ~np.isfinite(block).reshape(len(block), -1).all(axis=1)
         if bad.any():
-            rows.add(start, bad, lambda i, block=block: (
-                f"expected finite values, found {block[i][~np.isfinite(block[i])].ravel()[0]}"))
+            if (i := rows.add(start, bad)) is not None:
+                rows.describe(
+                    f"expected finite values, found {block[i][~np.isfinite(block[i])].ravel()[0]}"
+                )
     rows.flush()
 
 
@@ -294,11 +292,15 @@ def _check_stats(ctx: Context, path: Path) -> None:
 
 def check_checkpoint_file(ctx: Context, file: Path) -> None:
     """Check one checkpoint .h5 file on its own (no config: structure and values only)."""
+    _check_versioned_file(ctx, file, None)
+
+
+def _check_versioned_file(ctx: Context, file: Path, reference: dict[str, Any] | None) -> None:
     parsed = naming.parse_versioned_file(file.name)
     if parsed is None:
         return
     kind, etype, part, _ = parsed
     if kind == "model":
-        _check_model_file(ctx, file, None)
-    else:
-        _check_embeddings_file(ctx, file, etype or "", part or 0, None)
+        _check_model_file(ctx, file, reference)
+    elif etype is not None and part is not None:
+        _check_embeddings_file(ctx, file, etype, part, reference)

@@ -200,16 +200,20 @@ def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: Path, datasets
         rel_index = rel
         if num_rel is not None:
             if int(rel.min()) < 0 or int(rel.max()) >= num_rel:
-                rel_rows.add(start, (rel < 0) | (rel >= num_rel), lambda i, rel=rel: (
-                    f"expected 0 <= rel < {num_rel} ({_rel_source(ctx)}), found {rel[i]}"))
+                if (i := rel_rows.add(start, (rel < 0) | (rel >= num_rel))) is not None:
+                    rel_rows.describe(
+                        f"expected 0 <= rel < {num_rel} ({_rel_source(ctx)}), found {rel[i]}"
+                    )
                 rel_index = np.clip(rel, 0, max(num_rel - 1, 0))
         offs = {side: reader.read(start, end + 1) for side, reader in off_readers.items()}
         for side, off in offs.items():
             if start == 0 and off[0] != 0:
                 ctx.add("edge-offsets-start", path, offsets_name(side), f"expected 0, found {off[0]}",
                         rows=(0,), count=1)
-            order_rows[side].add(start + 1, off[1:] < off[:-1], lambda i, off=off: (
-                f"expected non-decreasing offsets, found {off[i + 1]} after {off[i]}"))
+            if (i := order_rows[side].add(start + 1, off[1:] < off[:-1])) is not None:
+                order_rows[side].describe(
+                    f"expected non-decreasing offsets, found {off[i + 1]} after {off[i]}"
+                )
         for side in SIDES:
             lim = limits[side]
             if lim is None:
@@ -220,15 +224,19 @@ def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: Path, datasets
                 _check_bags(side, offs[side], sides[side][1], lim, rel_index, start,
                             plain_rows[side], feature_rows[side])
             elif lim.featurized.any() and offsets_name(side) not in datasets:
-                missing_rows[side].add(start, lim.featurized[rel_index], lambda i, side=side: (
-                    f"expected {offsets_name(side)} and {data_name(side)} for this edge, whose "
-                    f"{side} type is featurized, found no such datasets"))
+                if (i := missing_rows[side].add(start, lim.featurized[rel_index])) is not None:
+                    missing_rows[side].describe(
+                        f"expected {offsets_name(side)} and {data_name(side)} for this edge, whose "
+                        f"{side} type is featurized, found no such datasets"
+                    )
         if weight is not None:
             w = weight.read(start, end)
             bad_w = ~np.isfinite(w) | (w < 0)
             if bad_w.any():
-                weight_rows.add(start, bad_w, lambda i, w=w: (
-                    f"expected a finite non-negative weight, found {w[i]}"))
+                if (i := weight_rows.add(start, bad_w)) is not None:
+                    weight_rows.describe(
+                        f"expected a finite non-negative weight, found {w[i]}"
+                    )
     for side, (off, dat) in sides.items():
         if n == 0 and int(off[0]) != 0:
             ctx.add("edge-offsets-start", path, offsets_name(side), f"expected 0, found {off[0]}",
@@ -262,8 +270,10 @@ def _check_indices(idx: Ints, rel: Ints, lim: SideLimits, collector: RowCollecto
             return
         bad = (idx < 0) | (idx >= uniform)
         bound = np.int64(uniform)
-        collector.add(start, bad, lambda i: (
-            f"expected 0 <= {side} < {bound} (count of {lim.labels[0]}), found {idx[i]}"))
+        if (i := collector.add(start, bad)) is not None:
+            collector.describe(
+                f"expected 0 <= {side} < {bound} (count of {lim.labels[0]}), found {idx[i]}"
+            )
         return
     if lim.featurized.all():
         return
@@ -271,9 +281,11 @@ def _check_indices(idx: Ints, rel: Ints, lim: SideLimits, collector: RowCollecto
     checked = ~lim.featurized[rel] & (row_limit >= 0)
     bad = checked & ((idx < 0) | (idx >= row_limit))
     if bad.any():
-        collector.add(start, bad, lambda i: (
-            f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}, rel {rel[i]}), "
-            f"found {idx[i]}"))
+        if (i := collector.add(start, bad)) is not None:
+            collector.describe(
+                f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}, rel {rel[i]}), "
+                f"found {idx[i]}"
+            )
 
 
 def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints, start: int,
@@ -283,8 +295,10 @@ def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints, star
     plain = ~lim.featurized[rel]
     bad = plain & (lengths != 0)
     if bad.any():
-        plain_rows.add(start, bad, lambda i: (
-            f"expected an empty feature list for a plain {side} entity, found {lengths[i]} features"))
+        if (i := plain_rows.add(start, bad)) is not None:
+            plain_rows.describe(
+                f"expected an empty feature list for a plain {side} entity, found {lengths[i]} features"
+            )
     if _single_feature_limit(lim) is not None or not lim.featurized.any():
         return
     lo, hi = int(off[0]), int(off[-1])
@@ -293,8 +307,10 @@ def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints, star
     ids = np.asarray(dat[lo:hi])
     row_limits = np.repeat(lim.feature_limit[rel], lengths)
     bad_ids = (row_limits >= 0) & ((ids < 0) | (ids >= row_limits))
-    feature_rows.add(lo, bad_ids, lambda i: (
-        f"expected 0 <= feature id < {row_limits[i]} (feature count), found {ids[i]}"))
+    if (i := feature_rows.add(lo, bad_ids)) is not None:
+        feature_rows.describe(
+            f"expected 0 <= feature id < {row_limits[i]} (feature count), found {ids[i]}"
+        )
 
 
 def _single_feature_limit(lim: SideLimits) -> int | None:
@@ -313,5 +329,7 @@ def _check_uniform_feature_ids(ctx: Context, files: contextlib.ExitStack, dat: A
     for start in range(0, total, READ_BLOCK_ELEMENTS):
         ids = reader.read(start, min(start + READ_BLOCK_ELEMENTS, total))
         if int(ids.min()) < 0 or int(ids.max()) >= bound:
-            rows.add(start, (ids < 0) | (ids >= bound), lambda i, ids=ids: (
-                f"expected 0 <= feature id < {bound} (feature count), found {ids[i]}"))
+            if (i := rows.add(start, (ids < 0) | (ids >= bound))) is not None:
+                rows.describe(
+                    f"expected 0 <= feature id < {bound} (feature count), found {ids[i]}"
+                )
