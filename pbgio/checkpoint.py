@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 
 from pbgio import atomic
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import attr_int, attr_str, check_format_version, open_h5, write_format_version
+from pbgio.h5 import attr_int, attr_str, check_format_version, is_float32, open_h5, write_format_version
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -198,7 +198,7 @@ class CheckpointDir:
                 raise FormatError(rule("embeddings-dataset").issue(
                     str(path), EMBEDDINGS_DATASET, "expected dataset embeddings, found none"))
             ds = f[EMBEDDINGS_DATASET]
-            if ds.dtype != np.float32 or ds.ndim != 2:
+            if not is_float32(ds.dtype) or ds.ndim != 2:
                 raise FormatError(rule("embeddings-dataset").issue(
                     str(path), EMBEDDINGS_DATASET,
                     f"expected 2-D float32, found {ds.ndim}-D {ds.dtype}"))
@@ -227,7 +227,7 @@ class CheckpointDir:
                         raise FormatError(rule("model-param-name").issue(
                             str(path), f"{MODEL_GROUP}/{name}", "expected relations/{idx}/operator/"
                             "{side}/{param} or entities/{type}/global_embedding, found this name"))
-                    if ds.dtype != np.float32:
+                    if not is_float32(ds.dtype):
                         raise FormatError(rule("model-param-dtype").issue(
                             str(path), f"{MODEL_GROUP}/{name}", f"expected float32, found {ds.dtype}"))
                     params[name] = ds[...]
@@ -266,19 +266,19 @@ class CheckpointDir:
         if not path.is_file():
             return []
         records = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for index, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
             if not line.strip():
                 continue
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise FormatError(rule("training-stats-format").issue(
-                    str(path), None, f"expected a JSON object, found invalid JSON ({exc.msg})",
-                    rows=(lineno,), count=1)) from None
+                    str(path), None, f"expected a JSON object on line {index + 1}, found invalid JSON "
+                    f"({exc.msg})", rows=(index,), count=1)) from None
             if not isinstance(value, dict):
                 raise FormatError(rule("training-stats-format").issue(
-                    str(path), None, f"expected a JSON object, found {type(value).__name__}",
-                    rows=(lineno,), count=1))
+                    str(path), None, f"expected a JSON object on line {index + 1}, found "
+                    f"{type(value).__name__}", rows=(index,), count=1))
             records.append(value)
         return records
 

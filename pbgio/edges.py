@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from pbgio import atomic
 from pbgio.errors import FormatError
-from pbgio.h5 import BlockReader, check_format_version, open_h5, write_format_version
+from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
 from pbgio.spec.edges import (
     INDEX_DATASETS,
     SIDES,
@@ -185,7 +185,8 @@ def read_bucket(path: Path, *, chunk: tuple[int, int] | None = None,
         if chunk is not None:
             start, end = chunk_bounds(n, chunk[1], chunk[0])
         elif edge_range is not None:
-            start, end = max(0, edge_range[0]), min(n, edge_range[1])
+            start = min(max(0, edge_range[0]), n)
+            end = max(start, min(n, edge_range[1]))  # an empty or reversed range reads nothing
         else:
             start, end = 0, n
         arrays = {name: _read_int(f, path, name, start, end) for name in INDEX_DATASETS}
@@ -209,7 +210,7 @@ def _read_int(f: Any, path: Path, name: str, start: int, end: int) -> Int64Array
         raise FormatError(rule("edge-offsets-pair").issue(
             str(path), name, f"expected dataset {name}, found none"))
     ds = f[name]
-    if ds.dtype != np.int64:
+    if not is_int64(ds.dtype):
         raise FormatError(rule("edge-dataset-dtype").issue(
             str(path), name, f"expected int64, found {ds.dtype}"))
     out = np.empty(max(0, end - start), dtype=np.int64)

@@ -170,3 +170,30 @@ class ConfigError(PbgioError, ValueError):
         lines = "\n".join(f"  {i.dataset or '<root>'}: {i.message} [{i.rule}]" for i in issues)
         count = len(issues)
         super().__init__(f"{source}: {count} problem{'s' if count != 1 else ''} in the config:\n{lines}")
+
+
+class UnsafePickleError(FormatError):
+    """A pickled legacy file the safe loader refuses: it names a global outside the allow-list.
+
+    Unpickling can call any importable function, so pbgio never unpickles such a
+    file unless the caller opts in (``--trust-pickle`` / ``trust_pickle=True``).
+
+    >>> err = UnsafePickleError("ckpt/METADATA_1.pt", "posix.system")
+    >>> err.global_name, err.file
+    ('posix.system', 'ckpt/METADATA_1.pt')
+    >>> "--trust-pickle" in str(err)
+    True
+    """
+
+    OPT_IN = "--trust-pickle (trust_pickle=True)"
+
+    def __init__(self, path: str, global_name: str, detail: str | None = None) -> None:
+        self.path = path
+        self.global_name = global_name
+        extra = f" ({detail})" if detail else ""
+        message = (
+            f"refused to unpickle: the file references the global {global_name}{extra}, which is not "
+            "in the allow-list of what legacy PBG files contain, and unpickling it could run code; "
+            f"if you trust this file, pass {self.OPT_IN}"
+        )
+        super().__init__(Issue("legacy-unsafe-pickle", "error", path, None, message))

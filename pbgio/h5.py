@@ -72,6 +72,16 @@ def _is_version(value: Any) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool) and int(value) == FORMAT_VERSION
 
 
+def is_int64(dtype: np.dtype[Any]) -> bool:
+    """An 8-byte signed integer in either byte order (h5py converts on read)."""
+    return dtype.kind == "i" and dtype.itemsize == 8
+
+
+def is_float32(dtype: np.dtype[Any]) -> bool:
+    """A 4-byte float in either byte order."""
+    return dtype.kind == "f" and dtype.itemsize == 4
+
+
 def write_format_version(handle: h5py.File) -> None:
     handle.attrs[FORMAT_VERSION_ATTR] = np.int64(FORMAT_VERSION)
 

@@ -16,7 +16,14 @@ import h5py
 import numpy as np
 import pytest
 
-from pbgio.checkpoint import CheckpointDir, EmbeddingsState, FileMetadata, IterationInfo, ModelState, write_checkpoint
+from pbgio.checkpoint import (
+    CheckpointDir,
+    EmbeddingsState,
+    FileMetadata,
+    IterationInfo,
+    ModelState,
+    write_checkpoint,
+)
 from pbgio.config import load_config
 from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists
 from pbgio.example import build_example

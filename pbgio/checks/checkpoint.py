@@ -14,7 +14,7 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
-from pbgio.h5 import attr_str, check_format_version, open_h5
+from pbgio.h5 import attr_str, check_format_version, is_float32, open_h5
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -165,7 +165,7 @@ def _check_embeddings(ctx: Context, file: Path, f: h5py.File, etype: str, part: 
     _check_attrs(ctx, file, f, reference)
     _check_blob(ctx, file, f)
     ds = f.get(EMBEDDINGS_DATASET)
-    if not isinstance(ds, h5py.Dataset) or ds.dtype != np.float32 or ds.ndim != 2:
+    if not isinstance(ds, h5py.Dataset) or not is_float32(ds.dtype) or ds.ndim != 2:
         found = "none" if ds is None else (
             f"{ds.ndim}-D {ds.dtype}" if isinstance(ds, h5py.Dataset) else "a group")
         ctx.add("embeddings-dataset", file, EMBEDDINGS_DATASET,
@@ -246,7 +246,7 @@ def _check_param(ctx: Context, file: Path, name: str, ds: Any,
     if key != private:
         ctx.add("model-state-dict-key", file, full,
                 f"expected attribute {STATE_DICT_KEY_ATTR} = {private!r}, found {key!r}")
-    if ds.dtype != np.float32:
+    if not is_float32(ds.dtype):
         ctx.add("model-param-dtype", file, full, f"expected float32, found {ds.dtype}")
         return
     shape = expected.get(name) if expected is not None else None
@@ -273,7 +273,7 @@ def _check_stats(ctx: Context, path: Path) -> None:
     rows: list[int] = []
     first = ""
     with path.open(encoding="utf-8", errors="replace") as lines:
-        for lineno, line in enumerate(lines, start=1):
+        for index, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
@@ -283,8 +283,8 @@ def _check_stats(ctx: Context, path: Path) -> None:
             else:
                 problem = "" if isinstance(value, dict) else f"a JSON {type(value).__name__}"
             if problem:
-                rows.append(lineno)
-                first = first or problem
+                rows.append(index)
+                first = first or f"{problem} on line {index + 1}"
     if rows:
         ctx.add("training-stats-format", path, None, f"expected one JSON object per line, found {first}",
                 rows=tuple(rows[:5]), count=len(rows))

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from pbgio.checks import Context, RowCollector
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import BlockReader, check_format_version, open_h5
+from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5
 from pbgio.spec.edges import (
     DATASETS_BY_NAME,
     INDEX_DATASETS,
@@ -142,7 +142,7 @@ def _check_dtypes_and_shapes(ctx: Context, path: Path, datasets: dict[str, Any])
             elif not np.issubdtype(ds.dtype, np.floating):
                 ctx.add("edge-dataset-dtype", path, name, f"expected a float dtype, found {ds.dtype}")
                 ok = False
-        elif ds.dtype != np.int64:
+        elif not is_int64(ds.dtype):
             ctx.add("edge-dataset-dtype", path, name,
                     f"expected {DATASETS_BY_NAME[name].dtype}, found {ds.dtype}")
             ok = False
@@ -156,7 +156,7 @@ class _Reader:
 
     def __init__(self, ctx: Context, files: contextlib.ExitStack, slot: str, ds: Any, block: int) -> None:
         self.blocks = files.enter_context(BlockReader(ds, Path(ds.file.filename)))
-        self.buf = ctx.buffer(slot, block, ds.dtype)
+        self.buf = ctx.buffer(slot, block, ds.dtype.newbyteorder("="))
 
     def read(self, start: int, end: int) -> NDArray[Any]:
         out = self.buf[: end - start]
@@ -197,14 +197,13 @@ def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: Path, datasets
     for start in range(0, n, block):
         end = min(start + block, n)
         rel = readers["rel"].read(start, end)
-        rel_index = rel
-        if num_rel is not None:
-            if int(rel.min()) < 0 or int(rel.max()) >= num_rel:
-                if (i := rel_rows.add(start, (rel < 0) | (rel >= num_rel))) is not None:
-                    rel_rows.describe(
-                        f"expected 0 <= rel < {num_rel} ({_rel_source(ctx)}), found {rel[i]}"
-                    )
-                rel_index = np.clip(rel, 0, max(num_rel - 1, 0))
+        # Rows with an out-of-range rel have no known entity types: only edge-rel-range applies.
+        rel_index, known = rel, None
+        if num_rel is not None and (int(rel.min()) < 0 or int(rel.max()) >= num_rel):
+            bad_rel = (rel < 0) | (rel >= num_rel)
+            if (i := rel_rows.add(start, bad_rel)) is not None:
+                rel_rows.describe(f"expected 0 <= rel < {num_rel} ({_rel_source(ctx)}), found {rel[i]}")
+            rel_index, known = np.clip(rel, 0, max(num_rel - 1, 0)), ~bad_rel
         offs = {side: reader.read(start, end + 1) for side, reader in off_readers.items()}
         for side, off in offs.items():
             if start == 0 and off[0] != 0:
@@ -218,13 +217,14 @@ def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: Path, datasets
             lim = limits[side]
             if lim is None:
                 continue
-            _check_indices(readers[side].read(start, end), rel_index, lim, index_rows[side],
+            _check_indices(readers[side].read(start, end), rel_index, known, lim, index_rows[side],
                            start, side)
             if side in offs:
-                _check_bags(side, offs[side], sides[side][1], lim, rel_index, start,
+                _check_bags(side, offs[side], sides[side][1], lim, rel_index, known, start,
                             plain_rows[side], feature_rows[side])
             elif lim.featurized.any() and offsets_name(side) not in datasets:
-                if (i := missing_rows[side].add(start, lim.featurized[rel_index])) is not None:
+                need = lim.featurized[rel_index] if known is None else lim.featurized[rel_index] & known
+                if (i := missing_rows[side].add(start, need)) is not None:
                     missing_rows[side].describe(
                         f"expected {offsets_name(side)} and {data_name(side)} for this edge, whose "
                         f"{side} type is featurized, found no such datasets"
@@ -259,16 +259,18 @@ def _rel_source(ctx: Context) -> str:
     return "the config's relations"
 
 
-def _check_indices(idx: Ints, rel: Ints, lim: SideLimits, collector: RowCollector,
-                   start: int, side: str) -> None:
+def _check_indices(idx: Ints, rel: Ints, known: NDArray[np.bool_] | None, lim: SideLimits,
+                   collector: RowCollector, start: int, side: str) -> None:
+    """Plain rows: 0 <= index < count; ``known`` masks rows whose rel is in range (None: all)."""
     uniform = lim.uniform_plain_limit
     if uniform is not None:
         if uniform < 0:
             return
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo >= 0 and hi < uniform:
+        if int(idx.view(np.uint64).max()) < uniform:  # negatives wrap to huge values
             return
         bad = (idx < 0) | (idx >= uniform)
+        if known is not None:
+            bad &= known
         bound = np.int64(uniform)
         if (i := collector.add(start, bad)) is not None:
             collector.describe(
@@ -279,6 +281,8 @@ def _check_indices(idx: Ints, rel: Ints, lim: SideLimits, collector: RowCollecto
         return
     row_limit = lim.limit[rel]
     checked = ~lim.featurized[rel] & (row_limit >= 0)
+    if known is not None:
+        checked &= known
     bad = checked & ((idx < 0) | (idx >= row_limit))
     if bad.any():
         if (i := collector.add(start, bad)) is not None:
@@ -288,11 +292,12 @@ def _check_indices(idx: Ints, rel: Ints, lim: SideLimits, collector: RowCollecto
             )
 
 
-def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints, start: int,
-                plain_rows: RowCollector, feature_rows: RowCollector) -> None:
+def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints,
+                known: NDArray[np.bool_] | None, start: int, plain_rows: RowCollector,
+                feature_rows: RowCollector) -> None:
     """Plain rows need empty bags; with several feature counts, check ids row by row."""
     lengths = off[1:] - off[:-1]
-    plain = ~lim.featurized[rel]
+    plain = ~lim.featurized[rel] if known is None else ~lim.featurized[rel] & known
     bad = plain & (lengths != 0)
     if bad.any():
         if (i := plain_rows.add(start, bad)) is not None:
@@ -305,7 +310,8 @@ def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints, star
     if hi <= lo or (lengths < 0).any() or lo < 0 or hi > dat.shape[0]:
         return  # broken offsets are reported by the offsets rules
     ids = np.asarray(dat[lo:hi])
-    row_limits = np.repeat(lim.feature_limit[rel], lengths)
+    per_row = lim.feature_limit[rel] if known is None else np.where(known, lim.feature_limit[rel], -1)
+    row_limits = np.repeat(per_row, lengths)
     bad_ids = (row_limits >= 0) & ((ids < 0) | (ids >= row_limits))
     if (i := feature_rows.add(lo, bad_ids)) is not None:
         feature_rows.describe(

@@ -6,8 +6,8 @@ strings whose index is the entity's offset within its partition.
 
 >>> parse_count_text("42\\n")
 42
->>> parse_count_text("-3") is None
-True
+>>> parse_count_text("-3") is None, parse_count_text("\u0667") is None, parse_count_text("1_0") is None
+(True, True, True)
 >>> format_count(7)
 '7\\n'
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-_COUNT_RE = re.compile(r"^\s*\d+\s*$")
+_COUNT_RE = re.compile(r"^[ \t\r\n]*[0-9]+[ \t\r\n]*$")
 NAMES_JSON_INDENT = 4
 
 

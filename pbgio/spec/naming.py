@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import re
 
-ENTITY_COUNT_RE = re.compile(r"^entity_count_(?P<type>.+)_(?P<part>\d+)\.txt$")
-ENTITY_NAMES_RE = re.compile(r"^entity_names_(?P<type>.+)_(?P<part>\d+)\.json$")
-BUCKET_RE = re.compile(r"^edges_(?P<lhs>\d+)_(?P<rhs>\d+)\.h5$")
-EMBEDDINGS_RE = re.compile(r"^embeddings_(?P<type>.+)_(?P<part>\d+)\.v(?P<version>\d+)\.h5$")
-MODEL_RE = re.compile(r"^model\.v(?P<version>\d+)\.h5$")
-SNAPSHOT_DIR_RE = re.compile(r"^epoch_(?P<epoch>\d+)$")
+ENTITY_COUNT_RE = re.compile(r"^entity_count_(?P<type>.+)_(?P<part>[0-9]+)\.txt$")
+ENTITY_NAMES_RE = re.compile(r"^entity_names_(?P<type>.+)_(?P<part>[0-9]+)\.json$")
+BUCKET_RE = re.compile(r"^edges_(?P<lhs>[0-9]+)_(?P<rhs>[0-9]+)\.h5$")
+EMBEDDINGS_RE = re.compile(r"^embeddings_(?P<type>.+)_(?P<part>[0-9]+)\.v(?P<version>[0-9]+)\.h5$")
+MODEL_RE = re.compile(r"^model\.v(?P<version>[0-9]+)\.h5$")
+SNAPSHOT_DIR_RE = re.compile(r"^epoch_(?P<epoch>[0-9]+)$")
 
 DYNAMIC_REL_COUNT = "dynamic_rel_count.txt"
 DYNAMIC_REL_NAMES = "dynamic_rel_names.json"
@@ -37,12 +37,12 @@ TRAINING_STATS = "training_stats.json"
 
 # Names that mark the legacy (.pt era) layout; see pbgio.legacy for migration.
 LEGACY_MARKERS_RE = re.compile(
-    r"^(CHECKPOINT_VERSION|FILAMENT_CHECKPOINT_VERSION|METADATA_[01]\.pt(\.\d+)?|"
-    r"entity_count_.+_\d+\.pt|dynamic_rel_count\.pt|dict\.pt|.+_\d+\.pt(\.\d+)?)$"
+    r"^(CHECKPOINT_VERSION|FILAMENT_CHECKPOINT_VERSION|METADATA_[01]\.pt(\.[0-9]+)?|"
+    r"entity_count_.+_[0-9]+\.pt|dynamic_rel_count\.pt|dict\.pt|.+_[0-9]+\.pt(\.[0-9]+)?)$"
 )
 
 MAX_TYPE_NAME_BYTES = 200
-_FORBIDDEN_CHARS = set('<>:"|?*')
+_FORBIDDEN_CHARS = set('<>:"|?*.')
 
 
 def entity_count_file(entity_type: str, part: int) -> str:
@@ -109,11 +109,11 @@ def entity_type_name_problem(name: str) -> str | None:
         return "contains a path separator"
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         return "contains a control character"
+    if "." in name:
+        return "contains a dot, which the model file's entities/{type}/global_embedding names cannot hold"
     bad = sorted(_FORBIDDEN_CHARS.intersection(name))
     if bad:
         return f"contains {''.join(bad)!r}, which some file systems forbid"
-    if name in (".", ".."):
-        return "is a relative directory name"
-    if name != name.strip(" ."):
-        return "starts or ends with a space or a dot"
+    if name != name.strip(" "):
+        return "starts or ends with a space"
     return None

@@ -41,16 +41,18 @@ class Rule:
 _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     # --- layout ---------------------------------------------------------------------------
     ("path-missing", "error", "layout",
-     "A directory named by the config (entity_path, an edge path, checkpoint_path, init_path) exists."),
+     "A directory named by the config as input exists: entity_path, every edge path, and init_path "
+     "when set (checkpoint_path is the output and may not exist before training)."),
     ("layout-unrecognized", "error", "layout",
      "A directory given to `pbgio validate` holds a recognizable PBG artifact."),
     ("legacy-layout", "error", "layout",
      "The directory is in the current layout, not the legacy .pt layout (migrate it with "
      "`pbgio convert --from legacy SRC DST`)."),
     ("entity-type-name-unsafe", "error", "config",
-     "An entity type name is usable in a file name on every platform: not empty, at most 200 "
-     "bytes, no path separator, control character or any of <>:\"|?*, not . or .., and no "
-     "leading or trailing space or dot."),
+     "An entity type name is usable in file names on every platform and in model dataset names: "
+     "not empty, at most 200 bytes, no path separator, control character, dot (the original maps "
+     "entities/{type}/global_embedding with [^./]+) or any of <>:\"|?*, and no leading or "
+     "trailing space."),
     # --- config ---------------------------------------------------------------------------
     ("config-unreadable", "error", "config", "The config file exists and is a JSON object."),
     ("config-schema", "error", "config",
@@ -77,7 +79,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("entity-count-missing", "error", "entities",
      "entity_count_{type}_{part}.txt exists for every entity type and partition of the config."),
     ("entity-count-format", "error", "entities",
-     "A count file holds one non-negative decimal integer, optionally followed by a newline."),
+     "A count file holds one non-negative integer in ASCII digits, optionally surrounded by "
+     "whitespace (the original writes it followed by a newline)."),
     ("entity-count-extra", "warning", "entities",
      "No count file names a partition beyond the type's num_partitions or an unknown type."),
     ("entity-names-format", "error", "entities",
@@ -89,7 +92,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("dynamic-rel-count-missing", "error", "entities",
      "dynamic_rel_count.txt exists when dynamic_relations is true."),
     ("dynamic-rel-count-format", "error", "entities",
-     "dynamic_rel_count.txt holds one non-negative decimal integer."),
+     "dynamic_rel_count.txt holds one non-negative integer in ASCII digits (whitespace around it "
+     "allowed)."),
     ("dynamic-rel-names-format", "error", "entities",
      "dynamic_rel_names.json is a JSON list of strings."),
     ("dynamic-rel-names-count", "error", "entities",
@@ -141,7 +145,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "Edges whose entity on a side is not featurized have an empty feature list on that side."),
     # --- checkpoint -----------------------------------------------------------------------
     ("checkpoint-version-format", "error", "checkpoint",
-     "checkpoint_version.txt holds one non-negative decimal integer (empty means 0)."),
+     "checkpoint_version.txt holds one non-negative integer in ASCII digits (whitespace around it "
+     "allowed; empty means 0)."),
     ("checkpoint-file-missing", "error", "checkpoint",
      "For the version N in checkpoint_version.txt (N > 0), model.vN.h5 and "
      "embeddings_{type}_{part}.vN.h5 exist for every entity type and partition."),

@@ -230,6 +230,7 @@ def _make_config(*, partitioned: bool, featurized: bool, dynamic: bool,
     }
     if featurized:
         ents["doc"] = {"num_partitions": 1, "featurized": True}
+    rels: list[dict[str, Any]]
     if dynamic:
         rels = [{"name": "interacts", "lhs": "user", "rhs": "doc" if featurized else "item",
                  "operator": "affine"}]

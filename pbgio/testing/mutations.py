@@ -9,12 +9,12 @@ text files, or HDF5 files through h5py. :func:`target` gives the path to hand to
 >>> import tempfile, pathlib
 >>> from pbgio.validate import validate_path
 >>> root = pathlib.Path(tempfile.mkdtemp())
->>> path = prepare("edge-rel-range", root)
+>>> path = prepare("edge-lhs-range", root)
 >>> validate_path(path).ok
 True
->>> MUTATORS["edge-rel-range"](root)
+>>> MUTATORS["edge-lhs-range"](root)
 >>> sorted(validate_path(path).rule_ids())
-['edge-rel-range']
+['edge-lhs-range']
 """
 
 from __future__ import annotations

@@ -278,7 +278,7 @@ def edge_buckets(
         raw = draw(_ints(n, 0, 2**40))
         poison = draw(st.sampled_from([-1, 0, 2**40]))
         index[s] = np.where(featurized, poison, raw % np.maximum(limit, 1))
-        if featurized.any() or draw(st.booleans()):
+        if bool(featurized.any()) or draw(st.booleans()):
             lengths = draw(_ints(n, 0, 3))
             lengths[~featurized | (limit == 0)] = 0
             row_limit = np.repeat(limit, lengths)
@@ -312,9 +312,10 @@ def feature_lists(draw: Draw, n: int, max_bag: int = 4) -> FeatureLists:
 def raw_edge_buckets(draw: Draw, max_edges: int = 30) -> EdgeBucket:
     """Buckets of arbitrary int64 values (no config): for read/write round trips."""
     n = draw(st.integers(0, max_edges))
-    arrays = [draw(hnp.arrays(np.int64, n)) for _ in range(3)]
     return EdgeBucket(
-        *arrays,
+        rel=draw(hnp.arrays(np.int64, n)),
+        lhs=draw(hnp.arrays(np.int64, n)),
+        rhs=draw(hnp.arrays(np.int64, n)),
         weight=draw(st.none() | hnp.arrays(np.float32, n, elements=st.floats(
             width=32, allow_nan=False))),
         lhs_features=draw(st.none() | feature_lists(n)),
@@ -358,7 +359,7 @@ def model_param_names(draw: Draw) -> str:
     """Any public model parameter name (not tied to a config)."""
     if draw(st.booleans()):
         return global_embedding_name(draw(entity_type_names()))
-    param = draw(st.text(st.characters(exclude_characters="./", exclude_categories=("C",)),
+    param = draw(st.text(st.characters(exclude_characters="./", exclude_categories=["C"]),
                          min_size=1, max_size=12))
     return operator_param_name(draw(st.integers(0, 99)), draw(st.sampled_from(["lhs", "rhs"])),
                                param)
@@ -374,13 +375,18 @@ def any_model_states(draw: Draw, *, finite: bool = False) -> ModelState:
     return ModelState(params, draw(optimizer_blobs() | st.binary(max_size=20)))
 
 
+def _attr_chars() -> st.SearchStrategy[str]:
+    """Characters of HDF5 string attributes: UTF-8 encodable, no NUL (HDF5 refuses it)."""
+    return st.characters(codec="utf-8", exclude_characters="\x00")
+
+
 @st.composite
 def iteration_infos(draw: Draw) -> IterationInfo:
     small = st.integers(-(2**63), 2**63 - 1)
     return IterationInfo(
         num_epochs=draw(small), epoch_idx=draw(small), num_edge_paths=draw(small),
         edge_path_idx=draw(small),
-        edge_path=draw(st.text(st.characters(exclude_characters="\x00"), max_size=20)),
+        edge_path=draw(st.text(_attr_chars(), max_size=20)),
         num_edge_chunks=draw(small), edge_chunk_idx=draw(small),
     )
 
@@ -389,7 +395,7 @@ def iteration_infos(draw: Draw) -> IterationInfo:
 def file_metadata(draw: Draw) -> FileMetadata:
     """Root attributes of a checkpoint file: config JSON text and iteration, each optional."""
     return FileMetadata(
-        config_json=draw(st.none() | st.text(st.characters(exclude_characters="\x00"), max_size=40)),
+        config_json=draw(st.none() | st.text(_attr_chars(), max_size=40)),
         iteration=draw(st.none() | iteration_infos()),
     )
 
@@ -397,8 +403,11 @@ def file_metadata(draw: Draw) -> FileMetadata:
 def stats_records() -> st.SearchStrategy[list[dict[str, Any]]]:
     """training_stats.json lines: small JSON objects."""
     scalar = st.none() | st.booleans() | st.integers(-1000, 1000) | _finite(-1e6, 1e6) | st.text(max_size=5)
-    value = st.recursive(scalar, lambda inner: st.lists(inner, max_size=3)
-                         | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+
+    def nest(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+
+    value = st.recursive(scalar, nest, max_leaves=6)
     return st.lists(st.dictionaries(st.text(max_size=8), value, max_size=4), max_size=3)
 
 
@@ -444,7 +453,7 @@ def layouts(draw: Draw, *, dynamic: bool | None = None, featurized: bool | None 
                                    max_edges=max_edges))
             for key in grid(cfg)
         }
-    has_checkpoint = draw(st.booleans()) if checkpoint is None else checkpoint
+    has_checkpoint = draw(st.integers(0, 2)) > 0 if checkpoint is None else checkpoint
     if has_checkpoint:
         layout.checkpoint = draw(checkpoints(cfg, counts, layout.dynamic_rel_count))
     return layout

@@ -1,0 +1,18 @@
+"""Hypothesis profiles: ``dev`` (default) and ``ci`` (derandomized, fewer examples).
+
+Pick one with ``HYPOTHESIS_PROFILE=dev|ci`` (or ``thorough``, for a long bug hunt); with
+``CI`` set in the environment the default is ``ci``. Deadlines are off: the properties write
+and read real files, whose timing varies with the disk.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True, database=None,
+                          print_blob=True)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))

@@ -1,0 +1,252 @@
+"""Every rule of the catalogue has a mutation test: valid layout → break one rule → reported.
+
+The starting layouts are valid with no issue at all; each mutation must make the validator
+report its rule (an error-severity rule makes the report fail), and nothing beyond the
+consequences its registration declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+
+from pbgio.errors import Issue, Report
+from pbgio.spec import naming
+from pbgio.spec.rules import RULES
+from pbgio.testing.layouts import write_layout
+from pbgio.testing.mutations import LAYOUTS, MUTATIONS, MUTATORS, prepare
+from pbgio.validate import validate_path
+
+
+def test_every_rule_has_a_mutation() -> None:
+    missing = sorted(set(RULES) - set(MUTATORS))
+    unknown = sorted(set(MUTATORS) - set(RULES))
+    assert not missing, f"rules without a mutation test: {missing}"
+    assert not unknown, f"mutations of rules that are not in the catalogue: {unknown}"
+
+
+def _show(report: Report) -> str:
+    return "\n".join(str(i) for i in report.issues) or "(no issues)"
+
+
+@pytest.mark.parametrize("rule_id", sorted(RULES))
+def test_mutation_breaks_exactly_its_rule(rule_id: str, tmp_path: Path) -> None:
+    mutation = MUTATIONS.get(rule_id)
+    if mutation is None:
+        pytest.fail(f"rule {rule_id} has no mutation in pbgio.testing.mutations")
+    path = prepare(rule_id, tmp_path)
+
+    before = validate_path(path)
+    assert before.ok, f"starting layout {mutation.layout!r} is invalid:\n{_show(before)}"
+    assert rule_id not in before.rule_ids()
+    assert before.issues == [], f"starting layout {mutation.layout!r} has issues:\n{_show(before)}"
+
+    mutation.mutate(tmp_path)
+    after = validate_path(path)
+    found = [i for i in after.issues if i.rule == rule_id]
+    assert found, f"mutation of {rule_id} not reported; the report has:\n{_show(after)}"
+    rule = RULES[rule_id]
+    assert all(i.severity == rule.severity for i in found)
+    assert all(i.file for i in found), f"issues of {rule_id} name no file: {found}"
+    if rule.severity == "error":
+        assert not after.ok
+    elif not any(RULES[r].severity == "error" for r in mutation.also):
+        assert after.ok, _show(after)
+    unexpected = after.rule_ids() - {rule_id} - mutation.also
+    assert not unexpected, f"mutation of {rule_id} also reported {sorted(unexpected)}:\n{_show(after)}"
+
+
+def test_issue_severities_follow_the_catalogue(tmp_path: Path) -> None:
+    path = prepare("edge-dataset-unknown", tmp_path)
+    MUTATORS["edge-dataset-unknown"](tmp_path)
+    MUTATORS["edge-weight-invalid"](tmp_path)
+    for issue in validate_path(path):
+        assert issue.severity == RULES[issue.rule].severity
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_starting_layouts_are_valid(name: str, tmp_path: Path) -> None:
+    report = validate_path(write_layout(tmp_path, LAYOUTS[name]()))
+    assert report.issues == [], _show(report)
+    assert report.checked.get("bucket files", 0) > 0
+    assert report.checked.get("model files", 0) == 1
+
+
+# --------------------------------------------------------------------------- precise locations
+
+
+def _default(tmp_path: Path, name: str = "default") -> Path:
+    return write_layout(tmp_path, LAYOUTS[name]())
+
+
+def _edit(path: Path, edit: Callable[[h5py.File], Any]) -> None:
+    with h5py.File(path, "r+") as f:
+        edit(f)
+
+
+def _only(report: Report, rule_id: str) -> Issue:
+    found = [i for i in report.issues if i.rule == rule_id]
+    assert len(found) == 1, _show(report)
+    return found[0]
+
+
+def _bucket(tmp_path: Path, lhs: int, rhs: int) -> Path:
+    return tmp_path / "edges" / naming.bucket_file(lhs, rhs)
+
+
+def test_lhs_range_names_file_dataset_and_row(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+    # bucket (1, 0): user partition 1 (4 entities) on the lhs; lhs = count is one past the end
+    _edit(_bucket(tmp_path, 1, 0), lambda f: f["lhs"].__setitem__(3, 4))
+    issue = _only(validate_path(config), "edge-lhs-range")
+    assert issue.file == "edges/edges_1_0.h5"
+    assert issue.dataset == "lhs"
+    assert issue.rows == (3,)
+    assert issue.count == 1
+    assert "4" in issue.message
+
+
+def test_lhs_range_last_entity_is_valid(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+    _edit(_bucket(tmp_path, 1, 0), lambda f: f["lhs"].__setitem__(3, 3))
+    assert validate_path(config).issues == []
+
+
+def test_range_counts_every_broken_row(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+    broken = [1, 3, 5, 7, 9, 10, 11]
+
+    def edit(f: h5py.File) -> None:
+        rhs = f["rhs"][...]
+        rhs[broken] = -5
+        f["rhs"][...] = rhs
+
+    _edit(_bucket(tmp_path, 0, 1), edit)
+    issue = _only(validate_path(config), "edge-rhs-range")
+    assert issue.count == len(broken)
+    assert issue.rows
+    assert list(issue.rows) == broken[: len(issue.rows)]
+    assert issue.dataset == "rhs"
+    assert issue.file == "edges/edges_0_1.h5"
+
+
+def test_featurized_side_index_is_ignored(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+
+    def edit(f: h5py.File) -> None:
+        rel, lhs = f["rel"][...], f["lhs"][...]
+        lhs[rel == 2] = 10**12  # doc → item: doc is featurized, lhs is ignored
+        f["lhs"][...] = lhs
+
+    _edit(_bucket(tmp_path, 0, 0), edit)
+    assert validate_path(config).issues == []
+
+
+def test_rel_range_boundary_static(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+    # 3 relations: rel 2 is the last valid id, 3 the first invalid one
+    def edit(f: h5py.File) -> None:
+        f["rel"][4] = 3
+        f["rel"][6] = -1
+
+    _edit(_bucket(tmp_path, 1, 0), edit)
+    issue = _only(validate_path(config), "edge-rel-range")
+    assert issue.rows == (4, 6)
+    assert issue.count == 2
+
+
+def test_rel_range_uses_dynamic_rel_count(tmp_path: Path) -> None:
+    config = _default(tmp_path, "dynamic")  # 3 dynamic relation ids, 1 relation in the config
+    _edit(_bucket(tmp_path, 1, 0), lambda f: f["rel"].__setitem__(5, 2))
+    assert validate_path(config).issues == []
+    _edit(_bucket(tmp_path, 1, 0), lambda f: f["rel"].__setitem__(5, 3))
+    issue = _only(validate_path(config), "edge-rel-range")
+    assert issue.rows == (5,)
+    assert issue.dataset == "rel"
+
+
+def test_weight_invalid_counts_nan_inf_and_negative(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+
+    def edit(f: h5py.File) -> None:
+        w = f["weight"][...]
+        w[[2, 5, 8]] = [np.nan, np.inf, -0.5]
+        w[9] = 0.0  # zero is a valid weight
+        f["weight"][...] = w
+
+    _edit(_bucket(tmp_path, 0, 1), edit)
+    issue = _only(validate_path(config), "edge-weight-invalid")
+    assert issue.rows == (2, 5, 8)
+    assert issue.count == 3
+
+
+def test_feature_range_locates_data_entries(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+
+    def edit(f: h5py.File) -> None:
+        data = f["lhsd_data"][...]
+        data[1] = 9  # doc has 9 features: 0..8
+        data[-1] = -1
+        f["lhsd_data"][...] = data
+
+    with h5py.File(_bucket(tmp_path, 0, 0), "r") as f:
+        size = len(f["lhsd_data"])
+    _edit(_bucket(tmp_path, 0, 0), edit)
+    issue = _only(validate_path(config), "edge-feature-range")
+    assert issue.dataset == "lhsd_data"
+    assert issue.rows == (1, size - 1)
+    assert issue.count == 2
+
+
+def test_embeddings_nonfinite_rows(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+    path = tmp_path / "checkpoint" / naming.embeddings_file("item", 0, 1)
+
+    def edit(f: h5py.File) -> None:
+        emb = f["embeddings"][...]
+        emb[1, 0] = np.nan
+        emb[4, 5] = -np.inf
+        f["embeddings"][...] = emb
+
+    _edit(path, edit)
+    issue = _only(validate_path(config), "embeddings-nonfinite")
+    assert issue.file == "checkpoint/embeddings_item_0.v1.h5"
+    assert issue.dataset == "embeddings"
+    assert issue.rows == (1, 4)
+    assert issue.count == 2
+
+
+def test_plain_features_row(tmp_path: Path) -> None:
+    path = prepare("edge-plain-features", tmp_path)
+    MUTATORS["edge-plain-features"](tmp_path)
+    issue = _only(validate_path(path), "edge-plain-features")
+    assert issue.file == "edges/edges_0_0.h5"
+    assert issue.rows == (0,)  # the first plain row of the featurized bucket
+    assert issue.count == 1
+
+
+def test_bucket_alone_validates_without_config(tmp_path: Path) -> None:
+    _default(tmp_path)
+    report = validate_path(_bucket(tmp_path, 0, 0))
+    assert report.issues == [], _show(report)
+    _edit(_bucket(tmp_path, 0, 0), lambda f: f["lhsd_offsets"].__setitem__(0, 1))
+    assert "edge-offsets-start" in validate_path(_bucket(tmp_path, 0, 0)).rule_ids()
+
+
+def test_rows_with_a_bad_rel_are_not_checked_as_another_relation(tmp_path: Path) -> None:
+    config = _default(tmp_path)
+    bucket = _bucket(tmp_path, 0, 0)
+    with h5py.File(bucket, "r") as f:
+        rel, rhs = f["rel"][...], f["rhs"][...]
+    # a likes (user → item, 7 items) row whose rhs is no user offset (user partition 0 has 5)
+    row = int(next(i for i in range(len(rel)) if rel[i] == 1 and rhs[i] >= 5))
+    _edit(bucket, lambda f: f["rel"].__setitem__(row, -1))
+    report = validate_path(config)
+    issue = _only(report, "edge-rel-range")
+    assert issue.rows == (row,)
+    assert report.rule_ids() == {"edge-rel-range"}, _show(report)
