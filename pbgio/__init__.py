@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         MissingArtifactError,
         PbgioError,
         Report,
+        UnsafePickleError,
         VersionError,
     )
     from pbgio.validate import validate_path
@@ -62,7 +63,7 @@ _EXPORTS = {
                        "read_relation_names", "write_dynamic_rel_count", "write_entity_count",
                        "write_entity_names", "write_relation_names"],
     "pbgio.errors": ["ConfigError", "CorruptFileError", "FormatError", "Issue", "MissingArtifactError",
-                     "PbgioError", "Report", "VersionError"],
+                     "PbgioError", "Report", "UnsafePickleError", "VersionError"],
     "pbgio.validate": ["validate_path"],
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

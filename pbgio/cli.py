@@ -1,4 +1,4 @@
-"""The ``pbgio`` command line: validate, info, example.
+"""The ``pbgio`` command line: validate, info, example, convert, import, export.
 
 Exit codes: 0 valid (warnings allowed), 1 invalid data or failed command,
 2 usage error (bad option, missing path), 130 interrupted.
@@ -88,10 +88,8 @@ def validate(
 
     console = _stderr()
     try:
-        if _show_progress(no_progress):
-            report = _validate_with_progress(path, base)
-        else:
-            report = validate_path(path, base=base)
+        report = (_validate_with_progress(path, base) if _show_progress(no_progress)
+                  else validate_path(path, base=base))
     except MissingArtifactError as exc:
         raise _usage_error(str(exc)) from None
     except PbgioError as exc:
@@ -203,6 +201,20 @@ def example(
     if dest.exists() and any(dest.iterdir()):
         raise _usage_error(f"{dest}: exists and is not empty")
     typer.echo(build_example(dest, num_edges=edges, seed=seed))
+
+
+def _register_subcommands() -> None:
+    # Each module imports only typer at import time; the heavy work is imported inside the command.
+    from pbgio.exporters.cli import export
+    from pbgio.importers.cli import import_edges
+    from pbgio.legacy.cli import convert
+
+    app.command()(convert)
+    app.command("import")(import_edges)
+    app.command()(export)
+
+
+_register_subcommands()
 
 
 def main() -> None:

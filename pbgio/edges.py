@@ -130,6 +130,9 @@ class EdgeBucket:
     def concat(cls, parts: list[EdgeBucket]) -> EdgeBucket:
         if not parts:
             return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        nonempty = [p for p in parts if len(p)]
+        if len(nonempty) == 1 and all(_same_layout(p, nonempty[0]) for p in parts):
+            return nonempty[0]  # nothing to copy
         weights = [p.weight for p in parts]
         return cls(
             rel=np.concatenate([p.rel for p in parts]),
@@ -139,6 +142,11 @@ class EdgeBucket:
             lhs_features=_concat_features([p.lhs_features for p in parts]),
             rhs_features=_concat_features([p.rhs_features for p in parts]),
         )
+
+
+def _same_layout(a: EdgeBucket, b: EdgeBucket) -> bool:
+    return ((a.weight is None) == (b.weight is None) and (a.lhs_features is None) == (b.lhs_features is None)
+            and (a.rhs_features is None) == (b.rhs_features is None))
 
 
 def _concat_features(parts: list[FeatureLists | None]) -> FeatureLists | None:
@@ -197,7 +205,8 @@ def read_bucket(path: Path, *, chunk: tuple[int, int] | None = None,
         for side in SIDES:
             if offsets_name(side) in f:
                 off = _read_int(f, path, offsets_name(side), start, end + 1)
-                data = _read_int(f, path, data_name(side), int(off[0]), int(off[-1])) if len(off) else np.zeros(0, np.int64)
+                data = (_read_int(f, path, data_name(side), int(off[0]), int(off[-1])) if len(off)
+                        else np.zeros(0, np.int64))
                 feats[side] = FeatureLists(off - off[0], data)
             else:
                 feats[side] = None
@@ -230,9 +239,14 @@ class BucketWriter:
     append (or up front) so that every edge gets offsets, unlike the original.
     """
 
-    def __init__(self, path: Path, *, buffer_edges: int = WRITE_CHUNK_ELEMENTS) -> None:
+    def __init__(self, path: Path, *, buffer_edges: int = WRITE_CHUNK_ELEMENTS,
+                 keep_open: bool = True) -> None:
         self.path = path
         self.buffer_edges = buffer_edges
+        # With keep_open=False the file is closed after every flush and reopened for the next,
+        # so that thousands of writers (one per bucket) do not hold thousands of open files.
+        self.keep_open = keep_open
+        self._started = False
         self._buffer: list[EdgeBucket] = []
         self._buffered = 0
         self._file: Any = None
@@ -270,8 +284,11 @@ class BucketWriter:
         block = EdgeBucket.concat(self._buffer)
         self._buffer, self._buffered = [], 0
         if self._file is None:
-            self._open(chunk=max(1, min(self.buffer_edges, len(block))))
-        f = self._file
+            if self._started:
+                self._file = h5py.File(self._tmp, "r+")
+            else:
+                self._open(chunk=max(1, min(self.buffer_edges, len(block))))
+        f: Any = self._file
         for name in INDEX_DATASETS:
             _append(f[name], getattr(block, name))
         if block.weight is not None:
@@ -283,11 +300,15 @@ class BucketWriter:
                 _append(f[data_name(side)], feats.data)
                 self._data_len[side] += len(feats.data)
         self.written += len(block)
+        if not self.keep_open:
+            f.close()
+            self._file = None
 
     def _open(self, chunk: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp.unlink(missing_ok=True)
         self._file = h5py.File(self._tmp, "w")
+        self._started = True
         f = self._file
         write_format_version(f)
         weight, lhs_feats, rhs_feats = self._layout or (False, False, False)
@@ -305,10 +326,11 @@ class BucketWriter:
     def close(self) -> None:
         """Write what is buffered and move the file into place (empty buckets too)."""
         self._flush()
-        if self._file is None:
+        if not self._started:
             self._open(chunk=1)
-        self._file.close()
-        self._file = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         atomic.fsync_path(self._tmp)
         os.replace(self._tmp, self.path)
         atomic.fsync_dir(self.path.parent)

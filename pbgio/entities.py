@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +77,39 @@ def read_entity_names(entity_path: Path, entity_type: str, part: int) -> list[st
                            f"entity names of {entity_type!r} partition {part}", "entity-names-format")
 
 
-def write_entity_names(entity_path: Path, entity_type: str, part: int, names: Sequence[str]) -> None:
+_NAMES_PER_WRITE = 1 << 16
+
+
+def write_name_list(path: Path, names: Iterable[str]) -> None:
+    """Write a JSON list of names atomically, streamed (memory bounded by one name).
+
+    The bytes are exactly those of ``json.dumps(list(names), indent=4)``, as the original writes:
+
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "names.json"
+    >>> names = ["ann", "b\u00f6b", 'quo"te']
+    >>> write_name_list(target, iter(names))
+    >>> target.read_text() == json.dumps(names, indent=4)
+    True
+    """
+    sep = ",\n" + " " * NAMES_JSON_INDENT
+    names = iter(names)
+    with atomic.atomic_target(path) as tmp, tmp.open("w", encoding="utf-8") as out:
+        written = False
+        while chunk := list(itertools.islice(names, _NAMES_PER_WRITE)):
+            out.write(sep if written else "[\n" + " " * NAMES_JSON_INDENT)
+            try:
+                out.write(sep.join(map(encode_basestring_ascii, chunk)))
+            except TypeError:
+                bad = next(n for n in chunk if not isinstance(n, str))
+                raise TypeError(f"names are strings, got {type(bad).__name__} {bad!r}") from None
+            written = True
+        out.write("\n]" if written else "[]")
+
+
+def write_entity_names(entity_path: Path, entity_type: str, part: int, names: Iterable[str]) -> None:
     entity_path.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(entity_path / naming.entity_names_file(entity_type, part),
-                      json.dumps(list(names), indent=NAMES_JSON_INDENT))
+    write_name_list(entity_path / naming.entity_names_file(entity_type, part), names)
 
 
 def read_dynamic_rel_count(entity_path: Path) -> int:
@@ -96,7 +127,6 @@ def read_relation_names(entity_path: Path) -> list[str]:
                            "dynamic-rel-names-format")
 
 
-def write_relation_names(entity_path: Path, names: Sequence[str]) -> None:
+def write_relation_names(entity_path: Path, names: Iterable[str]) -> None:
     entity_path.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(entity_path / naming.DYNAMIC_REL_NAMES,
-                      json.dumps(list(names), indent=NAMES_JSON_INDENT))
+    write_name_list(entity_path / naming.DYNAMIC_REL_NAMES, names)

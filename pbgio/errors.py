@@ -187,13 +187,43 @@ class UnsafePickleError(FormatError):
 
     OPT_IN = "--trust-pickle (trust_pickle=True)"
 
-    def __init__(self, path: str, global_name: str, detail: str | None = None) -> None:
+    def __init__(self, path: str, global_name: str | None, detail: str | None = None) -> None:
         self.path = path
         self.global_name = global_name
         extra = f" ({detail})" if detail else ""
-        message = (
-            f"refused to unpickle: the file references the global {global_name}{extra}, which is not "
-            "in the allow-list of what legacy PBG files contain, and unpickling it could run code; "
-            f"if you trust this file, pass {self.OPT_IN}"
-        )
+        if global_name is not None:
+            what = (f"the file references the global {global_name}{extra}, which is not in the allow-list "
+                    "of what legacy PBG files contain, and unpickling it could run code")
+        else:
+            what = f"torch's restricted (weights_only) unpickler cannot read it{extra}"
+        message = f"refused to unpickle: {what}; if you trust this file, pass {self.OPT_IN}"
         super().__init__(Issue("legacy-unsafe-pickle", "error", path, None, message))
+
+
+class InputError(PbgioError, ValueError):
+    """A problem in a user's input file (an edge list or a table), located by file and line.
+
+    ``line`` counts from 1; for tables without lines (Parquet) it is the 1-based row and
+    ``unit`` is ``"row"``. ``count`` is how many such problems the file holds in all.
+
+    >>> err = InputError("train.tsv", 7, "expected 3 fields separated by '\\\\t', found 2", count=3)
+    >>> print(err)
+    train.tsv:7: expected 3 fields separated by '\\t', found 2 (3 problems in this file)
+    >>> err.file, err.line
+    ('train.tsv', 7)
+    >>> print(InputError("edges.parquet", 4, "expected a value in column 'lhs', found null", unit="row"))
+    edges.parquet: row 4: expected a value in column 'lhs', found null
+    """
+
+    def __init__(self, file: str | None, line: int | None, message: str, *, count: int = 1,
+                 unit: str = "line") -> None:
+        self.file = file
+        self.line = line
+        self.reason = message
+        self.count = count
+        self.unit = unit
+        where = file or "<input>"
+        if line is not None:
+            where = f"{where}:{line}" if unit == "line" else f"{where}: {unit} {line}"
+        more = f" ({count} problems in this file)" if count > 1 else ""
+        super().__init__(f"{where}: {message}{more}")

@@ -9,7 +9,7 @@ refused with a clear error instead of being treated as odd local paths.
 >>> local_path("hdfs://cluster/graph")
 Traceback (most recent call last):
 ...
-pbgio.storage.UnsupportedStorageError: hdfs://cluster/graph: storage scheme 'hdfs' is not supported yet; use a local path
+pbgio.storage.UnsupportedStorageError: hdfs://cluster/graph: storage scheme 'hdfs' is not supported yet; ...
 """
 
 from __future__ import annotations

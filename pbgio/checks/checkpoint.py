@@ -102,7 +102,8 @@ def _compare_configs(ctx: Context, file: Path, reference: dict[str, Any], found:
         key = defining[0]
         ctx.add("checkpoint-config-mismatch", file, dataset,
                 f"expected {key} = {json.dumps(reference.get(key))} as in {what}, found "
-                f"{json.dumps(found.get(key))}" + (f" (and {len(defining) - 1} more keys)" if len(defining) > 1 else ""))
+                f"{json.dumps(found.get(key))}"
+                + (f" (and {len(defining) - 1} more keys)" if len(defining) > 1 else ""))
     others = [k for k in differ if k not in MODEL_DEFINING_KEYS]
     if drift and others:
         ctx.add("checkpoint-config-drift", file, dataset,

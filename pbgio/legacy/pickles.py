@@ -26,12 +26,12 @@ function. This loader never does that for an untrusted file:
 >>> load_pickle(d / "METADATA_1.pt")
 Traceback (most recent call last):
 ...
-pbgio.errors.UnsafePickleError: ...METADATA_1.pt: refused to unpickle: the file references the global posix.system, ...
+pbgio.errors.UnsafePickleError: ...METADATA_1.pt: refused to unpickle: ... the global posix.system, ...
 """
 
 from __future__ import annotations
 
-import io
+import _compat_pickle
 import pickle
 import pickletools
 import re
@@ -39,7 +39,7 @@ import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 from pbgio.errors import FormatError, UnsafePickleError
 from pbgio.legacy.spec import legacy_error
@@ -108,10 +108,10 @@ def _globals_in(stream: IO[bytes]) -> list[str]:
         name = op.name
         if name in ("GLOBAL", "INST"):
             module, _, attr = str(arg).partition(" ")
-            found.append(f"{module}.{attr}")
+            found.append(_python3_name(module, attr))
             last = None
         elif name == "STACK_GLOBAL":
-            found.append(f"{strings[-2]}.{strings[-1]}" if len(strings) >= 2 else "<STACK_GLOBAL>")
+            found.append(_python3_name(strings[-2], strings[-1]) if len(strings) >= 2 else "<STACK_GLOBAL>")
             last = None
         elif name in ("EXT1", "EXT2", "EXT4"):
             found.append(f"<copyreg extension {arg}>")
@@ -120,16 +120,33 @@ def _globals_in(stream: IO[bytes]) -> list[str]:
             last = arg.decode("latin-1") if isinstance(arg, bytes) else str(arg)
             strings.append(last)
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[int(arg)] = last
+            memo[int(cast(int, arg))] = last
         elif name == "MEMOIZE":
             memo[len(memo)] = last
         elif name in ("GET", "BINGET", "LONG_BINGET"):
-            last = memo.get(int(arg))
+            last = memo.get(int(cast(int, arg)))
             if isinstance(last, str):
                 strings.append(last)
         else:
             last = None
     return found
+
+
+def _python3_name(module: str, name: str) -> str:
+    """The global Python 3 imports for a pickled name (protocol 0-2 pickles use Python 2 names)."""
+    module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+    module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+    return f"{module}.{name}"
+
+
+def check_pickle(path: Path, *, trust: bool = False) -> PickleInfo:
+    """Scan a file and raise :class:`~pbgio.errors.UnsafePickleError` for a refused global."""
+    info = inspect_pickle(path)
+    if not trust:
+        refused = info.refused()
+        if refused:
+            raise UnsafePickleError(str(path), refused[0], _more(refused))
+    return info
 
 
 def inspect_pickle(path: Path) -> PickleInfo:
@@ -154,7 +171,8 @@ def inspect_pickle(path: Path) -> PickleInfo:
             else:
                 names = _globals_in(f)
     except FileNotFoundError:
-        raise legacy_error("legacy-pickle-unreadable", str(path), "expected this file, found nothing") from None
+        raise legacy_error("legacy-pickle-unreadable", str(path),
+                           "expected this file, found nothing") from None
     except (ValueError, EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError, IndexError) as exc:
         raise legacy_error("legacy-pickle-unreadable", str(path),
                            f"expected a complete pickle, found an unreadable one ({exc})") from None
@@ -178,7 +196,7 @@ def _zip_globals(path: Path) -> list[str]:
         if len(pickles) != 1:
             raise ValueError(f"expected one data.pkl in the archive, found {len(pickles)}")
         with archive.open(pickles[0]) as member:
-            return _globals_in(io.BufferedReader(member))  # type: ignore[arg-type]
+            return _globals_in(member)
 
 
 class _BarePickleUnpickler(pickle.Unpickler):
@@ -195,11 +213,7 @@ def load_pickle(path: Path, *, trust: bool = False) -> Any:
     Raises :class:`~pbgio.errors.UnsafePickleError` for a refused global and a
     :class:`~pbgio.errors.FormatError` for a file that is no readable pickle.
     """
-    info = inspect_pickle(path)
-    if not trust:
-        refused = info.refused()
-        if refused:
-            raise UnsafePickleError(str(path), refused[0], _more(refused))
+    info = check_pickle(path, trust=trust)
     if info.container == "pickle":
         return _load_bare(path, trust)
     import torch
@@ -209,7 +223,8 @@ def load_pickle(path: Path, *, trust: bool = False) -> Any:
     except pickle.UnpicklingError as exc:
         if trust:
             raise _unreadable(path, exc) from None
-        raise UnsafePickleError(str(path), _torch_refused_global(str(exc), info.globals)) from None
+        name = _torch_refused_global(str(exc), info.globals)
+        raise UnsafePickleError(str(path), name, None if name else _torch_refusal_reason(str(exc))) from None
     except (RuntimeError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError,
             AttributeError) as exc:
         raise _unreadable(path, exc) from None
@@ -232,7 +247,7 @@ def _more(refused: list[str]) -> str | None:
     return f"and {len(refused) - 1} more: {', '.join(refused[1:4])}" if len(refused) > 1 else None
 
 
-def _torch_refused_global(message: str, scanned: Iterable[str]) -> str:
+def _torch_refused_global(message: str, scanned: Iterable[str]) -> str | None:
     """The global torch's weights_only unpickler refused, qualified from our scan when it can be."""
     for pattern in _TORCH_GLOBAL_RES:
         m = pattern.search(message)
@@ -242,8 +257,12 @@ def _torch_refused_global(message: str, scanned: Iterable[str]) -> str:
                 if full == short or full.endswith(f".{short}"):
                     return full
             return short
-    reason = next((line.strip() for line in message.splitlines() if "Unsupported" in line), "")
-    return f"<refused by torch's weights_only unpickler: {reason or 'unsupported content'}>"
+    return None
+
+
+def _torch_refusal_reason(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return next((line for line in lines if "Unsupported" in line), lines[-1] if lines else "refused")[:200]
 
 
 def _unreadable(path: Path, exc: BaseException) -> FormatError:

@@ -10,8 +10,9 @@ migration guide's tables are rendered from these declarations.
 (1, 4)
 >>> migrated = migrate_config_dict({"metric": "cos", "partitionOrder": "chained_symmetric_pairs",
 ...                                 "numDynamicRels": 0, "model": "f2_model"})
->>> migrated.config
-{'comparator': 'cos', 'bucket_order': 'affinity', 'dynamic_relations': False, 'workers': 40, 'verbose': 1, 'num_edge_chunks': 1}
+>>> migrated.config  # doctest: +NORMALIZE_WHITESPACE
+{'comparator': 'cos', 'bucket_order': 'affinity', 'dynamic_relations': False,
+ 'workers': 40, 'verbose': 1, 'num_edge_chunks': 1}
 >>> migrated.era
 'camelCase'
 >>> migrate_param_key("rhs_operators.1.rotation")
@@ -92,6 +93,7 @@ LEGACY_PROBLEMS: dict[str, str] = {
     "legacy-config": "The config stored in METADATA cannot be mapped to the current keys.",
     "legacy-layout-conflict": "The legacy files disagree (index base, versions, counts).",
     "legacy-bucket": "A legacy bucket cannot be read, or is already in the current format.",
+    "legacy-not-found": "The directory to convert holds no file of the legacy layout.",
 }
 """Error codes of the legacy reader (``Issue.rule`` of the errors it raises).
 
@@ -152,7 +154,7 @@ KEY_RENAMES: tuple[KeyRename, ...] = (
     KeyRename("metric", "comparator", "config", "da69cbc"),
     KeyRename("partitionOrder", "bucket_order", "config", "da69cbc"),
     KeyRename("all_rhs_negs", "all_negs", "relation", "da69cbc"),
-    KeyRename("model", None, "config", "da69cbc", "always 'f2_model'; dropped"),
+    KeyRename("model", None, "config", "da69cbc", "it was always 'f2_model'"),
     KeyRename("numDynamicRels", "dynamic_relations", "config", "070cd4c",
               "the auto-set int became a user-set bool: true when the int was > 0; the count "
               "itself goes to dynamic_rel_count.txt"),
@@ -162,7 +164,7 @@ VALUE_RENAMES: tuple[ValueRename, ...] = (
     ValueRename("bucket_order", "config", "chained_symmetric_pairs", "affinity", "9310dab"),
     ValueRename("operator", "relation", "affine_rhs", "affine", "da69cbc",
                 "its `rotation` parameter becomes `linear_transformation`, transposed"),
-    ValueRename("loss_fn", "config", "logit", "logistic", "da69cbc", "the old alias of the logistic loss"),
+    ValueRename("loss_fn", "config", "logit", "logistic", "—", "an old alias of the logistic loss"),
 )
 
 PARAM_RENAMES: tuple[ParamRename, ...] = (
@@ -215,12 +217,15 @@ class ConfigChange:
     reason: str
 
     def __str__(self) -> str:
+        """``relations[1].operator: 'affine_rhs' → 'affine' (value renamed in da69cbc)`` and the like."""
+        parent = self.path[: -len(self.legacy_key)] if self.path.endswith(self.legacy_key) else ""
         if self.current_key is None:
-            return f"{self.path}: dropped ({self.reason})"
-        if self.legacy_value != self.current_value:
-            return (f"{self.path}: {self.legacy_key} = {self.legacy_value!r} → {self.current_key} = "
-                    f"{self.current_value!r} ({self.reason})")
-        return f"{self.path}: {self.legacy_key} → {self.current_key} ({self.reason})"
+            return f"{self.path} = {self.legacy_value!r}: dropped ({self.reason})"
+        if self.current_key == self.legacy_key:
+            return f"{self.path}: {self.legacy_value!r} → {self.current_value!r} ({self.reason})"
+        value = (f" = {self.legacy_value!r} → {self.current_value!r}"
+                 if self.legacy_value != self.current_value else "")
+        return f"{self.path} → {parent}{self.current_key}{value} ({self.reason})"
 
 
 @dataclass
@@ -252,11 +257,13 @@ def _migrate_mapping(data: Mapping[str, Any], scope: Scope, where: str, out: Con
         if rename is not None and normalized == _DYNAMIC_COUNT_KEY:
             count = _as_int(value)
             if count is None:
-                raise legacy_error("legacy-config", source, f"expected an integer for {path}, found {value!r}")
+                raise legacy_error("legacy-config", source,
+                                   f"expected an integer for {path}, found {value!r}")
             out.num_dynamic_rels = count
             new_value = count > 0
         if rename is not None:
-            out.changes.append(ConfigChange(path, key, new_key, value, new_value, f"renamed in {rename.commit}"))
+            out.changes.append(ConfigChange(path, key, new_key, value, new_value,
+                                            f"renamed in {rename.commit}"))
         elif new_key != key:
             out.changes.append(ConfigChange(path, key, new_key, value, new_value, "camelCase → snake_case"))
         if isinstance(new_value, str):
@@ -296,7 +303,8 @@ def migrate_config_dict(legacy: Mapping[str, Any], source: str | None = None) ->
     relations = config.get("relations")
     if isinstance(relations, list):
         config["relations"] = [
-            _migrate_mapping(rel, "relation", f"relations[{i}]", out, source) if isinstance(rel, Mapping) else rel
+            _migrate_mapping(rel, "relation", f"relations[{i}]", out, source)
+            if isinstance(rel, Mapping) else rel
             for i, rel in enumerate(relations)
         ]
     entities = config.get("entities")
@@ -319,12 +327,12 @@ def _has_camel(data: Mapping[str, Any]) -> bool:
     for key, value in data.items():
         if isinstance(key, str) and key != key.lower():
             return True
-        if key == "relations" and isinstance(value, list):
-            if any(isinstance(r, Mapping) and _has_camel(r) for r in value):
-                return True
-        if key == "entities" and isinstance(value, Mapping):
-            if any(isinstance(e, Mapping) and _has_camel(e) for e in value.values()):
-                return True
+        if key == "relations" and isinstance(value, list) and any(
+                isinstance(r, Mapping) and _has_camel(r) for r in value):
+            return True
+        if key == "entities" and isinstance(value, Mapping) and any(
+                isinstance(e, Mapping) and _has_camel(e) for e in value.values()):
+            return True
     return False
 
 
@@ -387,3 +395,22 @@ def renames_markdown() -> str:
     for key, value in LEGACY_DEFAULTS.items():
         lines.append(f"| `{key}` | `{value!r}` |")
     return "\n".join(lines) + "\n"
+
+
+def problems_markdown() -> str:
+    """The table of legacy reader error codes (docs/guides/migration.md)."""
+    lines = ["| code | meaning |", "|---|---|"]
+    lines += [f"| `{code}` | {_cell(text)} |" for code, text in LEGACY_PROBLEMS.items()]
+    return "\n".join(lines) + "\n"
+
+
+GENERATED_BLOCKS = {"renames": renames_markdown, "problems": problems_markdown}
+"""Marker name → renderer of the generated blocks in the migration guide."""
+
+
+def render_guide(text: str) -> str:
+    """``text`` with every ``<!-- BEGIN name -->…<!-- END name -->`` block regenerated."""
+    for name, render in GENERATED_BLOCKS.items():
+        pattern = re.compile(rf"(<!-- BEGIN {name}[^>]*-->\n).*?(<!-- END {name} -->)", re.S)
+        text = pattern.sub(lambda m, r=render: m[1] + r() + m[2], text)  # type: ignore[misc]
+    return text

@@ -39,7 +39,8 @@ def is_tensor(value: Any) -> bool:
 def to_float32(value: Any, source: str, what: str) -> Float32Array:
     """A float32 C-ordered copy of a tensor (or Parameter); anything else is an error."""
     if not is_tensor(value):
-        raise legacy_error("legacy-structure", source, f"expected {what} as a tensor, found {type(value).__name__}")
+        raise legacy_error("legacy-structure", source,
+                           f"expected {what} as a tensor, found {type(value).__name__}")
     if not value.is_floating_point():
         raise legacy_error("legacy-structure", source, f"expected {what} as floats, found {value.dtype}")
     array = value.detach().cpu().float().contiguous().numpy()

@@ -7,6 +7,8 @@
   ``test`` extra: hypothesis).
 - :mod:`pbgio.testing.mutations`: one mutation per rule of :data:`pbgio.spec.rules.RULES`,
   breaking exactly that rule in a written valid layout.
+- :mod:`pbgio.testing.edgelists`: a layout's edges read back as names (the inverse of
+  ``pbgio import``), for round-trip tests.
 
 Only :mod:`~pbgio.testing.strategies` imports hypothesis; import it explicitly.
 """

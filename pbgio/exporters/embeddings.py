@@ -1,0 +1,234 @@
+"""Trained embeddings of a checkpoint version as tables: TSV, Parquet, or .npy with names.
+
+Rows are the entities of a type in layout order (partition 0, then 1, …), each named
+from ``entity_names_{type}_{part}.json`` (a featurized type's rows are its features).
+As in the original's ``torchbiggraph_export_to_tsv``, when the config has
+``global_emb: true`` the type's global embedding (``entities/{type}/global_embedding``
+in ``model.vN.h5``) is **added** to every row, in float32, because that is the vector
+the model scores with; ``add_global=False`` exports the stored rows unchanged.
+
+Formats (values are float32 and read back bit for bit):
+
+- ``tsv``: one file, every type: ``name<TAB>v0<TAB>v1…`` per line, the original's layout,
+  with each value in its shortest round-trip decimal form (the original's ``%.9f``
+  loses small values). Names holding a tab or a line break are refused.
+- ``parquet``: one file per type: ``name`` and ``embedding`` (a fixed-size list of
+  float32), or ``name`` and ``dim_0 … dim_{d-1}`` with ``parquet_layout="columns"``.
+- ``npy``: per type a ``(count, dim)`` float32 ``.npy`` and a JSON list of names,
+  ``{type}.npy`` and ``{type}.names.json``.
+
+``output`` is the TSV file; for Parquet and npy it is a directory (``{type}.parquet``,
+``{type}.npy``), or, when one type is exported, may name the file itself
+(``user.parquet``; ``user.npy`` with ``user.names.json`` beside it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Literal
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from pbgio.config import ConfigSchema
+from pbgio.entities import read_entity_count, read_entity_names, write_name_list
+from pbgio.exporters.common import (
+    ExportError,
+    ExportReport,
+    ExportSource,
+    check_free,
+    open_export_source,
+    output_file,
+)
+from pbgio.progress import Progress
+from pbgio.spec.checkpoint import global_embedding_name
+
+EmbeddingFormat = Literal["tsv", "parquet", "npy"]
+ParquetLayout = Literal["list", "columns"]
+FORMATS: tuple[EmbeddingFormat, ...] = ("tsv", "parquet", "npy")
+ROWS_PER_WRITE = 1 << 16
+Floats = NDArray[np.float32]
+
+
+def export_embeddings(
+    config: ConfigSchema | str | Path,
+    output: str | Path,
+    *,
+    fmt: EmbeddingFormat = "tsv",
+    version: int | None = None,
+    entity_types: Sequence[str] | None = None,
+    add_global: bool = True,
+    parquet_layout: ParquetLayout = "list",
+    checkpoint: Path | None = None,
+    base: Path | None = None,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> ExportReport:
+    """Write the embeddings of ``version`` (default: the committed one) of every (or the given) type."""
+    started = time.perf_counter()
+    if fmt not in FORMATS:
+        raise ExportError(f"expected a format among {FORMATS}, found {fmt!r}")
+    if parquet_layout not in ("list", "columns"):
+        raise ExportError(f"expected parquet_layout 'list' or 'columns', found {parquet_layout!r}")
+    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    cfg = source.config
+    types = list(entity_types) if entity_types else list(cfg.entities)
+    unknown = [t for t in types if t not in cfg.entities]
+    if unknown:
+        raise ExportError(f"expected entity types of the config {sorted(cfg.entities)}, found {unknown}")
+    report = ExportReport(version=source.version)
+    shift = _global_embeddings(source, types) if add_global and cfg.global_emb else {}
+    report.global_added = sorted(shift)
+    progress = progress or Progress()
+    progress.start("exporting embeddings", total=sum(cfg.num_partitions(t) for t in types))
+    output = Path(output)
+    if fmt == "tsv":
+        with output_file(output, overwrite) as tmp, tmp.open("wb") as out:
+            for entity_type in types:
+                for names, values in _partitions(source, entity_type, shift.get(entity_type), progress):
+                    _check_tsv_names(names, entity_type)
+                    _write_tsv(out, names, values)
+                    report.rows[entity_type] = report.rows.get(entity_type, 0) + len(names)
+        report.outputs.append(str(output))
+    else:
+        for entity_type, path in _targets(output, fmt, types).items():
+            parts = _partitions(source, entity_type, shift.get(entity_type), progress)
+            if fmt == "parquet":
+                report.rows[entity_type] = _write_parquet(path, parts, cfg.entity_dimension(entity_type),
+                                                          parquet_layout, overwrite)
+                report.outputs.append(str(path))
+            else:
+                names_path = path.with_name(f"{path.stem}.names.json")
+                report.rows[entity_type] = _write_npy(path, names_path, source, entity_type, parts, overwrite)
+                report.outputs += [str(path), str(names_path)]
+    progress.stop()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _global_embeddings(source: ExportSource, types: list[str]) -> dict[str, Floats]:
+    model = source.checkpoint.read_model(source.version)
+    found = {}
+    for entity_type in types:
+        value = model.params.get(global_embedding_name(entity_type))
+        if value is None:
+            raise ExportError(f"{source.checkpoint.model_path(source.version)}: expected "
+                              f"model/{global_embedding_name(entity_type)} (global_emb is true), found none; "
+                              "export without global embeddings (--no-global) to skip them")
+        found[entity_type] = np.asarray(value, dtype=np.float32)
+    return found
+
+
+def _partitions(source: ExportSource, entity_type: str, shift: Floats | None,
+                progress: Progress) -> Iterator[tuple[pl.Series, Floats]]:
+    """Names and rows of each partition, global embedding added when ``shift`` is given."""
+    for part in range(source.config.num_partitions(entity_type)):
+        names = pl.Series("name", read_entity_names(source.entity_path, entity_type, part), dtype=pl.String)
+        values = source.checkpoint.read_embeddings(entity_type, part, source.version).embeddings
+        if len(names) != values.shape[0]:
+            path = source.checkpoint.embeddings_path(entity_type, part, source.version)
+            raise ExportError(f"{path}: expected {len(names)} rows (entity_names_{entity_type}_{part}.json), "
+                              f"found {values.shape[0]}")
+        if shift is not None:
+            if shift.shape != (values.shape[1],):
+                raise ExportError(f"expected a global embedding of shape ({values.shape[1]},) for "
+                                  f"{entity_type!r}, "
+                                  f"found {shift.shape}")
+            values = values + shift  # float32 + float32, as the original adds them
+        yield names, np.ascontiguousarray(values, dtype=np.float32)
+        progress.advance()
+
+
+def _check_tsv_names(names: pl.Series, entity_type: str) -> None:
+    bad = names.filter(names.str.contains(r"[\t\n\r]"))
+    if len(bad):
+        raise ExportError(f"{entity_type!r} has names holding a tab or a line break, e.g. {bad[0]!r}, which "
+                          "TSV cannot hold; export to Parquet or npy instead")
+
+
+def _value_columns(values: Floats) -> dict[str, Floats]:
+    return {f"dim_{i}": values[:, i] for i in range(values.shape[1])}
+
+
+def _write_tsv(out: IO[bytes], names: pl.Series, values: Floats) -> None:
+    for start in range(0, len(names), ROWS_PER_WRITE):
+        end = min(start + ROWS_PER_WRITE, len(names))
+        frame = pl.DataFrame({"name": names.slice(start, end - start), **_value_columns(values[start:end])})
+        frame.write_csv(out, separator="\t", include_header=False, quote_style="never", line_terminator="\n")
+
+
+def _targets(output: Path, fmt: str, types: list[str]) -> dict[str, Path]:
+    if output.suffix == f".{fmt}":
+        if len(types) != 1:
+            raise ExportError(f"{output}: a single .{fmt} file holds one entity type, found {len(types)} to "
+                              "export (give a directory, or pick one type)")
+        return {types[0]: output}
+    return {t: output / f"{t}.{fmt}" for t in types}
+
+
+def _frame(names: pl.Series, values: Floats, layout: ParquetLayout) -> pl.DataFrame:
+    if layout == "list":
+        array = pl.Series("embedding", values, dtype=pl.Array(pl.Float32, values.shape[1]))
+        return pl.DataFrame([names, array])
+    return pl.DataFrame({"name": names, **_value_columns(values)})
+
+
+def _write_parquet(path: Path, parts: Iterator[tuple[pl.Series, Floats]], dimension: int,
+                   layout: ParquetLayout, overwrite: bool) -> int:
+    """Stream the partitions into one Parquet file (memory: one partition)."""
+    from polars.io.plugins import register_io_source
+
+    schema: dict[str, pl.DataType] = {"name": pl.String()}
+    if layout == "list":
+        schema["embedding"] = pl.Array(pl.Float32, dimension)
+    else:
+        schema.update({f"dim_{i}": pl.Float32() for i in range(dimension)})
+    rows = 0
+
+    def frames(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
+               batch_size: int | None) -> Iterator[pl.DataFrame]:
+        nonlocal rows
+        for names, values in parts:
+            if values.shape[1] != dimension:
+                raise ExportError(f"expected dimension {dimension}, found {values.shape[1]}")
+            rows += len(names)
+            frame = _frame(names, values, layout)
+            yield frame.select(with_columns) if with_columns is not None else frame
+
+    lazy = register_io_source(frames, schema=schema)
+    with output_file(path, overwrite) as tmp:
+        lazy.sink_parquet(tmp)
+    return rows
+
+
+def _write_npy(path: Path, names_path: Path, source: ExportSource, entity_type: str,
+               parts: Iterator[tuple[pl.Series, Floats]], overwrite: bool) -> int:
+    """A (count, dim) float32 .npy filled partition by partition, and the names beside it."""
+    from numpy.lib.format import open_memmap
+
+    cfg = source.config
+    total = sum(read_entity_count(source.entity_path, entity_type, p)
+                for p in range(cfg.num_partitions(entity_type)))
+    check_free(names_path, overwrite)
+    all_names: list[pl.Series] = []
+    with output_file(path, overwrite) as tmp:
+        shape = (total, cfg.entity_dimension(entity_type))
+        array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        start = 0
+        for names, values in parts:
+            if values.shape[1] != array.shape[1] or start + len(names) > total:
+                raise ExportError(
+                    f"expected {total} rows of dimension {array.shape[1]} for {entity_type!r} (entity "
+                    f"counts, config), found rows of dimension {values.shape[1]} beyond row {start}")
+            array[start:start + len(names)] = values
+            start += len(names)
+            all_names.append(names)
+        if start != total:
+            raise ExportError(f"expected {total} rows for {entity_type!r} (entity counts), found {start}")
+        array.flush()
+        del array
+    write_name_list(names_path, (name for names in all_names for name in names))
+    return total

@@ -1,0 +1,53 @@
+"""Edge lists in, PBG layouts out: ``pbgio import`` and :func:`import_edge_lists`.
+
+TSV, CSV, whitespace-separated text and Parquet edge lists become a complete layout
+for a config: entity dictionaries per type (names and counts), seeded partitions,
+every bucket (empty ones too), static or dynamic relations, float weights, feature
+lists of featurized types, with several input sets (train/valid/test) sharing one
+dictionary. Both passes stream through polars, so memory is bounded by the
+dictionaries and the write buffers, not by the number of edges.
+
+Submodules: :mod:`~pbgio.importers.read` (input formats), :mod:`~pbgio.importers.plan`
+(what the config asks, row checks), :mod:`~pbgio.importers.dictionary` (counting and
+dictionaries), :mod:`~pbgio.importers.partition`, :mod:`~pbgio.importers.mapping`
+(names to offsets), :mod:`~pbgio.importers.write` (staging, bucket writers),
+:mod:`~pbgio.importers.report` and :mod:`~pbgio.importers.cli`. Names are exported
+lazily so that ``pbgio`` commands that do not import stay free of polars.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pbgio.importers.importer import import_edge_lists
+    from pbgio.importers.plan import ImportSetupError
+    from pbgio.importers.read import InputOptions
+    from pbgio.importers.report import FileReport, ImportReport, Problem
+    from pbgio.importers.write import LayoutExistsError
+
+_EXPORTS = {
+    "pbgio.importers.importer": ["import_edge_lists"],
+    "pbgio.importers.plan": ["ImportSetupError"],
+    "pbgio.importers.read": ["InputOptions"],
+    "pbgio.importers.report": ["FileReport", "ImportReport", "Problem"],
+    "pbgio.importers.write": ["LayoutExistsError"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = [
+    "FileReport",
+    "ImportReport",
+    "ImportSetupError",
+    "InputOptions",
+    "LayoutExistsError",
+    "Problem",
+    "import_edge_lists",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pbgio.importers' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,165 @@
+"""``pbgio import``: edge lists to a PBG layout.
+
+Register with ``app.command("import")(import_edges)``.
+
+Exit codes follow ``pbgio``'s: 0 imported, 1 bad input (malformed rows, unreadable
+files; nothing was written), 2 usage error (bad option, missing file, an output that
+holds a layout without ``--overwrite``), 130 interrupted. The summary goes to stderr;
+``--json`` prints the full report on stdout.
+
+This module imports only typer at import time, so registering the command keeps
+``pbgio validate`` free of polars.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class OnError(str, enum.Enum):
+    fail = "fail"
+    skip = "skip"
+
+
+class InputFormat(str, enum.Enum):
+    auto = "auto"
+    text = "text"
+    parquet = "parquet"
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _error(message: str) -> None:
+    from rich.markup import escape
+
+    _console().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+Config = Annotated[Path, typer.Argument(
+    help="The run config (.json); the layout goes to its entity_path and edge_paths.")]
+Inputs = Annotated[list[Path], typer.Argument(
+    help="Edge-list files (TSV, CSV, text, Parquet): one per edge path in the config's order (e.g. train "
+    "valid test), or any number for a config with one edge path.")]
+Delimiter = Annotated[str, typer.Option(
+    "--delimiter", "-d", help="Field delimiter of text files: one character, or tab, comma, space, "
+    "semicolon, pipe, whitespace (runs of blanks, as the original).")]
+Header = Annotated[bool, typer.Option(
+    "--header/--no-header", help="Text files start with a header line (columns may then be given by name).")]
+LhsCol = Annotated[str, typer.Option(
+    "--lhs-col", "-l", help="Column of the left entity (0-based index or name).")]
+RelCol = Annotated[str, typer.Option(
+    "--rel-col", help="Column of the relation type; 'none' gives every edge the config's only relation.")]
+RhsCol = Annotated[str, typer.Option("--rhs-col", "-r", help="Column of the right entity.")]
+WeightCol = Annotated[str | None, typer.Option(
+    "--weight-col", help="Column of float edge weights (stored as float32).")]
+FeatureSeparator = Annotated[str, typer.Option(
+    "--feature-separator", help="Separator of the features in a featurized entity's cell.")]
+Format = Annotated[InputFormat, typer.Option(
+    "--format", help="Input format; auto: Parquet for .parquet/.pq files, else text.")]
+Seed = Annotated[int, typer.Option(help="Seed of the entity shuffle (partition assignment).")]
+EntityMinCount = Annotated[int, typer.Option(
+    "--entity-min-count", help="Drop entities (features, for featurized types) seen fewer times; their edges "
+    "are filtered.")]
+RelationMinCount = Annotated[int, typer.Option(
+    "--relation-type-min-count", "--relation-min-count",
+    help="Drop relation types with fewer edges; their edges are filtered.")]
+OnErrorOption = Annotated[OnError, typer.Option(
+    "--on-error", help="Malformed rows: fail (report the first, write nothing) or skip (count and report "
+    "them).")]
+Overwrite = Annotated[bool, typer.Option(
+    "--overwrite", help="Replace a layout already in the output directories.")]
+Base = Annotated[Path | None, typer.Option(
+    "--base", help="Directory that relative paths in the config resolve against (default: the config's "
+    "directory).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the import report as JSON on stdout.")]
+NoProgress = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
+
+
+def import_edges(
+    config: Config,
+    inputs: Inputs,
+    delimiter: Delimiter = "tab",
+    header: Header = False,
+    lhs_col: LhsCol = "0",
+    rel_col: RelCol = "1",
+    rhs_col: RhsCol = "2",
+    weight_col: WeightCol = None,
+    feature_separator: FeatureSeparator = " ",
+    input_format: Format = InputFormat.auto,
+    seed: Seed = 0,
+    entity_min_count: EntityMinCount = 1,
+    relation_min_count: RelationMinCount = 1,
+    on_error: OnErrorOption = OnError.fail,
+    overwrite: Overwrite = False,
+    base: Base = None,
+    as_json: AsJson = False,
+    no_progress: NoProgress = False,
+) -> None:
+    """Import edge lists into a PBG layout: dictionaries, partitions, every bucket."""
+    from rich.markup import escape
+
+    from pbgio.errors import ConfigError, InputError, MissingArtifactError, PbgioError
+    from pbgio.importers.importer import import_edge_lists
+    from pbgio.importers.plan import ImportSetupError
+    from pbgio.importers.read import InputOptions, parse_column, parse_delimiter
+    from pbgio.importers.write import LayoutExistsError
+    from pbgio.progress import Progress, RichProgress, progress_wanted
+
+    console = _console()
+    try:
+        lhs, rhs = parse_column(lhs_col), parse_column(rhs_col)
+        if lhs is None or rhs is None:
+            raise ValueError("the lhs and rhs columns are required")
+        options = InputOptions(
+            delimiter=parse_delimiter(delimiter), header=header, lhs_col=lhs, rel_col=parse_column(rel_col),
+            rhs_col=rhs, weight_col=parse_column(weight_col), feature_separator=feature_separator,
+            file_format=input_format.value)
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    try:
+        bars: contextlib.AbstractContextManager[Progress] = (
+            RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
+        with bars as progress:
+            report = import_edge_lists(
+                config, list(inputs), options=options, base=base, seed=seed,
+                entity_min_count=entity_min_count, relation_min_count=relation_min_count,
+                on_error=on_error.value, overwrite=overwrite,
+                progress=progress)
+    except (MissingArtifactError, LayoutExistsError, ImportSetupError) as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    except (InputError, ConfigError, PbgioError) as exc:
+        _error(f"{exc} (nothing was written)")
+        raise typer.Exit(EXIT_INVALID) from None
+    except KeyboardInterrupt:
+        console.print("interrupted (nothing was written)")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    for warning in report.warnings:
+        console.print(f"[yellow]warning[/]: {escape(warning)}", soft_wrap=True)
+    for file in report.files:
+        for problem in file.problems[:5]:
+            console.print(f"[yellow]skipped[/]: {escape(str(problem))}", soft_wrap=True)
+        if file.malformed > 5:
+            console.print(f"… {file.malformed - 5:,} more malformed rows skipped in {escape(file.path)}")
+    console.print(escape(report.summary()), soft_wrap=True)
+    console.print(escape(report.entity_line()), soft_wrap=True)
+    for line in report.bucket_lines():
+        console.print(escape(line), soft_wrap=True)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+

@@ -1,0 +1,295 @@
+"""``import_edge_lists``: edge-list files to a complete PBG layout for a config.
+
+Two streaming passes over the inputs:
+
+1. **Count** (:mod:`~pbgio.importers.dictionary`): check every row, count relations and
+   (entity type, name) pairs over *all* inputs, so train, valid and test share one
+   dictionary. With ``on_error="fail"`` the first malformed row stops the import here,
+   before anything is written. (A relation minimum count adds one more counting pass.)
+2. **Map and write** (:mod:`~pbgio.importers.mapping`): join names to (partition, offset)
+   and append edges to one bucket writer per bucket, in batches.
+
+Everything is written into staging directories and moved into place at the end
+(:mod:`~pbgio.importers.write`), entity counts last: a failed import leaves no layout
+that validates, and an overwritten layout survives a failed re-import.
+
+>>> import json, tempfile, pathlib
+>>> from pbgio.validate import validate_path
+>>> root = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (root / "config.json").write_text(json.dumps({
+...     "entities": {"user": {"num_partitions": 2}},
+...     "relations": [{"name": "follows", "lhs": "user", "rhs": "user"}],
+...     "dimension": 8, "entity_path": "data", "edge_paths": ["data/train"],
+...     "checkpoint_path": "model"}))
+>>> _ = (root / "train.tsv").write_text("ann\\tfollows\\tbob\\nbob\\tfollows\\tcy\\ncy\\tfollows\\tann\\n")
+>>> report = import_edge_lists(root / "config.json", [root / "train.tsv"])
+>>> report.kept, report.entities, validate_path(root / "config.json").ok
+(3, {'user': [2, 1]}, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import polars as pl
+
+from pbgio.config import ConfigSchema, load_config
+from pbgio.entities import (
+    write_dynamic_rel_count,
+    write_entity_count,
+    write_entity_names,
+    write_relation_names,
+)
+from pbgio.importers.dictionary import (
+    Counter,
+    Dictionary,
+    KeyKind,
+    build_dictionary,
+    count_file,
+    hashes_are_unique,
+    kept_relation_ids,
+    relation_names,
+)
+from pbgio.importers.mapping import Vocabulary, mapped_batches, mapping_query
+from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, checked_frame
+from pbgio.importers.read import WHITESPACE, InputOptions, Source, open_source
+from pbgio.importers.report import FileReport, ImportReport, Problem
+from pbgio.importers.write import BucketSink, Staging
+from pbgio.progress import Progress
+from pbgio.storage import local_path
+
+OnError = Literal["fail", "skip"]
+PathLike = str | Path
+_NAMES_PER_CHUNK = 1 << 16
+# Inputs whose files add up to at most this many bytes are parsed once and kept in memory
+# for the second pass; larger ones are streamed twice.
+IN_MEMORY_BYTES = 64 << 20
+
+
+@dataclass
+class _Input:
+    source: Source
+    edge_path: int
+    report: FileReport
+
+
+def import_edge_lists(
+    config: ConfigSchema | PathLike,
+    inputs: Sequence[PathLike | Sequence[PathLike]],
+    *,
+    options: InputOptions | None = None,
+    base: Path | None = None,
+    seed: int = 0,
+    entity_min_count: int = 1,
+    relation_min_count: int = 1,
+    on_error: OnError = "fail",
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import edge lists into the layout of ``config`` (its ``entity_path`` and ``edge_paths``).
+
+    ``inputs`` holds one file per edge path, in the config's order (or, for a config with
+    one edge path, any number of files), or one sequence of files per edge path. Relative
+    config paths resolve against ``base``, by default the config file's directory (the
+    current directory for a :class:`ConfigSchema`). Raises :class:`~pbgio.errors.InputError`
+    for malformed input (with ``on_error="fail"``), :class:`ImportSetupError` when config,
+    options and inputs do not fit together, and
+    :class:`~pbgio.importers.write.LayoutExistsError` when an output directory holds a
+    layout and ``overwrite`` is false.
+    """
+    started = time.perf_counter()
+    options = options or InputOptions()
+    progress = progress or Progress()
+    if on_error not in ("fail", "skip"):
+        raise ImportSetupError(f"on_error is 'fail' or 'skip', got {on_error!r}")
+    if entity_min_count < 0 or relation_min_count < 0:
+        raise ImportSetupError("minimum counts are non-negative")
+    if isinstance(config, ConfigSchema):
+        cfg, config_name = config, None
+        base = base if base is not None else Path.cwd()
+    else:
+        from pbgio.validate import infer_base
+
+        cfg, config_name = load_config(config), str(config)
+        base = base if base is not None else infer_base(Path(config), cfg)
+    plan = ImportPlan.build(cfg, has_rel_column=options.rel_col is not None,
+                            feature_separator=options.feature_separator)
+    if (options.delimiter == WHITESPACE and any(plan.featurized(t) for t in plan.types)
+            and not options.feature_separator.strip()):
+        raise ImportSetupError("expected a feature separator other than whitespace with a whitespace "
+                               "delimiter (pass --feature-separator)")
+    entity_dir = local_path(cfg.entity_path, base)
+    edge_dirs = [local_path(p, base) for p in cfg.edge_paths]
+    if len({p.resolve() for p in edge_dirs}) != len(edge_dirs):
+        raise ImportSetupError(f"expected distinct edge_paths, found {cfg.edge_paths}")
+    sets = _input_sets(inputs, len(edge_dirs))
+    staging = Staging([entity_dir, *edge_dirs], overwrite=overwrite)
+    staging.check()
+
+    report = ImportReport(config=config_name, entity_path=str(entity_dir), dynamic=plan.dynamic, seed=seed)
+    items = [_Input(open_source(Path(f), options), i, FileReport(str(f), str(edge_dirs[i])))
+             for i, files in enumerate(sets) for f in files]
+    report.files = [item.report for item in items]
+    relations = _count(items, plan, report, entity_min_count=entity_min_count,
+                       relation_min_count=relation_min_count, on_error=on_error, seed=seed, progress=progress)
+    vocab, names = relations
+    with staging:
+        _write_entities(staging.staged(entity_dir), plan, vocab, names, report, progress)
+        for i, edge_dir in enumerate(edge_dirs):
+            mine = [item for item in items if item.edge_path == i]
+            report.buckets[str(edge_dir)] = _write_edges(
+                staging.staged(edge_dir), mine, plan, vocab, progress, weights=options.weight_col is not None)
+        progress.stop()
+        staging.commit()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _input_sets(inputs: Sequence[PathLike | Sequence[PathLike]], n_paths: int) -> list[list[PathLike]]:
+    if not inputs:
+        raise ImportSetupError("expected at least one input file, found none")
+    if all(isinstance(i, str | Path) for i in inputs):
+        flat = [i for i in inputs if isinstance(i, str | Path)]
+        if len(flat) == n_paths:
+            return [[f] for f in flat]
+        if n_paths == 1:
+            return [flat]
+        raise ImportSetupError(f"expected {n_paths} input files, one per edge path of the config, "
+                               f"found {len(flat)}")
+    if len(inputs) != n_paths:
+        raise ImportSetupError(f"expected {n_paths} input sets, one per edge path of the config, "
+                               f"found {len(inputs)}")
+    return [[i] if isinstance(i, str | Path) else list(i) for i in inputs]
+
+
+@contextlib.contextmanager
+def _reading(source: Source) -> Iterator[None]:
+    """Polars errors while reading a file become :class:`InputError` naming the file (and line)."""
+    try:
+        yield
+    except pl.exceptions.PolarsError as exc:
+        text = str(exc)
+        if "utf8" in text.lower() or "utf-8" in text.lower():
+            line = _invalid_utf8_line(source.path)
+            raise source.problem(line, "expected UTF-8 text, found invalid bytes") from None
+        first = text.splitlines()[0] if text else repr(exc)
+        raise source.problem(None, f"cannot read the file: {first}") from None
+
+
+def _invalid_utf8_line(path: Path) -> int | None:
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return None
+
+
+def _count(items: list[_Input], plan: ImportPlan, report: ImportReport, *, entity_min_count: int,
+           relation_min_count: int, on_error: OnError, seed: int,
+           progress: Progress) -> tuple[Vocabulary, list[str]]:
+    """Pass 1 (and 1b): check rows, count, and build every dictionary."""
+    two_pass = relation_min_count > 1
+    first = RelationMap(None, False) if plan.dynamic else RelationMap(plan.static_names(), True)
+    counter = Counter()
+    progress.start("counting", total=len(items) * (2 if two_pass else 1))
+    cache_left = IN_MEMORY_BYTES
+    for item in items:
+        progress.describe(f"counting {item.source.path.name}")
+        size = item.source.path.stat().st_size
+        if size <= cache_left:  # small inputs are parsed once for both passes
+            cache_left -= size
+            with _reading(item.source):
+                item.source = dataclasses.replace(item.source, frame=item.source.frame.collect().lazy())
+        with _reading(item.source):
+            counts = count_file(checked_frame(item.source, plan, first), plan, first,
+                                count_relations=plan.dynamic or two_pass, count_entities=not two_pass)
+        item.report.rows, item.report.malformed = counts.rows, counts.malformed
+        item.report.problems = [Problem(str(item.source.path), line, msg, item.source.unit)
+                                for line, msg in counts.problems]
+        if counts.malformed and on_error == "fail":
+            line, msg = counts.problems[0]
+            raise item.source.problem(line, msg, count=counts.malformed)
+        if counts.rows == 0:
+            empty = item.source.problem(item.source.first_line,
+                                        "expected edges, found none (the file is empty)")
+            if on_error == "fail":
+                raise empty
+            report.warnings.append(str(empty))
+        counter.add(counts)
+        progress.advance()
+    if plan.dynamic:
+        names = relation_names(counter.relations, relation_min_count)
+        relations = RelationMap(names, False)
+    else:
+        names = plan.static_names()
+        kept = kept_relation_ids(counter.relations, len(names), relation_min_count)
+        relations = RelationMap(names, True, kept)
+    if two_pass:
+        for item in items:
+            progress.describe(f"counting entities of {item.source.path.name}")
+            with _reading(item.source):
+                counts = count_file(checked_frame(item.source, plan, relations), plan, relations,
+                                    count_relations=False, count_entities=True)
+            counter.add(counts)
+            progress.advance()
+    key: KeyKind = "hash" if all(hashes_are_unique(c) for c in counter.entities.values()) else "name"
+    dictionaries = {t: build_dictionary(t, counter.entities.get(t), min_count=entity_min_count,
+                                        num_partitions=plan.config.num_partitions(t), seed=seed)
+                    for t in plan.types}
+    report.relation_types = len(names)
+    return Vocabulary(dictionaries, relations, key), names
+
+
+def _names(dictionary: Dictionary, part: int) -> Iterator[str]:
+    names = dictionary.partition(part)
+    for start in range(0, len(names), _NAMES_PER_CHUNK):
+        yield from names.slice(start, _NAMES_PER_CHUNK).to_list()
+
+
+def _write_entities(directory: Path, plan: ImportPlan, vocab: Vocabulary, names: list[str],
+                    report: ImportReport, progress: Progress) -> None:
+    progress.start("writing entity names", total=len(plan.types))
+    for entity_type, dictionary in vocab.entities.items():
+        parts = len(dictionary.bounds) - 1
+        for part in range(parts):
+            write_entity_names(directory, entity_type, part, _names(dictionary, part))
+            write_entity_count(directory, entity_type, part, dictionary.count(part))
+        report.entities[entity_type] = [dictionary.count(p) for p in range(parts)]
+        if plan.featurized(entity_type):
+            report.featurized.append(entity_type)
+        progress.advance()
+    write_relation_names(directory, names)
+    if plan.dynamic:
+        write_dynamic_rel_count(directory, len(names))
+
+
+def _write_edges(directory: Path, items: list[_Input], plan: ImportPlan, vocab: Vocabulary,
+                 progress: Progress, *, weights: bool) -> dict[str, int]:
+    sink = BucketSink(directory, plan.grid, weights=weights, lhs_features=plan.has_features("lhs"),
+                      rhs_features=plan.has_features("rhs"))
+    try:
+        progress.start(f"writing {directory.parent.name}", total=sum(i.report.rows - i.report.malformed
+                                                                     for i in items))
+        for item in items:
+            progress.describe(f"writing {item.source.path.name} into {directory.parent.name}")
+            with _reading(item.source):
+                query = mapping_query(checked_frame(item.source, plan, vocab.relations), plan, vocab)
+                for batch in mapped_batches(query, plan, vocab):
+                    sink.append(batch)
+                    item.report.kept += len(batch)
+                    progress.advance(len(batch))
+            progress.advance(item.report.rows - item.report.malformed - item.report.kept)
+        progress.start(f"writing buckets of {directory.parent.name}", total=len(sink.writers))
+        counts = sink.close(lambda _: progress.advance())
+    except BaseException:
+        sink.abort()
+        raise
+    return {f"{lhs}_{rhs}": n for (lhs, rhs), n in counts.items()}

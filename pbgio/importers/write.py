@@ -1,0 +1,211 @@
+"""Writing a layout: staged beside its final place, moved in only when complete.
+
+Every output directory (``entity_path`` and each edge path) gets a hidden staging
+directory inside it, and the import writes only there. :meth:`Staging.commit` then
+moves the files into place: buckets first, then names and relation files, and the
+entity count files last. A layout interrupted at any point therefore lacks count
+files, and ``pbgio validate`` rejects it; a failed import removes its staging
+directories and leaves any earlier layout as it was.
+
+>>> import tempfile, pathlib
+>>> root = pathlib.Path(tempfile.mkdtemp())
+>>> with Staging([root / "entities"], overwrite=False) as stage:
+...     _ = (stage.staged(root / "entities") / "entity_count_user_0.txt").write_text("3\\n")
+...     stage.commit()
+>>> sorted(p.name for p in (root / "entities").iterdir())
+['entity_count_user_0.txt']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio.atomic import fsync_dir
+from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists
+from pbgio.errors import PbgioError
+from pbgio.importers.mapping import EdgeBatch
+from pbgio.spec import naming
+from pbgio.spec.edges import WRITE_CHUNK_ELEMENTS
+
+# Edges buffered over all the buckets of an edge path before they are written; with many
+# buckets each one gets a share, but never fewer than MIN_BUFFER_EDGES.
+BUFFER_BUDGET_EDGES = 8 * WRITE_CHUNK_ELEMENTS
+MIN_BUFFER_EDGES = 1 << 14
+# Above this many buckets, bucket files are closed between writes (open-file limits).
+MAX_OPEN_BUCKETS = 256
+
+
+class LayoutExistsError(PbgioError, FileExistsError):
+    """An output directory already holds layout files and overwriting was not asked for."""
+
+
+def _rank(name: str) -> int | None:
+    """Commit order of a layout file: buckets, then names and relation files, counts last."""
+    if naming.parse_bucket_file(name):
+        return 0
+    if naming.parse_entity_names_file(name) or name in (naming.DYNAMIC_REL_NAMES, naming.DYNAMIC_REL_COUNT):
+        return 1
+    if naming.parse_entity_count_file(name):
+        return 2
+    return None
+
+
+def layout_files(directory: Path) -> list[Path]:
+    """Files of a layout in ``directory`` (entity files, relation files, buckets)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.is_file() and _rank(p.name) is not None)
+
+
+class Staging:
+    """Hidden staging directories for a set of output directories, committed together."""
+
+    def __init__(self, targets: Iterable[Path], *, overwrite: bool) -> None:
+        self.targets = list(dict.fromkeys(Path(os.path.abspath(t)) for t in targets))
+        self.overwrite = overwrite
+        self.token = f".pbgio-import-{os.getpid()}-{secrets.token_hex(4)}"
+        self._created: list[Path] = []
+        self._committed = False
+
+    def check(self) -> None:
+        """Refuse directories that hold a layout already, unless overwriting."""
+        if self.overwrite:
+            return
+        for target in self.targets:
+            existing = layout_files(target)
+            if existing:
+                raise LayoutExistsError(
+                    f"{existing[0]}: the output directory {target} already holds layout files "
+                    f"({len(existing)}); pass --overwrite (overwrite=True) to replace them")
+
+    def __enter__(self) -> Staging:
+        self.check()
+        for target in self.targets:
+            for parent in reversed([target, *target.parents]):
+                if not parent.exists():
+                    parent.mkdir()
+                    self._created.append(parent)
+            self.staged(target).mkdir()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._committed:
+            self.abort()
+
+    def staged(self, target: Path) -> Path:
+        """Where files meant for ``target`` are written until the commit."""
+        return Path(os.path.abspath(target)) / self.token
+
+    def commit(self) -> None:
+        """Move every staged file into place (counts last); replace old layout files if asked."""
+        if self.overwrite:
+            old = [p for t in self.targets for p in layout_files(t)]
+            for path in sorted(old, key=lambda p: -(_rank(p.name) or 0)):  # counts go first
+                path.unlink()
+        staged = [(p, t) for t in self.targets for p in sorted(self.staged(t).iterdir())]
+        for rank in (0, 1, 2):
+            for path, target in staged:
+                if _rank(path.name) == rank:
+                    os.replace(path, target / path.name)
+            for target in self.targets:
+                fsync_dir(target)
+        for target in self.targets:
+            shutil.rmtree(self.staged(target), ignore_errors=True)
+        self._committed = True
+
+    def abort(self) -> None:
+        """Remove the staging directories and the directories this import created."""
+        for target in self.targets:
+            shutil.rmtree(self.staged(target), ignore_errors=True)
+        for directory in reversed(self._created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty
+
+
+class BucketSink:
+    """One :class:`~pbgio.edges.BucketWriter` per bucket of the grid, sharing a buffer budget.
+
+    Every bucket file is written on :meth:`close`, empty ones too, each with the same
+    datasets (weights and feature lists wherever the edge path has them).
+    """
+
+    def __init__(self, directory: Path, grid: tuple[int, int], *, weights: bool, lhs_features: bool,
+                 rhs_features: bool, budget_edges: int = BUFFER_BUDGET_EDGES) -> None:
+        self.grid = grid
+        buckets = grid[0] * grid[1]
+        per_bucket = max(MIN_BUFFER_EDGES, min(WRITE_CHUNK_ELEMENTS, budget_edges // buckets))
+        keep_open = buckets <= MAX_OPEN_BUCKETS
+        self.writers = [BucketWriter(directory / naming.bucket_file(lhs, rhs), buffer_edges=per_bucket,
+                                     keep_open=keep_open)
+                        for lhs in range(grid[0]) for rhs in range(grid[1])]
+        empty = np.zeros(0, np.int64)
+        layout = EdgeBucket(empty, empty, empty, np.zeros(0, np.float32) if weights else None,
+                            FeatureLists.empty(0) if lhs_features else None,
+                            FeatureLists.empty(0) if rhs_features else None)
+        for writer in self.writers:
+            writer.append(layout)  # declares the datasets, so that empty buckets have them too
+        self.counts = np.zeros(buckets, dtype=np.int64)
+
+    def append(self, batch: EdgeBatch) -> None:
+        if not len(batch):
+            return
+        n_rhs = self.grid[1]
+        if len(self.writers) == 1:
+            self.writers[0].append(_bucket(batch, None))
+            self.counts[0] += len(batch)
+            return
+        bucket = batch.lhs_part * n_rhs + batch.rhs_part
+        order = np.argsort(bucket, kind="stable")
+        sizes = np.bincount(bucket, minlength=len(self.writers))
+        self.counts += sizes
+        start = 0
+        for index in np.flatnonzero(sizes):
+            end = start + int(sizes[index])
+            self.writers[index].append(_bucket(batch, order[start:end]))
+            start = end
+
+    def close(self, on_bucket: Callable[[int], None] | None = None) -> dict[tuple[int, int], int]:
+        """Write every bucket file (calling ``on_bucket`` after each); return each bucket's edge count."""
+        for index, writer in enumerate(self.writers):
+            writer.close()
+            if on_bucket is not None:
+                on_bucket(index)
+        n_rhs = self.grid[1]
+        return {(i // n_rhs, i % n_rhs): int(c) for i, c in enumerate(self.counts)}
+
+    def abort(self) -> None:
+        for writer in self.writers:
+            writer.abort()
+
+
+def _take(values: NDArray[np.int64], rows: NDArray[np.int64] | None) -> NDArray[np.int64]:
+    return values if rows is None else values[rows]
+
+
+def _take_features(feats: FeatureLists | None, rows: NDArray[np.int64] | None) -> FeatureLists | None:
+    if feats is None or rows is None:
+        return feats
+    lengths = np.diff(feats.offsets)[rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    starts = np.repeat(feats.offsets[:-1][rows] - offsets[:-1], lengths)
+    return FeatureLists(offsets, feats.data[starts + np.arange(offsets[-1], dtype=np.int64)])
+
+
+def _bucket(batch: EdgeBatch, rows: NDArray[np.int64] | None) -> EdgeBucket:
+    return EdgeBucket(
+        rel=_take(batch.rel, rows), lhs=_take(batch.lhs, rows), rhs=_take(batch.rhs, rows),
+        weight=None if batch.weight is None else (batch.weight if rows is None else batch.weight[rows]),
+        lhs_features=_take_features(batch.lhs_features, rows),
+        rhs_features=_take_features(batch.rhs_features, rows),
+    )
