@@ -415,6 +415,22 @@ def remove_superseded(ckpt: CheckpointDir, committed: int) -> None:
                 path.unlink(missing_ok=True)
 
 
+def remove_uncommitted(ckpt: CheckpointDir) -> list[Path]:
+    """Delete files of versions above the committed one (left by an interrupted run); return them.
+
+    They are never loaded (a resumed run starts from the committed version and writes them
+    again), so removing them only keeps the directory tidy and the validator quiet.
+    """
+    committed = ckpt.read_version()
+    removed = []
+    for version in ckpt.versions_on_disk():
+        if version > committed:
+            for path in ckpt.files_of_version(version):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
 def _snapshot(ckpt: CheckpointDir, version: int, epoch: int) -> None:
     """``epoch_{k}/``: absolute links to version's files and a real version file."""
     snap = ckpt.path / naming.snapshot_dir(epoch)

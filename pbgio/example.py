@@ -3,7 +3,8 @@
 Users belong to hidden communities; they follow users and like items of their
 own community. ``user`` has 2 partitions and ``item`` one, so the layout
 exercises partitioned buckets, an unpartitioned type spread over all buckets,
-names files and two operators.
+names files and two operators. ``edges/test`` holds held-out edges drawn the same
+way, for evaluation (it is not among the config's ``edge_paths``).
 
 >>> import tempfile, pathlib
 >>> from pbgio.validate import validate_path
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 from pbgio.config import ConfigSchema, parse_config
 from pbgio.edges import EdgeBucket, write_bucket
@@ -27,6 +29,8 @@ NUM_USERS = 60
 NUM_ITEMS = 40
 NUM_COMMUNITIES = 4
 USER_PARTITIONS = 2
+TEST_EDGE_PATH = "edges/test"
+"""Held-out edges (a tenth of the training count), outside the config's edge_paths."""
 
 
 def example_config() -> ConfigSchema:
@@ -46,6 +50,9 @@ def example_config() -> ConfigSchema:
         "batch_size": 100,
         "num_batch_negs": 50,
         "num_uniform_negs": 50,
+        # With 30 users per partition, 1,000 uniform eval negatives would mostly repeat the
+        # positive itself; the example is evaluated on edges/test against all entities instead.
+        "eval_fraction": 0,
     }, "example")
 
 
@@ -66,6 +73,17 @@ def build_example(dest: Path, *, num_edges: int = 20_000, seed: int = 0) -> Path
 
     user_comm = rng.integers(0, NUM_COMMUNITIES, NUM_USERS)
     item_comm = np.arange(NUM_ITEMS) % NUM_COMMUNITIES
+    _write_edges(dest / cfg.edge_paths[0], num_edges, user_comm, item_comm, rng)
+    _write_edges(dest / TEST_EDGE_PATH, max(1, num_edges // 10), user_comm, item_comm, rng)
+    config_path = dest / naming.CONFIG_JSON
+    config_path.write_text(cfg.to_json() + "\n", encoding="utf-8")
+    return config_path
+
+
+def _write_edges(edge_path: Path, num_edges: int, user_comm: NDArray[np.int64], item_comm: NDArray[np.int64],
+                 rng: np.random.Generator) -> None:
+    """Edges mostly inside a community: 90% of rhs are drawn from the lhs user's community."""
+    per_part = NUM_USERS // USER_PARTITIONS
     rel = rng.integers(0, 2, num_edges)
     lhs = rng.integers(0, NUM_USERS, num_edges)
     rhs = np.empty(num_edges, dtype=np.int64)
@@ -78,12 +96,8 @@ def build_example(dest: Path, *, num_edges: int = 20_000, seed: int = 0) -> Path
     # Users are partitioned; items are not, so their edges spread over every rhs bucket.
     rhs_part = np.where(rel == 0, rhs // per_part, rng.integers(0, USER_PARTITIONS, num_edges))
     rhs_off = np.where(rel == 0, rhs % per_part, rhs)
-    edge_path = dest / cfg.edge_paths[0]
     for lp in range(USER_PARTITIONS):
         for rp in range(USER_PARTITIONS):
             sel = (lhs_part == lp) & (rhs_part == rp)
             write_bucket(edge_path / naming.bucket_file(lp, rp),
                          EdgeBucket(rel=rel[sel], lhs=lhs_off[sel], rhs=rhs_off[sel]))
-    config_path = dest / naming.CONFIG_JSON
-    config_path.write_text(cfg.to_json() + "\n", encoding="utf-8")
-    return config_path

@@ -3,6 +3,7 @@
     python tools/bench_import.py                          # both cases
     python tools/bench_import.py --case fb15k --repeat 5  # FB15k-237 only
     python tools/bench_import.py --case generated --edges 10000000 --entities 1000000
+    python tools/bench_import.py --case generated --entities 1000000   # 50M edges: memory vs edges
     python tools/bench_import.py --json bench-data/import.json
 
 **FB15k-237** comes from ``../shared/datasets/fb15k-237.tar.gz`` (the case is skipped when the
@@ -18,8 +19,8 @@ interpreter and imports included; see ``tools/_benchutil.py``):
 The result is validated with ``pbgio.validate.validate_path`` and must pass.
 
 **Generated**: ``--edges`` edges over ``--entities`` entities and ``--relations`` relation types,
-written once as TSV into ``bench-data/import-<edges>/edges.tsv`` (reused while its marker
-matches; never commit it). Left entities follow a power law (entity ``floor(N u^3)`` under a
+written once as TSV into ``bench-data/import-<edges>-<entities>/edges.tsv`` (reused while
+its marker matches; never commit it). Left entities follow a power law (entity ``floor(N u^3)`` under a
 fixed random relabelling), right entities are uniform, and the first ``--entities`` edges
 cover every entity once. The config has one type ``node`` with ``--partitions`` partitions
 and dynamic relations. It is imported once in a fresh child process (library call), then validated.
@@ -249,9 +250,17 @@ def run_fb15k(args: argparse.Namespace) -> dict[str, Any] | None:
     return result
 
 
+def _short(n: int) -> str:
+    """50000000 -> '50M', 5000 -> '5k'."""
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
 def run_generated(args: argparse.Namespace) -> dict[str, Any]:
     spec = {"edges": args.edges, "entities": args.entities, "relations": args.relations, "seed": args.seed}
-    root = (args.data or REPO_ROOT / "bench-data" / f"import-{args.edges // 1_000_000}M").resolve()
+    root = (args.data or REPO_ROOT / "bench-data" / f"import-{_short(args.edges)}-{_short(args.entities)}").resolve()
     path = root / "edges.tsv"
     marker = root / MARKER
     current = json.loads(marker.read_text()) if marker.is_file() else None
@@ -289,6 +298,8 @@ def run_generated(args: argparse.Namespace) -> dict[str, Any]:
         ["edge list file", f"{size / MB:,.0f} MB"],
         ["raw edge list in memory: polars table", f"{memory['polars_table_mb']:,.0f} MB (estimated)"],
         ["raw edge list in memory: Python lists", f"{memory['python_lists_mb']:,.0f} MB (estimated)"],
+        ["peak RSS / raw edge list", f"{run.peak_rss_bytes / size:.0%} of the file, "
+                                     f"{result['peak_rss_mb'] / memory['polars_table_mb']:.0%} of the polars table"],
     ]))
     return result
 
@@ -305,7 +316,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=None,
-                        help="directory of the generated case (default: bench-data/import-<edges>M)")
+                        help="directory of the generated case (default: bench-data/import-<edges>-<entities>)")
     parser.add_argument("--regenerate", action="store_true")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     return parser.parse_args(argv)

@@ -4,15 +4,16 @@ TSV, CSV, whitespace-separated text and Parquet edge lists become a complete lay
 for a config: entity dictionaries per type (names and counts), seeded partitions,
 every bucket (empty ones too), static or dynamic relations, float weights, feature
 lists of featurized types, with several input sets (train/valid/test) sharing one
-dictionary. Both passes stream through polars, so memory is bounded by the
+dictionary. Both passes read the files block by block, so memory is bounded by the
 dictionaries and the write buffers, not by the number of edges.
 
-Submodules: :mod:`~pbgio.importers.read` (input formats), :mod:`~pbgio.importers.plan`
-(what the config asks, row checks), :mod:`~pbgio.importers.dictionary` (counting and
-dictionaries), :mod:`~pbgio.importers.partition`, :mod:`~pbgio.importers.mapping`
-(names to offsets), :mod:`~pbgio.importers.write` (staging, bucket writers),
-:mod:`~pbgio.importers.report` and :mod:`~pbgio.importers.cli`. Names are exported
-lazily so that ``pbgio`` commands that do not import stay free of polars.
+Submodules: :mod:`~pbgio.importers.read` (input formats, blocks), :mod:`~pbgio.importers.plan`
+(what the config asks, row checks), :mod:`~pbgio.importers.nameindex` (hash-keyed name
+ids and counts), :mod:`~pbgio.importers.dictionary` (counting and dictionaries),
+:mod:`~pbgio.importers.partition`, :mod:`~pbgio.importers.mapping` (names to offsets),
+:mod:`~pbgio.importers.write` (staging, bucket writers), :mod:`~pbgio.importers.report`
+and :mod:`~pbgio.importers.cli`. Names are exported lazily so that ``pbgio`` commands
+that do not import stay free of polars.
 """
 
 from __future__ import annotations

@@ -1,13 +1,21 @@
 """``import_edge_lists``: edge-list files to a complete PBG layout for a config.
 
-Two streaming passes over the inputs:
+Two passes over the inputs, each reading a file block by block (:mod:`~pbgio.importers.read`):
 
 1. **Count** (:mod:`~pbgio.importers.dictionary`): check every row, count relations and
-   (entity type, name) pairs over *all* inputs, so train, valid and test share one
-   dictionary. With ``on_error="fail"`` the first malformed row stops the import here,
-   before anything is written. (A relation minimum count adds one more counting pass.)
-2. **Map and write** (:mod:`~pbgio.importers.mapping`): join names to (partition, offset)
-   and append edges to one bucket writer per bucket, in batches.
+   the names of every entity type over *all* inputs, so train, valid and test share one
+   dictionary, then build the dictionaries (minimum counts, sorted, seeded shuffle,
+   partitions). With ``on_error="fail"`` a file with malformed rows stops the import once
+   it is counted (the error names its first bad line and the number of problems), before
+   anything is written. (A relation minimum count adds one more counting pass.)
+2. **Map and write** (:mod:`~pbgio.importers.mapping`): look names up (vectorized hash
+   lookups, :mod:`~pbgio.importers.nameindex`) as (partition, offset) and append the edges
+   to one bucket writer per bucket.
+
+Peak memory is the dictionaries (about 30 bytes per distinct name, plus the names until
+the entity files are written), one block of input and the bucket write buffers
+(:data:`~pbgio.importers.write.BUFFER_BUDGET_EDGES` edges), whatever the number of edges.
+Inputs of at most :data:`IN_MEMORY_BYTES` in all are parsed once and kept for pass 2.
 
 Everything is written into staging directories and moved into place at the end
 (:mod:`~pbgio.importers.write`), entity counts last: a failed import leaves no layout
@@ -30,9 +38,8 @@ that validates, and an overwritten layout survives a failed re-import.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -46,17 +53,8 @@ from pbgio.entities import (
     write_entity_names,
     write_relation_names,
 )
-from pbgio.importers.dictionary import (
-    Counter,
-    Dictionary,
-    KeyKind,
-    build_dictionary,
-    count_file,
-    hashes_are_unique,
-    kept_relation_ids,
-    relation_names,
-)
-from pbgio.importers.mapping import Vocabulary, mapped_batches, mapping_query
+from pbgio.importers.dictionary import Counter, Dictionary, build_dictionary, kept_relation_ids, relation_names
+from pbgio.importers.mapping import Vocabulary, mapped_batches
 from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, checked_frame
 from pbgio.importers.read import WHITESPACE, InputOptions, Source, open_source
 from pbgio.importers.report import FileReport, ImportReport, Problem
@@ -69,7 +67,7 @@ PathLike = str | Path
 _NAMES_PER_CHUNK = 1 << 16
 # Inputs whose files add up to at most this many bytes are parsed once and kept in memory
 # for the second pass; larger ones are streamed twice.
-IN_MEMORY_BYTES = 64 << 20
+IN_MEMORY_BYTES = 32 << 20
 
 
 @dataclass
@@ -198,19 +196,20 @@ def _count(items: list[_Input], plan: ImportPlan, report: ImportReport, *, entit
     """Pass 1 (and 1b): check rows, count, and build every dictionary."""
     two_pass = relation_min_count > 1
     first = RelationMap(None, False) if plan.dynamic else RelationMap(plan.static_names(), True)
-    counter = Counter()
-    progress.start("counting", total=len(items) * (2 if two_pass else 1))
+    counter = Counter(plan)
+    sizes = [item.source.path.stat().st_size for item in items]
+    progress.start("counting (MB read)", total=sum(sizes) / 1e6 * (2 if two_pass else 1))
     cache_left = IN_MEMORY_BYTES
-    for item in items:
-        progress.describe(f"counting {item.source.path.name}")
-        size = item.source.path.stat().st_size
+    for item, size in zip(items, sizes, strict=True):
+        progress.describe(f"counting {item.source.path.name} (MB read)")
         if size <= cache_left:  # small inputs are parsed once for both passes
             cache_left -= size
             with _reading(item.source):
-                item.source = dataclasses.replace(item.source, frame=item.source.frame.collect().lazy())
+                item.source = item.source.cached()
         with _reading(item.source):
-            counts = count_file(checked_frame(item.source, plan, first), plan, first,
-                                count_relations=plan.dynamic or two_pass, count_entities=not two_pass)
+            counts = counter.count_file(checked_frame(item.source, plan, first), first,
+                                        count_relations=plan.dynamic or two_pass, count_entities=not two_pass,
+                                        on_block=_megabytes(progress, size))
         item.report.rows, item.report.malformed = counts.rows, counts.malformed
         item.report.problems = [Problem(str(item.source.path), line, msg, item.source.unit)
                                 for line, msg in counts.problems]
@@ -223,29 +222,39 @@ def _count(items: list[_Input], plan: ImportPlan, report: ImportReport, *, entit
             if on_error == "fail":
                 raise empty
             report.warnings.append(str(empty))
-        counter.add(counts)
-        progress.advance()
     if plan.dynamic:
-        names = relation_names(counter.relations, relation_min_count)
+        names = relation_names(counter.relation_names, relation_min_count)
         relations = RelationMap(names, False)
     else:
         names = plan.static_names()
-        kept = kept_relation_ids(counter.relations, len(names), relation_min_count)
-        relations = RelationMap(names, True, kept)
+        relations = RelationMap(names, True, kept_relation_ids(counter.relation_ids, relation_min_count))
     if two_pass:
-        for item in items:
-            progress.describe(f"counting entities of {item.source.path.name}")
+        for item, size in zip(items, sizes, strict=True):
+            progress.describe(f"counting entities of {item.source.path.name} (MB read)")
             with _reading(item.source):
-                counts = count_file(checked_frame(item.source, plan, relations), plan, relations,
-                                    count_relations=False, count_entities=True)
-            counter.add(counts)
-            progress.advance()
-    key: KeyKind = "hash" if all(hashes_are_unique(c) for c in counter.entities.values()) else "name"
-    dictionaries = {t: build_dictionary(t, counter.entities.get(t), min_count=entity_min_count,
-                                        num_partitions=plan.config.num_partitions(t), seed=seed)
-                    for t in plan.types}
+                counter.count_file(checked_frame(item.source, plan, relations), relations,
+                                   count_relations=False, count_entities=True, on_block=_megabytes(progress, size))
+    progress.start("building dictionaries", total=len(plan.types))
+    dictionaries = {}
+    for entity_type in plan.types:
+        dictionaries[entity_type] = build_dictionary(
+            entity_type, counter.entities[entity_type], min_count=entity_min_count,
+            num_partitions=plan.config.num_partitions(entity_type), seed=seed)
+        progress.advance()
     report.relation_types = len(names)
-    return Vocabulary(dictionaries, relations, key), names
+    return Vocabulary(dictionaries, relations), names
+
+
+def _megabytes(progress: Progress, size: int) -> Callable[[float], None]:
+    """A block callback advancing ``progress`` by the megabytes of a ``size``-byte file read since the last."""
+    done = 0.0
+
+    def on_block(share: float) -> None:
+        nonlocal done
+        progress.advance(size / 1e6 * (share - done))
+        done = share
+
+    return on_block
 
 
 def _names(dictionary: Dictionary, part: int) -> Iterator[str]:
@@ -263,6 +272,7 @@ def _write_entities(directory: Path, plan: ImportPlan, vocab: Vocabulary, names:
             write_entity_names(directory, entity_type, part, _names(dictionary, part))
             write_entity_count(directory, entity_type, part, dictionary.count(part))
         report.entities[entity_type] = [dictionary.count(p) for p in range(parts)]
+        dictionary.drop_names()  # the mapping pass needs ids only
         if plan.featurized(entity_type):
             report.featurized.append(entity_type)
         progress.advance()
@@ -281,8 +291,7 @@ def _write_edges(directory: Path, items: list[_Input], plan: ImportPlan, vocab: 
         for item in items:
             progress.describe(f"writing {item.source.path.name} into {directory.parent.name}")
             with _reading(item.source):
-                query = mapping_query(checked_frame(item.source, plan, vocab.relations), plan, vocab)
-                for batch in mapped_batches(query, plan, vocab):
+                for batch in mapped_batches(checked_frame(item.source, plan, vocab.relations), plan, vocab):
                     sink.append(batch)
                     item.report.kept += len(batch)
                     progress.advance(len(batch))

@@ -7,9 +7,6 @@ and seed always give the same layout.
 
 >>> partition_bounds(10, 3)
 [0, 4, 7, 10]
->>> parts, offsets = locate(np.array([0, 3, 4, 9]), partition_bounds(10, 3))
->>> parts.tolist(), offsets.tolist()
-([0, 0, 1, 2], [0, 3, 0, 2])
 >>> shuffled_order(5, seed=0, salt="user").tolist()
 [3, 0, 1, 4, 2]
 """
@@ -31,14 +28,7 @@ def partition_bounds(count: int, num_partitions: int) -> list[int]:
     return [-(-p * count // num_partitions) for p in range(num_partitions + 1)]
 
 
-def locate(positions: NDArray[np.int64], bounds: list[int]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Partition and offset of each position in the shuffled order."""
-    starts = np.asarray(bounds, dtype=np.int64)
-    parts = np.searchsorted(starts, positions, side="right").astype(np.int64) - 1
-    return parts, positions - starts[parts]
-
-
 def shuffled_order(count: int, *, seed: int, salt: str) -> NDArray[np.int64]:
     """A permutation of ``range(count)`` fixed by ``seed`` and ``salt`` (the entity type)."""
     rng = np.random.default_rng([seed, zlib.crc32(salt.encode("utf-8"))])
-    return rng.permutation(count).astype(np.int64)
+    return rng.permutation(count).astype(np.int64, copy=False)

@@ -22,6 +22,7 @@ features would otherwise span partitions).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -115,8 +116,19 @@ class RelationMap:
 class Checked:
     """A source's rows with relation ids, types, bags and problem codes; ``checks`` name the codes."""
 
-    frame: pl.LazyFrame
+    source: Source
+    transform: Callable[[pl.LazyFrame], pl.LazyFrame]
     checks: tuple[Check, ...]
+
+    def batches(self, then: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None,
+                on_block: Callable[[float], None] | None = None) -> Iterator[pl.DataFrame]:
+        """The checked rows block by block, in file order (``then`` refines each block's query);
+        ``on_block`` hears the share of the file read after each block."""
+        for block in self.source.blocks():
+            lf = self.transform(block.frame)
+            yield (lf if then is None else then(lf)).collect()
+            if on_block is not None:
+                on_block(block.done)
 
 
 def checked_frame(source: Source, plan: ImportPlan, relations: RelationMap) -> Checked:
@@ -127,9 +139,9 @@ def checked_frame(source: Source, plan: ImportPlan, relations: RelationMap) -> C
     ``{side}_bag`` (the feature list, on sides with featurized types), and folds the
     relation and bag problems into ``problem``.
     """
-    lf = source.frame
     checks = list(source.checks)
     extra: list[Check] = []
+    columns: list[pl.Expr] = []  # added in order: later ones may use earlier ones
 
     def add(condition: pl.Expr, msg: pl.Expr) -> None:
         extra.append(Check(len(checks) + len(extra), condition, msg))
@@ -141,7 +153,7 @@ def checked_frame(source: Source, plan: ImportPlan, relations: RelationMap) -> C
             rel_id = pl.lit(None, dtype=pl.Int64)
         else:
             rel_id = pl.col("rel").cast(pl.Enum(relations.names), strict=False).to_physical().cast(pl.Int64)
-        lf = lf.with_columns(rel_id=rel_id)
+        columns.append(rel_id.alias("rel_id"))
         if relations.unknown_is_problem and plan.has_rel_column:
             shown = ", ".join(repr(n) for n in relations.names[:MAX_NAMES_SHOWN])
             more = ", …" if len(relations.names) > MAX_NAMES_SHOWN else ""
@@ -152,7 +164,7 @@ def checked_frame(source: Source, plan: ImportPlan, relations: RelationMap) -> C
         per_rel = plan.side_types(side)
         distinct = plan.distinct_types(side)
         if len(distinct) > 1:
-            lf = lf.with_columns(pl.col("rel_id").replace_strict(
+            columns.append(pl.col("rel_id").replace_strict(
                 list(range(len(per_rel))), [type_index[t] for t in per_rel], default=None,
                 return_dtype=pl.Int32).alias(f"{side}_type"))
         if side in source.list_columns and not all(plan.featurized(t) for t in distinct):
@@ -164,15 +176,20 @@ def checked_frame(source: Source, plan: ImportPlan, relations: RelationMap) -> C
         raw = pl.col(side) if side in source.list_columns else pl.col(side).str.split(plan.feature_separator)
         bag = raw.list.eval(pl.element().filter(pl.element().is_not_null() & (pl.element() != "")))
         featurized = is_featurized(plan, side)
-        lf = lf.with_columns(
-            (bag if featurized is None else pl.when(featurized).then(bag)).alias(f"{side}_bag"))
+        columns.append((bag if featurized is None else pl.when(featurized).then(bag)).alias(f"{side}_bag"))
         empty = pl.col(f"{side}_bag").list.len() == 0
         add(empty if featurized is None else featurized & empty,
             message(f"expected at least one feature in {source.columns[side]} ({side}) for a featurized "
                     "entity type, found none"))
     if extra:
-        lf = lf.with_columns(problem=pl.coalesce([pl.col("problem"), problem_code(extra)]))
-    return Checked(lf, (*checks, *extra))
+        columns.append(pl.coalesce([pl.col("problem"), problem_code(extra)]).alias("problem"))
+
+    def transform(lf: pl.LazyFrame) -> pl.LazyFrame:
+        for column in columns:
+            lf = lf.with_columns(column)
+        return lf
+
+    return Checked(source, transform, (*checks, *extra))
 
 
 def is_featurized(plan: ImportPlan, side: Side) -> pl.Expr | None:
@@ -184,14 +201,6 @@ def is_featurized(plan: ImportPlan, side: Side) -> pl.Expr | None:
     if not feats:
         return pl.lit(False)
     return pl.col(f"{side}_type").is_in(feats)
-
-
-def side_type(plan: ImportPlan, side: Side) -> pl.Expr:
-    """Index (into ``plan.types``) of each row's ``side`` type."""
-    distinct = plan.distinct_types(side)
-    if len(distinct) == 1:
-        return pl.lit(plan.types.index(distinct[0]), dtype=pl.Int32)
-    return pl.col(f"{side}_type")
 
 
 def relation_filter(relations: RelationMap) -> pl.Expr:

@@ -1,7 +1,8 @@
 """Reading edge lists with polars: delimited text (TSV, CSV, whitespace) and Parquet.
 
-Every input file becomes a :class:`Source`, a lazy frame with the same columns
-whatever the format, so the rest of the importer never looks at formats:
+Every input file becomes a :class:`Source`: consecutive blocks of the file, each a lazy
+frame with the same columns whatever the format, so the rest of the importer never
+looks at formats:
 
 - ``line`` (Int64): the 1-based line of the row in a text file, or its 1-based row in a table;
 - ``lhs``, ``rhs`` (String, or List[String] for a Parquet list column): the entity names, or
@@ -12,18 +13,19 @@ whatever the format, so the rest of the importer never looks at formats:
   well-formed; messages are built only for the few rows that are reported
   (:func:`describe`), never for every row.
 
-Text is read line by line (``scan_lines``) and split on the delimiter by polars, so a
-row with the wrong number of fields is one malformed row with its line number rather
-than a parser error. There is no quoting: every delimiter splits. Empty lines are
-skipped (and keep their line numbers). A row must have as many fields as the header,
+Text is read in blocks of whole lines (:data:`BLOCK_BYTES`), each split into lines
+(``scan_lines``) and on the delimiter by polars, so a row with the wrong number of
+fields is one malformed row with its line number rather than a parser error, and memory
+holds one block, not the file. There is no quoting: every delimiter splits. Empty lines
+are skipped (and keep their line numbers). A row must have as many fields as the header,
 or, without a header, as most of the first 1,000 non-empty lines that hold every column
-read (on a tie, the fewer fields).
+read (on a tie, the fewer fields). Parquet is read in slices of :data:`PARQUET_ROWS` rows.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "edges.tsv"
 >>> _ = path.write_text("ann\\tfollows\\tbob\\n\\nbob\\tfollows\\n")
 >>> source = open_source(path, InputOptions())
->>> rows = source.frame.collect()
+>>> rows = source.collect()
 >>> rows.select("line", "lhs", "rhs", "rel", "problem").rows()
 [(1, 'ann', 'bob', 'follows', None), (3, 'bob', None, 'follows', 0)]
 >>> print(rows.filter(pl.col("problem").is_not_null()).select(describe(source.checks)).item())
@@ -32,11 +34,13 @@ expected 3 fields separated by '\\t', found 2
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import polars as pl
 
@@ -51,6 +55,8 @@ _BOM = "\ufeff"
 _ROW = "__pbgio_row"
 _PEEK_BYTES = 1 << 20
 _PEEK_LINES = 1000
+BLOCK_BYTES = 4 << 20  # text is parsed this many bytes (rounded to whole lines) at a time
+PARQUET_ROWS = 1 << 18  # Parquet is read this many rows at a time
 
 _DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "space": " ", "semicolon": ";",
                     "pipe": "|", WHITESPACE: WHITESPACE}
@@ -130,12 +136,23 @@ class InputOptions:
         return "parquet" if path.suffix.lower() in PARQUET_SUFFIXES else "text"
 
 
+class Block(NamedTuple):
+    """Consecutive rows of a file, and how much of the file has been read once they are."""
+
+    frame: pl.LazyFrame
+    done: float  # share of the file (bytes, or rows of a table), 1.0 at the last block
+
+
 @dataclass(frozen=True)
 class Source:
-    """One input file as a lazy frame of the standard columns (see the module doc)."""
+    """One input file as consecutive blocks, lazy frames of the standard columns (see the module doc).
+
+    ``blocks()`` yields at least one block (an empty one for an empty file).
+    """
 
     path: Path
-    frame: pl.LazyFrame
+    blocks: Callable[[], Iterator[Block]]  # a fresh pass over the file on every call
+    whole: Callable[[], pl.LazyFrame]  # the whole file as one query (faster for small files)
     unit: Literal["line", "row"]
     columns: dict[str, str]  # role -> how messages name its column ("column 2 ('tail')")
     list_columns: frozenset[str]  # roles whose values are already feature lists (Parquet lists)
@@ -145,9 +162,18 @@ class Source:
     def problem(self, line: int | None, message: str, count: int = 1) -> InputError:
         return InputError(str(self.path), line, message, count=count, unit=self.unit)
 
+    def collect(self) -> pl.DataFrame:
+        """Every row of the file (for small files and tests)."""
+        return self.whole().collect()
+
+    def cached(self) -> Source:
+        """The same source, parsed once and kept in memory (for small files read twice)."""
+        frame = self.collect().lazy()
+        return dataclasses.replace(self, blocks=lambda: iter([Block(frame, 1.0)]), whole=lambda: frame)
+
 
 def open_source(path: Path, options: InputOptions) -> Source:
-    """The lazy frame of one input file; problems with the whole file raise :class:`InputError`."""
+    """The :class:`Source` of one input file; problems with the whole file raise :class:`InputError`."""
     if not path.is_file():
         raise MissingArtifactError(str(path), "input edge list")
     if options.format_of(path) == "parquet":
@@ -296,35 +322,66 @@ def _text_source(path: Path, options: InputOptions) -> Source:
     names = {role: f"column {i}" + (f" ({peek.header[i]!r})" if peek.header else "")
              for role, i in index.items()}
     whitespace = options.delimiter == WHITESPACE
-    lf = pl.scan_lines(path, name="text", row_index_name=_ROW)
-    if options.header:
-        lf = lf.filter(pl.col(_ROW) > 0)
-    text = pl.col("text")
-    if peek.bom:
-        text = text.str.strip_prefix(_BOM)
-    line = (pl.col(_ROW).cast(pl.Int64) + 1).alias("line")
-    if whitespace:
-        lf = lf.select(line, fields=text.str.extract_all(r"\S+")).filter(pl.col("fields").list.len() > 0)
-    else:
-        lf = lf.filter(pl.col("text").str.len_bytes() > 0).select(
-            line, fields=text.str.split(options.delimiter))
-    count = pl.col("fields").list.len()
-
-    def field(i: int) -> pl.Expr:
-        return pl.col("fields").list.get(i, null_on_oob=True)
-
-    columns = [field(i).alias(role) for role, i in index.items() if role != "weight"]
-    if "weight" in index:
-        columns += [field(index["weight"]).alias("weight_text"),
-                    field(index["weight"]).str.strip_chars().cast(pl.Float64, strict=False).alias("weight")]
-    lf = lf.select("line", count.alias("nfields"), *columns)
     checks = _Checks()
     separated = "whitespace" if whitespace else repr(options.delimiter)
     checks.add(pl.col("nfields") != expected,
                message(f"expected {expected} fields separated by {separated}, found ", pl.col("nfields")))
     _value_checks(checks, names)
-    lf = lf.with_columns(problem=problem_code(checks.items))
-    return Source(path, lf, "line", names, frozenset(), peek.first_line, tuple(checks.items))
+    text = pl.col("text").str.strip_prefix(_BOM) if peek.bom else pl.col("text")
+
+    def parse(block: bytes | Path, first_line: int) -> pl.LazyFrame:
+        """The rows of a block of lines (or of the file) whose first line is ``first_line``."""
+        lf = pl.scan_lines(block, name="text", row_index_name=_ROW)
+        if options.header and first_line == 1:
+            lf = lf.filter(pl.col(_ROW) > 0)
+        line = (pl.col(_ROW).cast(pl.Int64) + first_line).alias("line")
+        if whitespace:
+            lf = lf.select(line, fields=text.str.extract_all(r"\S+")).filter(pl.col("fields").list.len() > 0)
+        else:
+            lf = lf.filter(pl.col("text").str.len_bytes() > 0).select(line, fields=text.str.split(options.delimiter))
+
+        def field(i: int) -> pl.Expr:
+            return pl.col("fields").list.get(i, null_on_oob=True)
+
+        columns = [field(i).alias(role) for role, i in index.items() if role != "weight"]
+        if "weight" in index:
+            weight = field(index["weight"])
+            number = weight.str.strip_chars().cast(pl.Float64, strict=False)
+            columns += [weight.alias("weight_text"), number.alias("weight")]
+        lf = lf.select("line", pl.col("fields").list.len().alias("nfields"), *columns)
+        return lf.with_columns(problem=problem_code(checks.items))
+
+    def blocks() -> Iterator[Block]:
+        size = max(path.stat().st_size, 1)
+        for block, first_line, end in _line_blocks(path):
+            yield Block(parse(block, first_line), min(end / size, 1.0))
+
+    return Source(path, blocks, lambda: parse(path, 1), "line", names, frozenset(), peek.first_line,
+                  tuple(checks.items))
+
+
+def _line_blocks(path: Path) -> Iterator[tuple[bytes, int, int]]:
+    """Blocks of whole lines (about :data:`BLOCK_BYTES` each), the number of their first line,
+    and the file offset where they end.
+
+    The file is read a block at a time; what follows a block's last line break is read
+    again as the start of the next block. An empty file is one empty block.
+    """
+    size, first_line = BLOCK_BYTES, 1
+    with path.open("rb") as f:
+        while True:
+            data = f.read(size)
+            if len(data) < size:  # the end: the last line needs no line break
+                yield data, first_line, f.tell()
+                return
+            cut = data.rfind(b"\n") + 1
+            if not cut:  # a line longer than the block
+                f.seek(-len(data), io.SEEK_CUR)
+                size *= 2
+                continue
+            f.seek(cut - len(data), io.SEEK_CUR)
+            yield data[:cut], first_line, f.tell()
+            size, first_line = BLOCK_BYTES, first_line + data.count(b"\n", 0, cut)
 
 
 # --------------------------------------------------------------------------- parquet
@@ -374,7 +431,13 @@ def _parquet_source(path: Path, options: InputOptions) -> Source:
                    message(f"expected a value in {columns[role]} ({role}), found null"))
     _value_checks(checks, columns, skip=frozenset(lists))  # empty lists are checked as feature bags
     frame = lf.select(exprs).with_columns(problem=problem_code(checks.items))
-    return Source(path, frame, "row", columns, frozenset(lists), 1, tuple(checks.items))
+    rows = pl.scan_parquet(path).select(pl.len()).collect().item()
+
+    def blocks() -> Iterator[Block]:
+        for start in range(0, max(rows, 1), PARQUET_ROWS):
+            yield Block(frame.slice(start, PARQUET_ROWS), min((start + PARQUET_ROWS) / max(rows, 1), 1.0))
+
+    return Source(path, blocks, lambda: frame, "row", columns, frozenset(lists), 1, tuple(checks.items))
 
 
 def _is_name_type(dtype: pl.DataType | pl.datatypes.DataTypeClass) -> bool:

@@ -99,14 +99,14 @@ class ImportReport:
             what = "features" if name in self.featurized else "entities"
             split = f" in {len(counts)} partitions" if len(counts) > 1 else ""
             parts.append(f"{name}: {sum(counts):,} {what}{split}")
-        return "; ".join(parts) + f"; {self.relation_types:,} relation types"
+        return "; ".join(parts) + f"; {_count(self.relation_types, 'relation type')}"
 
     def bucket_lines(self) -> list[str]:
         lines = []
         for edge_path, buckets in self.buckets.items():
             total = sum(buckets.values())
             n = len(buckets)
-            head = f"{edge_path}: {total:,} edges in {n} bucket{'s' if n != 1 else ''}"
+            head = f"{edge_path}: {_count(total, 'edge')} in {_count(n, 'bucket')}"
             if n <= BUCKETS_LISTED:
                 detail = ", ".join(f"{k}: {v:,}" for k, v in buckets.items())
             else:
@@ -123,6 +123,10 @@ class ImportReport:
         data.update(read=self.read, kept=self.kept, skipped=self.skipped, filtered=self.filtered,
                     edges_per_second=round(self.edges_per_second, 1))
         return data
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _rate(value: float) -> str:

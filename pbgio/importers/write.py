@@ -36,9 +36,10 @@ from pbgio.importers.mapping import EdgeBatch
 from pbgio.spec import naming
 from pbgio.spec.edges import WRITE_CHUNK_ELEMENTS
 
-# Edges buffered over all the buckets of an edge path before they are written; with many
-# buckets each one gets a share, but never fewer than MIN_BUFFER_EDGES.
-BUFFER_BUDGET_EDGES = 8 * WRITE_CHUNK_ELEMENTS
+# Edges buffered over all the buckets of an edge path before they are written (24 bytes each,
+# more with weights and features); with many buckets each one gets a share, but never fewer
+# than MIN_BUFFER_EDGES.
+BUFFER_BUDGET_EDGES = 2 * WRITE_CHUNK_ELEMENTS
 MIN_BUFFER_EDGES = 1 << 14
 # Above this many buckets, bucket files are closed between writes (open-file limits).
 MAX_OPEN_BUCKETS = 256
@@ -165,7 +166,8 @@ class BucketSink:
             self.counts[0] += len(batch)
             return
         bucket = batch.lhs_part * n_rhs + batch.rhs_part
-        order = np.argsort(bucket, kind="stable")
+        small = bucket.astype(np.uint16) if len(self.writers) <= 1 << 16 else bucket  # radix sort
+        order = np.argsort(small, kind="stable")
         sizes = np.bincount(bucket, minlength=len(self.writers))
         self.counts += sizes
         start = 0

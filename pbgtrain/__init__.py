@@ -1,0 +1,1 @@
+"""pbgtrain: a PyTorch-BigGraph compatible trainer built on the pbgio format SDK."""

@@ -1,0 +1,5 @@
+"""``python -m pbgtrain``: the same as the ``pbgtrain`` command."""
+
+from pbgtrain.cli import main
+
+main()

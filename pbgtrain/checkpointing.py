@@ -1,0 +1,162 @@
+"""The trainer's view of a checkpoint directory, with the original's version semantics.
+
+Version N holds the state after N completed iterations (one iteration = one edge chunk
+of one edge path in one epoch). While iteration N runs, partitions that are swapped out
+are written straight into version N+1 files; at the end, the partitions still resident
+and the model are written too, then :func:`pbgio.checkpoint.plan_checkpoint` commits
+N+1 (the version file last) and removes version N. A crash at any point leaves version N
+intact and the run resumes from it. All file access goes through :mod:`pbgio`.
+
+Where a partition comes from, in order: this iteration's already-written N+1 file, the
+committed version N, the ``init_path`` directory (its committed version, v0 by default),
+a v0 file in the checkpoint directory itself, else a seeded ``init_scale · N(0, 1)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pbgio.checkpoint import (
+    CheckpointDir,
+    EmbeddingsState,
+    FileMetadata,
+    IterationInfo,
+    ModelState,
+    plan_checkpoint,
+)
+from pbgio.config import ConfigSchema
+from pbgio.errors import ConfigError
+from pbgio.optimizer_state import decode_row_adagrad, decode_state_dict, encode_row_adagrad, encode_state_dict
+from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS
+from pbgio.spec.rules import rule
+from pbgtrain.model.tables import EntityTable
+
+PartitionKey = tuple[str, int]
+
+
+def stable_seed(*parts: object) -> int:
+    """A 63-bit seed from values, the same in every process (unlike ``hash``)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class TrainingCheckpoint:
+    """Reads and writes the partitions and the model of one training run."""
+
+    def __init__(self, path: Path, config: ConfigSchema, *, init_path: Path | None = None, seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        self.dir = CheckpointDir(path)
+        self.init = CheckpointDir(init_path) if init_path is not None else None
+        self.config = config
+        self.seed = seed
+        self.device = torch.device(device)
+        self.committed = self.dir.read_version()
+        self._written: set[PartitionKey] = set()  # partitions already in version committed + 1
+        if self.committed > 0:
+            check_same_model(self.dir, config)
+
+    # ---- partitions
+    def load(self, entity_type: str, part: int, count: int) -> EntityTable:
+        dim = self.config.entity_dimension(entity_type)
+        source = self._source(entity_type, part)
+        if source is None:
+            gen = torch.Generator().manual_seed(stable_seed("init", self.seed, entity_type, part))
+            weights = torch.randn(count, dim, generator=gen).mul_(self.config.init_scale)
+            sums = torch.zeros(count)
+        else:
+            directory, version = source
+            state = directory.read_embeddings(entity_type, part, version)
+            path = str(directory.embeddings_path(entity_type, part, version))
+            if state.embeddings.shape != (count, dim):
+                raise ConfigError(path, [rule("embeddings-shape").issue(
+                    path, "embeddings", f"expected shape ({count}, {dim}) from the entity count and the "
+                    f"config's dimension, found {state.embeddings.shape}")])
+            weights = torch.from_numpy(state.embeddings)
+            restored = decode_row_adagrad(state.optimizer_state, path) if state.optimizer_state else None
+            sums = torch.from_numpy(restored) if restored is not None and len(restored) == count \
+                else torch.zeros(count)
+        return EntityTable(weights.to(self.device).contiguous(), sums.to(self.device).contiguous(),
+                           entity_type=entity_type, partition=part)
+
+    def _source(self, entity_type: str, part: int) -> tuple[CheckpointDir, int] | None:
+        if (entity_type, part) in self._written:
+            return self.dir, self.committed + 1
+        if self.committed > 0:
+            return self.dir, self.committed
+        if self.init is not None:
+            version = self.init.read_version()
+            if self.init.embeddings_path(entity_type, part, version).is_file():
+                return self.init, version
+        if self.dir.embeddings_path(entity_type, part, 0).is_file():
+            return self.dir, 0
+        return None
+
+    def save(self, entity_type: str, part: int, partition: EntityTable, iteration: IterationInfo) -> None:
+        """Write a swapped-out partition into the version being built."""
+        self.dir.write_embeddings(entity_type, part, self.committed + 1, self._embeddings_state(partition),
+                                  self._metadata(iteration))
+        self._written.add((entity_type, part))
+
+    def _embeddings_state(self, table: EntityTable) -> EmbeddingsState:
+        return EmbeddingsState(table.weights.detach().cpu().numpy(),
+                               encode_row_adagrad(table.adagrad_sum.detach().cpu().numpy(), lr=self.config.lr))
+
+    def _metadata(self, iteration: IterationInfo | None) -> FileMetadata:
+        return FileMetadata(config_json=self.config.to_json(), iteration=iteration)
+
+    # ---- model
+    def load_model(self) -> ModelState | None:
+        """The model of the committed version, else of init_path, else None (fresh)."""
+        if self.committed > 0:
+            return self.dir.read_model(self.committed)
+        for directory in (self.init, self.dir):
+            if directory is not None:
+                version = directory.read_version()
+                if directory.model_path(version).is_file():
+                    return directory.read_model(version)
+        return None
+
+    @staticmethod
+    def decode_optimizer(state: ModelState, source: str) -> dict[str, object] | None:
+        return decode_state_dict(state.optimizer_state, source) if state.optimizer_state else None
+
+    # ---- commit
+    def commit(self, resident: Iterable[tuple[PartitionKey, EntityTable]], untouched: Iterable[PartitionKey],
+               params: dict[str, np.ndarray], optimizer_state: dict[str, object] | None,
+               iteration: IterationInfo, snapshot_epoch: int | None = None) -> int:
+        """Write the rest of version committed+1 and commit it; returns the new version."""
+        version = self.committed + 1
+        embeddings = {key: self._embeddings_state(p) for key, p in resident if key not in self._written}
+        for key in untouched:  # partitions no bucket of this iteration touched: carried over unchanged
+            if key not in self._written and key not in embeddings:
+                source = self._source(*key)
+                if source is not None:
+                    embeddings[key] = source[0].read_embeddings(key[0], key[1], source[1])
+        model = ModelState(params, encode_state_dict(optimizer_state) if optimizer_state else None)
+        for step in plan_checkpoint(self.dir, version, embeddings=embeddings, model=model,
+                                    metadata=self._metadata(iteration), config=self.config,
+                                    snapshot_epoch=snapshot_epoch):
+            step.run()
+        self.committed = version
+        self._written.clear()
+        return version
+
+
+def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:
+    """Refuse to resume a checkpoint written for a different model."""
+    try:
+        saved = directory.read_config().to_dict()
+    except Exception:  # an unreadable config.json is reported by the validator, not here
+        return
+    current = config.to_dict()
+    differ = [k for k in MODEL_DEFINING_KEYS if saved.get(k) != current.get(k)]
+    if differ:
+        path = str(directory.path / "config.json")
+        raise ConfigError(path, [rule("checkpoint-config-mismatch").issue(
+            path, key, f"expected {key} as in the checkpoint being resumed ({saved.get(key)!r}), found "
+            f"{current.get(key)!r}; use a new checkpoint_path or the same model settings") for key in differ])

@@ -1,0 +1,168 @@
+"""The ``pbgtrain`` command line: fit, eval, config.
+
+Exit codes: 0 done, 1 failed (invalid data or config, unreadable checkpoint), 2 usage
+error, 130 interrupted (the last committed checkpoint is intact; rerun ``fit`` to resume).
+Results go to stdout (``--json`` for machines); progress and messages go to stderr.
+Heavy modules (torch) are imported inside the commands so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    name="pbgtrain",
+    help="Train and evaluate PyTorch-BigGraph embeddings on files handled by pbgio.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+ConfigArg = Annotated[Path, typer.Argument(help="The run config (.json).", exists=True, dir_okay=False)]
+Overrides = Annotated[list[str] | None, typer.Option(
+    "-p", "--param", help="Override a config key, e.g. -p num_epochs=5 -p relations.0.operator=diagonal "
+    "(lists split on commas). Repeatable.")]
+Device = Annotated[str | None, typer.Option(
+    "--device", help="torch device to train on: cpu, cuda, cuda:1 … (default: cuda when the config sets "
+    "num_gpus=1, else cpu).")]
+BaseOption = Annotated[Path | None, typer.Option(
+    "--base", help="Directory relative paths in the config resolve against (default: the config's directory).")]
+NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
+
+
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _error(message: str) -> None:
+    from rich.markup import escape
+
+    _stderr().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+def _interactive(no_progress: bool) -> bool:
+    return not no_progress and sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _load(config: Path, overrides: list[str] | None, base: Path | None) -> Any:
+    from pbgio.errors import PbgioError
+    from pbgtrain.config import load_run_config
+
+    try:
+        return load_run_config(config, overrides or [], base)
+    except PbgioError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+@app.command()
+def fit(
+    config: ConfigArg,
+    param: Overrides = None,
+    device: Device = None,
+    seed: Annotated[int, typer.Option(help="Seed of initialization, shuffling and sampling.")] = 0,
+    base: BaseOption = None,
+    no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validating the input layout.")] = False,
+    max_minutes: Annotated[float | None, typer.Option(
+        help="Stop after the first committed checkpoint past this many minutes of training.")] = None,
+    max_iterations: Annotated[int | None, typer.Option(
+        help="Stop after committing this many iterations (edge chunks); run again to continue.")] = None,
+    no_progress: NoProgress = False,
+) -> None:
+    """Train: resume from the latest committed checkpoint, commit one version per edge chunk."""
+    from pbgio.errors import PbgioError
+    from pbgtrain.train import FitOptions
+    from pbgtrain.train import fit as run_fit
+
+    run = _load(config, param, base)
+    options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=_interactive(no_progress),
+                         max_seconds=None if max_minutes is None else max_minutes * 60,
+                         max_iterations=max_iterations)
+    try:
+        result = run_fit(run, options)
+    except PbgioError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        from pbgio.checkpoint import CheckpointDir
+
+        version = CheckpointDir(run.checkpoint_path).read_version()
+        _error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
+               "command to resume from it")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    typer.echo(result.summary())
+
+
+@app.command("eval")
+def evaluate(
+    config: ConfigArg,
+    param: Overrides = None,
+    edges: Annotated[list[Path] | None, typer.Option(
+        "--edges", help="Edge directory to evaluate (default: the config's edge_paths). Repeatable.")] = None,
+    filter_paths: Annotated[list[Path] | None, typer.Option(
+        "--filter", help="Edge directory whose edges are known true and are not counted as better-ranked "
+        "(filtered ranking). Repeatable.")] = None,
+    all_entities: Annotated[bool, typer.Option(
+        "--all-entities", help="Rank against every entity of the partition instead of the config's "
+        "eval_num_batch_negs + eval_num_uniform_negs sampled candidates (implied by --filter).")] = False,
+    version: Annotated[int | None, typer.Option(help="Checkpoint version (default: the committed one).")] = None,
+    device: Device = None,
+    seed: Annotated[int, typer.Option(help="Seed of sampled candidates.")] = 0,
+    base: BaseOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON on stdout.")] = False,
+    no_progress: NoProgress = False,
+) -> None:
+    """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
+    from pbgio.errors import PbgioError
+    from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+
+    run = _load(config, param, base)
+    options = EvalOptions(edge_paths=edges, filter_paths=filter_paths or [], all_entities=all_entities
+                          or bool(filter_paths), version=version, device=device, seed=seed,
+                          interactive=_interactive(no_progress))
+    try:
+        result = evaluate_checkpoint(run, options)
+    except PbgioError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
+
+
+@app.command("config")
+def show_config(
+    config: Annotated[Path | None, typer.Argument(help="The run config (.json); omit with --schema.")] = None,
+    param: Overrides = None,
+    schema: Annotated[bool, typer.Option("--schema", help="Print the config's JSON Schema instead.")] = False,
+) -> None:
+    """Print the effective config (defaults filled in, overrides applied) or its JSON Schema."""
+    if schema:
+        from pbgio.config import config_json_schema
+
+        typer.echo(json.dumps(config_json_schema(), indent=2))
+        return
+    if config is None:
+        _error("give a config file, or --schema")
+        raise typer.Exit(EXIT_USAGE)
+    typer.echo(_load(config, param, None).config.to_json())
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)

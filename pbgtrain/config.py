@@ -1,0 +1,162 @@
+"""The run config as the trainer sees it: loading, ``-p key=value`` overrides, support checks.
+
+The schema itself is :class:`pbgio.config.ConfigSchema`. This module adds what only the
+trainer needs: dotted overrides (as the original's ``-p``), the resolution of relative paths,
+and the rule that no key is silently ignored. Every key either changes the trainer's
+behaviour or, when set to a value this trainer cannot honour (distributed training, half
+precision), is rejected with a message saying why.
+
+>>> raw = {"entities": {"e": {"num_partitions": 1}}, "relations": [{"name": "r", "lhs": "e", "rhs": "e"}],
+...        "dimension": 8, "entity_path": "data", "edge_paths": ["data/train"], "checkpoint_path": "model"}
+>>> cfg = apply_overrides(raw, ["num_epochs=3", "relations.0.operator=translation", "edge_paths=a,b"])
+>>> cfg.num_epochs, cfg.relations[0].operator, cfg.edge_paths
+(3, 'translation', ['a', 'b'])
+>>> unsupported_settings(cfg.model_copy(update={"num_machines": 2}))
+['num_machines=2: distributed training is not supported by pbgtrain yet; use num_machines=1']
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pbgio.config import ConfigSchema, parse_config, read_config_json
+from pbgio.errors import ConfigError, Issue
+from pbgio.spec.rules import rule
+from pbgio.storage import local_path
+from pbgio.validate import infer_base
+
+MAX_EDGES_PER_CHUNK_DEFAULT = 1_000_000_000
+
+# Keys of distributed training and their single-machine defaults: any other value is refused.
+_DISTRIBUTED_DEFAULTS: dict[str, Any] = {
+    "num_machines": 1,
+    "num_partition_servers": -1,
+    "distributed_init_method": None,
+    "distributed_tree_init_order": True,
+    "num_groups_for_partition_server": 16,
+    "num_groups_per_sharded_partition_server": 1,
+    "partition_shard_size": 250,
+    "hogwild_delay": 2.0,
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated config and the directory its relative paths resolve against."""
+
+    config: ConfigSchema
+    base: Path
+    source: str
+
+    def path(self, location: str) -> Path:
+        return local_path(location, self.base)
+
+    @property
+    def entity_path(self) -> Path:
+        return self.path(self.config.entity_path)
+
+    @property
+    def edge_paths(self) -> list[Path]:
+        return [self.path(p) for p in self.config.edge_paths]
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path(self.config.checkpoint_path)
+
+    @property
+    def init_path(self) -> Path | None:
+        return None if self.config.init_path is None else self.path(self.config.init_path)
+
+
+def load_run_config(path: Path, overrides: Sequence[str] = (), base: Path | None = None) -> RunConfig:
+    """Read a JSON config, apply overrides, check that the trainer supports every setting.
+
+    Relative paths resolve against ``base``, by default the config file's directory (the
+    directory holding ``checkpoint_path`` for a checkpoint's own ``config.json``), as
+    ``pbgio validate`` resolves them.
+    """
+    raw = read_config_json(path)
+    cfg = apply_overrides(raw, overrides, source=str(path))
+    problems = unsupported_settings(cfg)
+    if problems:
+        raise ConfigError(str(path), [rule("config-schema").issue(str(path), None, p) for p in problems])
+    return RunConfig(cfg, base if base is not None else infer_base(Path(path), cfg), str(path))
+
+
+def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "<config>") -> ConfigSchema:
+    """The config with ``key.path=value`` overrides applied, validated once at the end."""
+    data = copy.deepcopy(raw)
+    issues: list[Issue] = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            issues.append(rule("config-schema").issue(source, override, "expected key=value, found no '='"))
+            continue
+        problem = _set_dotted(data, key.split("."), value)
+        if problem:
+            issues.append(rule("config-schema").issue(source, key, problem))
+    if issues:
+        raise ConfigError(source, issues)
+    return parse_config(data, source)
+
+
+def _set_dotted(data: Any, keys: list[str], value: str) -> str | None:
+    node = data
+    for i, key in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                return f"expected an index below {len(node)} at {'.'.join(keys[: i + 1])}, found {key!r}"
+            node = node[int(key)]
+        elif isinstance(node, dict):
+            node = node.setdefault(key, {})
+        else:
+            return f"expected a mapping or list at {'.'.join(keys[:i])}, found {type(node).__name__}"
+    last = keys[-1]
+    parsed: Any = _parse_value(value)
+    if isinstance(node, dict) and isinstance(node.get(last), list):
+        parsed = [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            return f"expected an index below {len(node)}, found {last!r}"
+        node[int(last)] = parsed
+    elif isinstance(node, dict):
+        node[last] = parsed
+    else:
+        return f"expected a mapping at {'.'.join(keys[:-1])}, found {type(node).__name__}"
+    return None
+
+
+def _parse_value(value: str) -> Any:
+    """Strings stay strings (pydantic converts them per field); 'null'/'none' mean None."""
+    return None if value.strip().lower() in ("null", "none") else value
+
+
+def unsupported_settings(cfg: ConfigSchema) -> list[str]:
+    """Messages for settings this trainer cannot honour (empty when all are supported)."""
+    problems = []
+    for key, default in _DISTRIBUTED_DEFAULTS.items():
+        value = getattr(cfg, key)
+        if value != default:
+            what = ("only applies to distributed workers" if key == "hogwild_delay"
+                    else "distributed training is not supported by pbgtrain yet")
+            problems.append(f"{key}={value}: {what}; use {key}={default}")
+    if cfg.half_precision:
+        problems.append("half_precision=true: half-precision training is not supported; "
+                        "remove it (training runs in float32)")
+    featurized = sorted(name for name, entity in cfg.entities.items() if entity.featurized)
+    if featurized:
+        problems.append(f"entities.{featurized[0]}.featurized=true: featurized entity types are not "
+                        "supported by pbgtrain yet")
+    if cfg.num_gpus > 1:
+        problems.append(f"num_gpus={cfg.num_gpus}: pbgtrain trains on one device; use num_gpus=1 "
+                        "(or --device cuda)")
+    return problems
+
+
+def default_device(cfg: ConfigSchema) -> str:
+    """``cuda`` when the config asks for a GPU (``num_gpus=1``), else ``cpu``."""
+    return "cuda" if cfg.num_gpus > 0 else "cpu"

@@ -1,0 +1,61 @@
+"""The model core: operators, comparators, losses, N3, negatives, tables and the step functions.
+
+Entry points: :func:`train_step` (one optimisation step on a batch), :func:`eval_step` (scores
+against evaluation negatives) and :func:`score_candidates` (scores against all entities or given
+candidates, for ranking metrics).
+"""
+
+from pbgtrain.model.allocator import keep_freed_memory
+from pbgtrain.model.comparators import Comparator, make_comparator
+from pbgtrain.model.inputs import EdgeBatch
+from pbgtrain.model.lookup import GatheredRows, gather_rows
+from pbgtrain.model.losses import LossFunction, make_loss
+from pbgtrain.model.model import (
+    EmbeddingModel,
+    ModelSpec,
+    NegativeSampling,
+    RelationSpec,
+    make_relation_optimizer,
+)
+from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives
+from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
+from pbgtrain.model.regularizers import N3Regularizer
+from pbgtrain.model.scoring import ForwardResult, Scores, forward_batch, score_candidates
+from pbgtrain.model.step import EvalResult, StepStats, batch_loss, eval_step, train_step
+from pbgtrain.model.tables import EntityTable, row_adagrad_
+
+__all__ = [
+    "MASKED_SCORE",
+    "Comparator",
+    "DynamicOperator",
+    "EdgeBatch",
+    "EmbeddingModel",
+    "EntityTable",
+    "EvalResult",
+    "ForwardResult",
+    "GatheredRows",
+    "LossFunction",
+    "ModelSpec",
+    "N3Regularizer",
+    "NegativeMode",
+    "NegativePlan",
+    "NegativeSampling",
+    "Operator",
+    "RelationSpec",
+    "Scores",
+    "StepStats",
+    "batch_loss",
+    "eval_step",
+    "forward_batch",
+    "gather_rows",
+    "keep_freed_memory",
+    "make_comparator",
+    "make_dynamic_operator",
+    "make_loss",
+    "make_operator",
+    "make_relation_optimizer",
+    "plan_negatives",
+    "row_adagrad_",
+    "score_candidates",
+    "train_step",
+]

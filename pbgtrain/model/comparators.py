@@ -1,0 +1,118 @@
+"""Comparators: the similarity of two prepared embeddings (higher is more similar).
+
+A comparator has three parts: ``prepare`` (run once per embedding, after the operator; cos
+L2-normalises here), ``pair`` (row-wise scores of matching rows) and ``all_pairs`` (every row of
+one set against every row of another, batched over leading axes). All four comparators are
+symmetric, so which side is the query does not matter. With ``bias=True`` coordinate 0 is an
+additive bias on both sides and the base comparator sees coordinates 1:.
+
+>>> dot = make_comparator("dot")
+>>> a, b = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+>>> dot.all_pairs(a, b).tolist()
+[[11.0, 2.0]]
+>>> make_comparator("dot", bias=True).all_pairs(a, b).tolist()
+[[12.0, 3.0]]
+>>> make_comparator("squared_l2").pair(a, b[:1]).tolist()
+[-8.0]
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+L2_CLAMP = 1e-30
+COS_NORM_CLAMP = 1e-30
+
+
+class Comparator:
+    """Base comparator: dot product."""
+
+    name = "dot"
+
+    def prepare(self, x: Tensor) -> Tensor:
+        return x
+
+    def pair(self, a: Tensor, b: Tensor) -> Tensor:
+        """Scores of row i of ``a`` with row i of ``b``: [..., D] × [..., D] → [...]."""
+        return (a * b).sum(-1)
+
+    def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
+        """Scores of every row of ``a`` with every row of ``b``: [..., M, D] × [..., N, D] → [..., M, N]."""
+        return torch.matmul(a, b.transpose(-1, -2))
+
+
+class DotComparator(Comparator):
+    name = "dot"
+
+
+class CosComparator(Comparator):
+    """Cosine similarity: L2-normalise in ``prepare``, then dot (a zero vector stays zero)."""
+
+    name = "cos"
+
+    def prepare(self, x: Tensor) -> Tensor:
+        norm: Tensor = x.norm(dim=-1, keepdim=True)
+        return x / norm.clamp_min(COS_NORM_CLAMP)
+
+
+def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
+    """|a_i|² + |b_j|² − 2 a_i·b_j for every pair (may dip below 0 by rounding)."""
+    a_sq = a.square().sum(-1)
+    b_sq = b.square().sum(-1)
+    return (a_sq.unsqueeze(-1) + b_sq.unsqueeze(-2)) - 2 * torch.matmul(a, b.transpose(-1, -2))
+
+
+class L2Comparator(Comparator):
+    """−‖a − b‖, with the squared distance clamped at 1e-30 before the square root."""
+
+    name = "l2"
+
+    def pair(self, a: Tensor, b: Tensor) -> Tensor:
+        return -(a - b).square().sum(-1).clamp_min(L2_CLAMP).sqrt()
+
+    def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
+        return -_squared_distances(a, b).clamp_min(L2_CLAMP).sqrt()
+
+
+class SquaredL2Comparator(Comparator):
+    """−‖a − b‖²."""
+
+    name = "squared_l2"
+
+    def pair(self, a: Tensor, b: Tensor) -> Tensor:
+        return -(a - b).square().sum(-1)
+
+    def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
+        return -_squared_distances(a, b)
+
+
+class BiasedComparator(Comparator):
+    """Coordinate 0 of each side is added to the score; the base sees coordinates 1:."""
+
+    def __init__(self, base: Comparator) -> None:
+        self.base = base
+        self.name = base.name
+
+    def prepare(self, x: Tensor) -> Tensor:
+        return torch.cat((x[..., :1], self.base.prepare(x[..., 1:])), dim=-1)
+
+    def pair(self, a: Tensor, b: Tensor) -> Tensor:
+        return self.base.pair(a[..., 1:], b[..., 1:]) + a[..., 0] + b[..., 0]
+
+    def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
+        scores = self.base.all_pairs(a[..., 1:], b[..., 1:])
+        return scores + a[..., 0].unsqueeze(-1) + b[..., 0].unsqueeze(-2)
+
+
+COMPARATORS: dict[str, type[Comparator]] = {
+    cls.name: cls for cls in (DotComparator, CosComparator, L2Comparator, SquaredL2Comparator)
+}
+
+
+def make_comparator(name: str, bias: bool = False) -> Comparator:
+    """The comparator ``name`` (dot, cos, l2, squared_l2), wrapped for ``bias`` if asked."""
+    if name not in COMPARATORS:
+        raise ValueError(f"unknown comparator {name!r}; expected one of {sorted(COMPARATORS)}")
+    base = COMPARATORS[name]()
+    return BiasedComparator(base) if bias else base

@@ -1,0 +1,74 @@
+"""The one place embeddings are looked up: deduplicated gather → autograd leaf → row updates.
+
+:func:`gather_rows` takes every group of row offsets a step needs from one table, gathers each
+distinct row once into a leaf tensor (applying ``max_norm`` in place, as the original's
+embedding lookup does) and hands back per-group views that autograd tracks. After backward,
+:meth:`GatheredRows.apply_row_adagrad` applies the summed gradient of each distinct row to the
+table. Featurized entity types (the mean of feature embeddings) will plug in here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pbgtrain.model.tables import EntityTable
+
+
+@dataclass
+class GatheredRows:
+    """Distinct rows ``ids`` of ``table`` gathered into ``leaf`` [len(ids), D]."""
+
+    table: EntityTable
+    ids: Tensor
+    leaf: Tensor
+
+    def apply_row_adagrad(self, lr: float) -> None:
+        """Apply the leaf's gradient (if any) to the table with row-wise Adagrad."""
+        if self.leaf.grad is not None:
+            self.table.row_adagrad_(self.ids, self.leaf.grad, lr, consume_grad=True)
+            self.leaf.grad = None
+
+
+def gather_rows(table: EntityTable, groups: Sequence[Tensor], *, max_norm: float | None,
+                requires_grad: bool) -> tuple[GatheredRows, list[Tensor]]:
+    """Look up several groups of row offsets of ``table``; returns the gathered rows and one
+    embedding tensor [len(group), D] per group (differentiable into ``GatheredRows.leaf``)."""
+    sizes = [int(g.numel()) for g in groups]
+    flat = torch.cat([g.reshape(-1) for g in groups]) if groups else table.weights.new_zeros(0, dtype=torch.long)
+    ids, inverse = torch.unique(flat, return_inverse=True)
+    if max_norm is not None:
+        table.renorm_(ids, max_norm)
+    leaf = table.weights.index_select(0, ids)
+    if requires_grad:
+        leaf.requires_grad_(True)
+    rows: tuple[Tensor, ...] = _SplitGather.apply(leaf, *torch.split_with_sizes(inverse, sizes))  # type: ignore[no-untyped-call]
+    return GatheredRows(table, ids, leaf), list(rows)
+
+
+class _SplitGather(torch.autograd.Function):
+    """``leaf[index]`` for each index tensor; the backward adds every group's gradient straight
+    into one [U, D] tensor (no concatenation of the groups' gradients)."""
+
+    @staticmethod
+    def forward(ctx: Any, leaf: Tensor, *indices: Tensor) -> tuple[Tensor, ...]:
+        ctx.save_for_backward(*indices)
+        ctx.leaf_shape = leaf.shape
+        ctx.set_materialize_grads(False)
+        return tuple(leaf.index_select(0, index) for index in indices)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        indices = ctx.saved_tensors
+        out: Tensor | None = None
+        for index, grad in zip(indices, grads, strict=True):
+            if grad is None:
+                continue
+            if out is None:
+                out = grad.new_zeros(ctx.leaf_shape)
+            out.index_add_(0, index, grad)
+        return (out, *(None for _ in indices))

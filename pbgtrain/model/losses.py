@@ -1,0 +1,134 @@
+"""Loss functions of positive scores [B] against negative scores [B, K], summed over the batch.
+
+Per edge (``w`` the optional per-edge weight, 1 without):
+
+- ranking: ``w · Σ_k max(0, margin − pos + neg_k)``;
+- logistic: ``w · (BCE(pos, 1) + (1/K) Σ_k BCE(neg_k, 0))`` (the neg term is 0 when K = 0);
+- softmax: ``w · CE([pos, logsumexp(neg)], 0) = w · softplus(logsumexp(neg) − pos)``.
+
+Ranking and softmax are 0 when there are no negatives; every loss is 0 without positives.
+Masked negatives (−1e9) contribute nothing to ranking or softmax (they still count in the
+logistic ``1/K``, as in the original). Negative scores may be given as one [B, K] tensor or as
+column blocks [B, K_i] (the same as their concatenation, without building it).
+
+>>> pos, neg = torch.tensor([1.0]), torch.tensor([[0.5, 2.0]])
+>>> round(make_loss("ranking", margin=0.1)(pos, neg).item(), 4)
+1.1
+>>> round(make_loss("softmax")(pos, [neg[:, :1], neg[:, 1:]]).item(), 4)
+1.4644
+>>> make_loss("softmax")(pos, neg[:, :0]).item()
+0.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+NegativeScores = Tensor | Sequence[Tensor]
+
+
+def _weighted_sum(per_edge: Tensor, weight: Tensor | None) -> Tensor:
+    return (per_edge * weight).sum() if weight is not None else per_edge.sum()
+
+
+def _zero(pos: Tensor) -> Tensor:
+    """A differentiable zero (keeps ``backward`` valid when a side has nothing to score)."""
+    return 0 * pos.sum()
+
+
+class LossFunction:
+    name = ""
+
+    def __call__(self, pos: Tensor, neg: NegativeScores, weight: Tensor | None = None) -> Tensor:
+        blocks = (neg,) if isinstance(neg, Tensor) else tuple(neg)
+        if pos.dim() != 1 or any(b.dim() != 2 or b.shape[0] != pos.shape[0] for b in blocks):
+            raise ValueError(f"expected pos [B] and negatives [B, K], found {tuple(pos.shape)} and "
+                             f"{[tuple(b.shape) for b in blocks]}")
+        if weight is not None and weight.shape != pos.shape:
+            raise ValueError(f"expected weight [{pos.shape[0]}], found {tuple(weight.shape)}")
+        blocks = tuple(b for b in blocks if b.shape[1] > 0)
+        return self.loss(pos, blocks, weight)
+
+    def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+
+class RankingLoss(LossFunction):
+    name = "ranking"
+
+    def __init__(self, margin: float) -> None:
+        self.margin = margin
+
+    def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
+        if not blocks or pos.shape[0] == 0:
+            return _zero(pos)
+        threshold = (pos - self.margin).unsqueeze(1)
+        per_edge = sum((F.relu(b - threshold).sum(1) for b in blocks), pos.new_zeros(pos.shape))
+        return _weighted_sum(per_edge, weight)
+
+
+class LogisticLoss(LossFunction):
+    name = "logistic"
+
+    def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
+        per_edge = F.softplus(-pos)
+        num_neg = sum(b.shape[1] for b in blocks)
+        if num_neg:
+            per_edge = per_edge + sum((F.softplus(b).sum(1) for b in blocks), pos.new_zeros(pos.shape)) / num_neg
+        return _weighted_sum(per_edge, weight)
+
+
+class _SoftmaxPerEdge(torch.autograd.Function):
+    """softplus(logsumexp(blocks) − pos) per edge; keeps exp(neg − max) from the forward for the
+    backward, which scales it in place (one pass, no recomputation, no concatenation)."""
+
+    @staticmethod
+    def forward(ctx: Any, pos: Tensor, *blocks: Tensor) -> Tensor:
+        top = blocks[0].amax(1)
+        for b in blocks[1:]:
+            top = torch.maximum(top, b.amax(1))
+        exps = []
+        total = torch.zeros_like(top)
+        for b in blocks:
+            e = b.sub(top.unsqueeze(1)).exp_()
+            total += e.sum(1)
+            exps.append(e)
+        gap = (top - pos) + total.log()
+        ctx.save_for_backward(gap, total)
+        ctx.exps = exps
+        return F.softplus(gap)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        gap, total = ctx.saved_tensors
+        exps: list[Tensor] = ctx.exps
+        del ctx.exps  # consumed: a second backward through this node fails loudly
+        sig = torch.sigmoid(gap) * grad
+        coef = (sig / total).unsqueeze(1)
+        return (-sig, *(e.mul_(coef) for e in exps))
+
+
+class SoftmaxLoss(LossFunction):
+    name = "softmax"
+
+    def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
+        if not blocks or pos.shape[0] == 0:
+            return _zero(pos)
+        per_edge: Tensor = _SoftmaxPerEdge.apply(pos, *blocks)  # type: ignore[no-untyped-call]
+        return _weighted_sum(per_edge, weight)
+
+
+def make_loss(name: str, margin: float = 0.1) -> LossFunction:
+    """The loss ``name`` (ranking, logistic, softmax); ``margin`` is used by ranking only."""
+    if name == "ranking":
+        return RankingLoss(margin)
+    if name == "logistic":
+        return LogisticLoss()
+    if name == "softmax":
+        return SoftmaxLoss()
+    raise ValueError(f"unknown loss {name!r}; expected one of ['logistic', 'ranking', 'softmax']")

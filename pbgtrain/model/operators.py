@@ -1,0 +1,292 @@
+"""Relation operators, static (one per relation) and dynamic (a leading relation axis).
+
+Parameter names and shapes are those of :data:`pbgio.spec.checkpoint.OPERATORS`, so a model's
+state dict maps one to one onto checkpoint names. Initial values are the original's: diagonal
+ones, translation zeros, linear identity, complex real ones and imaginary zeros, which makes
+every operator start as the identity.
+
+>>> op = make_operator("complex_diagonal", 4)
+>>> sorted(name for name, _ in op.named_parameters())
+['imag', 'real']
+>>> op(torch.tensor([[1.0, 2.0, 3.0, 4.0]])).tolist()
+[[1.0, 2.0, 3.0, 4.0]]
+>>> dyn = make_dynamic_operator("diagonal", 4, num_relations=3)
+>>> tuple(dyn.diagonals.shape)
+(3, 4)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pbgio.spec.checkpoint import OPERATORS, param_shapes
+from pbgtrain.model.kernels import complex_multiply, modulus_cube_sum
+
+
+def _cube_sum(*params: Tensor, dims: tuple[int, ...] | None = None) -> Tensor:
+    total = params[0].new_zeros(())
+    for p in params:
+        cube = p.abs().pow(3)
+        total = total + (cube.sum() if dims is None else cube.sum(dims))
+    return total
+
+
+def _check_even(name: str, dimension: int) -> None:
+    if name == "complex_diagonal" and dimension % 2:
+        raise ValueError(f"complex_diagonal needs an even dimension, found {dimension}")
+
+
+# --- static operators (one module per relation; applied to [..., D]) ---------------------
+
+
+class Operator(nn.Module):
+    """A static operator: one set of parameters, applied to embeddings of shape [..., D]."""
+
+    name = ""
+    complex_valued = False
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__()
+        self.dimension = dimension
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+    def cube_sum(self) -> Tensor | None:
+        """Σ|p|³ over the parameters, as N3 counts them (complex: modulus); None without any."""
+        return None
+
+
+class IdentityOperator(Operator):
+    name = "none"
+
+
+class DiagonalOperator(Operator):
+    name = "diagonal"
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.diagonal = nn.Parameter(torch.ones(dimension))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.diagonal
+
+    def cube_sum(self) -> Tensor | None:
+        return _cube_sum(self.diagonal)
+
+
+class TranslationOperator(Operator):
+    name = "translation"
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.translation = nn.Parameter(torch.zeros(dimension))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.translation
+
+    def cube_sum(self) -> Tensor | None:
+        return _cube_sum(self.translation)
+
+
+class LinearOperator(Operator):
+    """x ↦ M x (``out[i] = Σ_j M[i, j] x[j]``)."""
+
+    name = "linear"
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.linear_transformation = nn.Parameter(torch.eye(dimension))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.matmul(x, self.linear_transformation.t())
+
+    def cube_sum(self) -> Tensor | None:
+        return _cube_sum(self.linear_transformation)
+
+
+class AffineOperator(Operator):
+    """x ↦ M x + t."""
+
+    name = "affine"
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__(dimension)
+        self.linear_transformation = nn.Parameter(torch.eye(dimension))
+        self.translation = nn.Parameter(torch.zeros(dimension))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.matmul(x, self.linear_transformation.t()) + self.translation
+
+    def cube_sum(self) -> Tensor | None:
+        return _cube_sum(self.linear_transformation, self.translation)
+
+
+class ComplexDiagonalOperator(Operator):
+    """Complex multiplication; embeddings are [real half | imaginary half]."""
+
+    name = "complex_diagonal"
+    complex_valued = True
+
+    def __init__(self, dimension: int) -> None:
+        _check_even(self.name, dimension)
+        super().__init__(dimension)
+        self.real = nn.Parameter(torch.ones(dimension // 2))
+        self.imag = nn.Parameter(torch.zeros(dimension // 2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return complex_multiply(x, self.real, self.imag)
+
+    def cube_sum(self) -> Tensor | None:
+        return modulus_cube_sum(self.real, self.imag)
+
+
+# --- dynamic operators (parameters [R, ...]; applied per edge to [B, D] with rel [B]) -----
+
+
+class DynamicOperator(nn.Module):
+    """A dynamic operator: parameters with a leading relation axis, applied per edge."""
+
+    name = ""
+    complex_valued = False
+
+    def __init__(self, dimension: int, num_relations: int) -> None:
+        super().__init__()
+        self.dimension = dimension
+        self.num_relations = num_relations
+
+    def forward(self, x: Tensor, rel: Tensor) -> Tensor:
+        """Apply relation ``rel[b]`` to ``x[b]``; x is [B, D], rel is a LongTensor [B]."""
+        return x
+
+    def cube_sums(self) -> Tensor | None:
+        """Σ|p|³ per relation, shape [R] (complex: modulus); None without parameters."""
+        return None
+
+
+def _per_relation_matmul(x: Tensor, mats: Tensor, rel: Tensor) -> Tensor:
+    """``out[b] = mats[rel[b]] @ x[b]``, one matmul per distinct relation (no [B, D, D] gather)."""
+    order = torch.argsort(rel)
+    sorted_rel = rel.index_select(0, order)
+    uniq, counts = torch.unique_consecutive(sorted_rel, return_counts=True)
+    pieces = torch.split_with_sizes(x.index_select(0, order), counts.tolist())
+    out_sorted = torch.cat([
+        torch.matmul(piece, mats[r].t()) for piece, r in zip(pieces, uniq.tolist(), strict=True)
+    ]) if pieces else x[:0]
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return out_sorted.index_select(0, inverse)
+
+
+class IdentityDynamicOperator(DynamicOperator):
+    name = "none"
+
+
+class DiagonalDynamicOperator(DynamicOperator):
+    name = "diagonal"
+
+    def __init__(self, dimension: int, num_relations: int) -> None:
+        super().__init__(dimension, num_relations)
+        self.diagonals = nn.Parameter(torch.ones(num_relations, dimension))
+
+    def forward(self, x: Tensor, rel: Tensor) -> Tensor:
+        return x * self.diagonals.index_select(0, rel)
+
+    def cube_sums(self) -> Tensor | None:
+        return _cube_sum(self.diagonals, dims=(1,))
+
+
+class TranslationDynamicOperator(DynamicOperator):
+    name = "translation"
+
+    def __init__(self, dimension: int, num_relations: int) -> None:
+        super().__init__(dimension, num_relations)
+        self.translations = nn.Parameter(torch.zeros(num_relations, dimension))
+
+    def forward(self, x: Tensor, rel: Tensor) -> Tensor:
+        return x + self.translations.index_select(0, rel)
+
+    def cube_sums(self) -> Tensor | None:
+        return _cube_sum(self.translations, dims=(1,))
+
+
+class LinearDynamicOperator(DynamicOperator):
+    name = "linear"
+
+    def __init__(self, dimension: int, num_relations: int) -> None:
+        super().__init__(dimension, num_relations)
+        self.linear_transformations = nn.Parameter(torch.eye(dimension).repeat(num_relations, 1, 1))
+
+    def forward(self, x: Tensor, rel: Tensor) -> Tensor:
+        return _per_relation_matmul(x, self.linear_transformations, rel)
+
+    def cube_sums(self) -> Tensor | None:
+        return _cube_sum(self.linear_transformations, dims=(1, 2))
+
+
+class AffineDynamicOperator(DynamicOperator):
+    name = "affine"
+
+    def __init__(self, dimension: int, num_relations: int) -> None:
+        super().__init__(dimension, num_relations)
+        self.linear_transformations = nn.Parameter(torch.eye(dimension).repeat(num_relations, 1, 1))
+        self.translations = nn.Parameter(torch.zeros(num_relations, dimension))
+
+    def forward(self, x: Tensor, rel: Tensor) -> Tensor:
+        return _per_relation_matmul(x, self.linear_transformations, rel) + self.translations.index_select(0, rel)
+
+    def cube_sums(self) -> Tensor | None:
+        return _cube_sum(self.linear_transformations, dims=(1, 2)) + _cube_sum(self.translations, dims=(1,))
+
+
+class ComplexDiagonalDynamicOperator(DynamicOperator):
+    name = "complex_diagonal"
+    complex_valued = True
+
+    def __init__(self, dimension: int, num_relations: int) -> None:
+        _check_even(self.name, dimension)
+        super().__init__(dimension, num_relations)
+        self.real = nn.Parameter(torch.ones(num_relations, dimension // 2))
+        self.imag = nn.Parameter(torch.zeros(num_relations, dimension // 2))
+
+    def forward(self, x: Tensor, rel: Tensor) -> Tensor:
+        return complex_multiply(x, self.real.index_select(0, rel), self.imag.index_select(0, rel))
+
+    def cube_sums(self) -> Tensor | None:
+        return modulus_cube_sum(self.real, self.imag, per_row=True)
+
+
+STATIC_OPERATORS: dict[str, type[Operator]] = {
+    cls.name: cls for cls in (IdentityOperator, DiagonalOperator, TranslationOperator, LinearOperator,
+                              AffineOperator, ComplexDiagonalOperator)
+}
+DYNAMIC_OPERATORS: dict[str, type[DynamicOperator]] = {
+    cls.name: cls for cls in (IdentityDynamicOperator, DiagonalDynamicOperator, TranslationDynamicOperator,
+                              LinearDynamicOperator, AffineDynamicOperator, ComplexDiagonalDynamicOperator)
+}
+assert set(STATIC_OPERATORS) == set(DYNAMIC_OPERATORS) == set(OPERATORS)
+
+
+def _check_shapes(module: nn.Module, name: str, dimension: int, num_relations: int | None) -> None:
+    expected = param_shapes(name, dimension=dimension, num_dynamic_rels=num_relations)
+    actual = {pname: tuple(p.shape) for pname, p in module.named_parameters()}
+    assert actual == expected, (actual, expected)
+
+
+def make_operator(name: str, dimension: int) -> Operator:
+    """The static operator ``name`` for embeddings of ``dimension``."""
+    if name not in STATIC_OPERATORS:
+        raise ValueError(f"unknown operator {name!r}; expected one of {sorted(STATIC_OPERATORS)}")
+    op = STATIC_OPERATORS[name](dimension)
+    _check_shapes(op, name, dimension, None)
+    return op
+
+
+def make_dynamic_operator(name: str, dimension: int, num_relations: int) -> DynamicOperator:
+    """The dynamic operator ``name`` with ``num_relations`` relations."""
+    if name not in DYNAMIC_OPERATORS:
+        raise ValueError(f"unknown operator {name!r}; expected one of {sorted(DYNAMIC_OPERATORS)}")
+    op = DYNAMIC_OPERATORS[name](dimension, num_relations)
+    _check_shapes(op, name, dimension, num_relations)
+    return op

@@ -1,0 +1,247 @@
+"""Scores of a batch: positives, and negatives per side, all chunks at once.
+
+Static relations score an edge (u, r, v) as ``c(u, f_r(v))`` (operator on the rhs only); lhs
+negatives are ``c(u', f_r(v))`` and rhs negatives ``c(u, f_r(v'))``. Dynamic relations keep a
+lhs operator g and a rhs operator h: lhs negatives are ``c(u', h_r(v))`` against the positive
+``c(u, h_r(v))``, rhs negatives ``c(g_r(u), v')`` against ``c(g_r(u), v)``. Before the
+operator the per-type global embedding is added; after it the comparator prepares.
+
+Negative scores of one side are laid out as ``[batch negatives (chunk_size) | uniform]`` or, for
+``all_negs``, ``[every entity of the partition]``; ignored slots hold ``MASKED_SCORE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pbgtrain.model.comparators import Comparator
+from pbgtrain.model.inputs import EdgeBatch
+from pbgtrain.model.lookup import GatheredRows, gather_rows
+from pbgtrain.model.model import EmbeddingModel, NegativeSampling
+from pbgtrain.model.negatives import (
+    MASKED_SCORE,
+    NegativeMode,
+    NegativePlan,
+    batch_negatives_mask,
+    plan_negatives,
+    sample_uniform,
+)
+from pbgtrain.model.tables import EntityTable
+
+SIDES = ("lhs", "rhs")
+
+
+@dataclass
+class Scores:
+    """Positive scores [B] and negative scores of each side (lhs: the lhs corrupted).
+
+    Negative scores are kept as column blocks (batch negatives, uniform negatives), which the
+    losses consume without concatenating; ``lhs_neg``/``rhs_neg`` give the whole [B, K] matrix.
+    """
+
+    lhs_pos: Tensor
+    lhs_neg_blocks: tuple[Tensor, ...]
+    rhs_pos: Tensor
+    rhs_neg_blocks: tuple[Tensor, ...]
+
+    @property
+    def lhs_neg(self) -> Tensor:
+        return _concat(self.lhs_pos, self.lhs_neg_blocks)
+
+    @property
+    def rhs_neg(self) -> Tensor:
+        return _concat(self.rhs_pos, self.rhs_neg_blocks)
+
+
+def _concat(pos: Tensor, blocks: tuple[Tensor, ...]) -> Tensor:
+    if not blocks:
+        return pos.new_zeros(pos.shape[0], 0)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+
+
+@dataclass
+class ForwardResult:
+    scores: Scores
+    reg: Tensor | None
+    gathered: list[GatheredRows]
+    plan: NegativePlan
+
+
+@dataclass
+class _SideView:
+    """What scoring one side's candidates needs."""
+
+    pos: Tensor  # [B] scores of the positives, as paired with this side's negatives
+    query: Tensor  # [B, D] the other side, prepared (operator included)
+    positives: Tensor  # [B, D] this side's positives, prepared (the batch negatives)
+    adjust: Callable[[Tensor], Tensor]  # raw embeddings of this side's candidates → prepared
+
+
+def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_type: str,
+                u_raw: Tensor, v_raw: Tensor) -> tuple[_SideView, _SideView]:
+    cmp = model.comparator
+    if isinstance(rel, Tensor):
+        g_op, h_op = model.dynamic_operators()
+        u, v = cmp.prepare(u_raw), cmp.prepare(v_raw)
+        hv = cmp.prepare(h_op(v_raw, rel))
+        gu = cmp.prepare(g_op(u_raw, rel))
+        return (_SideView(cmp.pair(u, hv), hv, u, cmp.prepare),
+                _SideView(cmp.pair(gu, v), gu, v, cmp.prepare))
+    op = model.static_operator(rel)
+    g_lhs, g_rhs = model.global_emb(lhs_type), model.global_emb(rhs_type)
+
+    def adjust_lhs(x: Tensor) -> Tensor:
+        return cmp.prepare(x if g_lhs is None else x + g_lhs)
+
+    def adjust_rhs(x: Tensor) -> Tensor:
+        return cmp.prepare(op(x if g_rhs is None else x + g_rhs))
+
+    u, v = adjust_lhs(u_raw), adjust_rhs(v_raw)
+    pos = cmp.pair(u, v)
+    return _SideView(pos, v, u, adjust_lhs), _SideView(pos, u, v, adjust_rhs)
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    return x if x.shape[0] == rows else F.pad(x, (0, 0, 0, rows - x.shape[0]))
+
+
+def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None, mode: NegativeMode,
+                    plan: NegativePlan, pos_ids: Tensor) -> tuple[Tensor, ...]:
+    """Column blocks [B, K_i] of one side's negative scores; ``candidates`` are the prepared
+    uniform negatives ([U] shared or [chunks·U] per chunk) or every entity (``ALL``)."""
+    query = view.query
+    num_pos, dim = query.shape
+    if mode is NegativeMode.NONE:
+        return ()
+    if mode is NegativeMode.ALL:
+        assert candidates is not None
+        scores = cmp.all_pairs(query, candidates)
+        rows = torch.arange(num_pos, device=query.device)
+        return (scores.index_put((rows, pos_ids), scores.new_full((), MASKED_SCORE)),)
+    chunk, num_chunks = plan.chunk_size, plan.num_chunks
+    padded = chunk * num_chunks
+    parts: list[Tensor] = []
+    chunked_query: Tensor | None = None
+    if mode is NegativeMode.BATCH_UNIFORM:
+        chunked_query = _pad_rows(query, padded).view(num_chunks, chunk, dim)
+        chunked_pos = _pad_rows(view.positives, padded).view(num_chunks, chunk, dim)
+        batch = cmp.all_pairs(chunked_query, chunked_pos)
+        mask = batch_negatives_mask(num_pos, chunk, device=query.device)
+        parts.append(batch.masked_fill(mask, MASKED_SCORE).view(padded, chunk)[:num_pos])
+    if candidates is not None and candidates.shape[0] > 0:
+        if plan.share_uniform:
+            parts.append(cmp.all_pairs(query, candidates))
+        else:
+            if chunked_query is None:
+                chunked_query = _pad_rows(query, padded).view(num_chunks, chunk, dim)
+            per_chunk = cmp.all_pairs(chunked_query, candidates.view(num_chunks, -1, dim))
+            parts.append(per_chunk.view(padded, -1)[:num_pos])
+    return tuple(parts)
+
+
+def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor]], *, max_norm: float | None,
+            requires_grad: bool) -> tuple[list[GatheredRows], list[list[Tensor]]]:
+    """Gather each side's groups, once per distinct table (lhs and rhs may share one)."""
+    if tables[0] is tables[1]:
+        g, rows = gather_rows(tables[0], [*groups[0], *groups[1]], max_norm=max_norm, requires_grad=requires_grad)
+        n = len(groups[0])
+        return [g], [rows[:n], rows[n:]]
+    out_g, out_rows = [], []
+    for table, side_groups in zip(tables, groups, strict=True):
+        g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad)
+        out_g.append(g)
+        out_rows.append(rows)
+    return out_g, out_rows
+
+
+def _check_tables(model: EmbeddingModel, batch_rel: int | Tensor, lhs_table: EntityTable,
+                  rhs_table: EntityTable) -> tuple[str, str]:
+    relation = model.relation(batch_rel)
+    for side, table, etype in (("lhs", lhs_table, relation.lhs), ("rhs", rhs_table, relation.rhs)):
+        dim = model.spec.entity_dimensions[etype]
+        if table.dimension != dim:
+            raise ValueError(f"{side} table has dimension {table.dimension}, expected {dim} for {etype!r}")
+    return relation.lhs, relation.rhs
+
+
+def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
+                  negatives: NegativeSampling, *, generator: torch.Generator | None = None,
+                  requires_grad: bool = True) -> ForwardResult:
+    """Positive and negative scores of ``batch`` and its N3 term (None when disabled)."""
+    lhs_type, rhs_type = _check_tables(model, batch.rel, lhs_table, rhs_table)
+    relation = model.relation(batch.rel)
+    num_pos = len(batch)
+    plan = plan_negatives(relation, negatives, num_pos)
+    tables = (lhs_table, rhs_table)
+    pos_ids = (batch.lhs, batch.rhs)
+    groups: list[list[Tensor]] = []
+    for side, table, ids in zip(SIDES, tables, pos_ids, strict=True):
+        side_groups = [ids]
+        mode = plan.mode(side)
+        if mode is NegativeMode.ALL:
+            side_groups.append(torch.arange(table.num_entities, device=table.device))
+        elif plan.num_uniform_samples(side) > 0:
+            side_groups.append(sample_uniform(table.num_entities, plan.num_uniform_samples(side),
+                                              device=table.device, generator=generator))
+        groups.append(side_groups)
+    gathered, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad)
+    u_raw, v_raw = rows[0][0], rows[1][0]
+    views = _side_views(model, batch.rel, lhs_type, rhs_type, u_raw, v_raw)
+    negs = []
+    for side, view, side_rows, ids in zip(SIDES, views, rows, pos_ids, strict=True):
+        candidates = view.adjust(side_rows[1]) if len(side_rows) > 1 else None
+        negs.append(negative_scores(model.comparator, view, candidates, plan.mode(side), plan, ids))
+    scores = Scores(views[0].pos, negs[0], views[1].pos, negs[1])
+    return ForwardResult(scores, regularization(model, batch.rel, u_raw, v_raw), gathered, plan)
+
+
+def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_raw: Tensor) -> Tensor | None:
+    """N3 of a batch: the positive embeddings and each edge's operator parameters.
+
+    Dynamic relations count the embeddings twice, once per direction (lhs negatives with h,
+    rhs negatives with g), as the original sums the regularizer of its two directions.
+    """
+    reg = model.regularizer
+    if not reg.enabled:
+        return None
+    if isinstance(rel, Tensor):
+        g_op, h_op = model.dynamic_operators()
+        emb = reg.embedding_term([u_raw, v_raw], h_op.complex_valued)
+        return reg(2 * emb, [reg.dynamic_operator_term(h_op.cube_sums(), rel),
+                             reg.dynamic_operator_term(g_op.cube_sums(), rel)])
+    op = model.static_operator(rel)
+    emb = reg.embedding_term([u_raw, v_raw], op.complex_valued)
+    return reg(emb, [reg.static_operator_term(op.cube_sum(), u_raw.shape[0])])
+
+
+@torch.no_grad()
+def score_candidates(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, lhs: Tensor,
+                     rel: int | Tensor, rhs: Tensor, side: str,
+                     candidates: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Rank-ready scores of edges (lhs, rel, rhs) with ``side`` replaced by candidates.
+
+    ``candidates`` is None (every entity of that side's table, in row order), a LongTensor [C]
+    of row offsets shared by all edges, or [B, C] per edge. Returns ``(pos [B], cand [B, C])``
+    scored exactly as the corresponding training negatives; nothing is masked.
+    """
+    if side not in SIDES:
+        raise ValueError(f"side must be 'lhs' or 'rhs', found {side!r}")
+    batch = EdgeBatch(lhs, rhs, rel)
+    lhs_type, rhs_type = _check_tables(model, rel, lhs_table, rhs_table)
+    tables = (lhs_table, rhs_table)
+    cand_table = tables[SIDES.index(side)]
+    cand_ids = torch.arange(cand_table.num_entities, device=cand_table.device) if candidates is None else candidates
+    groups: list[list[Tensor]] = [[batch.lhs], [batch.rhs]]
+    groups[SIDES.index(side)].append(cand_ids)
+    _, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=False)
+    views = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])
+    view = views[SIDES.index(side)]
+    cand = view.adjust(rows[SIDES.index(side)][1].view(*cand_ids.shape, -1))
+    if cand.dim() == 2:
+        return view.pos, model.comparator.all_pairs(view.query, cand)
+    return view.pos, model.comparator.all_pairs(view.query.unsqueeze(1), cand).squeeze(1)

@@ -1,0 +1,99 @@
+"""One training step and one evaluation step on a batch of edges.
+
+>>> import torch
+>>> from pbgtrain.model.model import ModelSpec, RelationSpec, EmbeddingModel
+>>> spec = ModelSpec({"e": 4}, (RelationSpec("r", "e", "e", operator="diagonal"),), comparator="dot",
+...                  loss_fn="softmax", lr=0.1, relation_lr=0.1)
+>>> model = EmbeddingModel(spec)
+>>> table = EntityTable.random(10, 4, generator=torch.Generator().manual_seed(0))
+>>> batch = EdgeBatch(torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5]), rel=0)
+>>> stats = train_step(model, table, table, batch, make_relation_optimizer(model))
+>>> stats.count, stats.loss > 0
+(3, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from pbgtrain.model.inputs import EdgeBatch
+from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
+from pbgtrain.model.scoring import Scores, forward_batch
+from pbgtrain.model.tables import EntityTable
+
+__all__ = ["EvalResult", "StepStats", "batch_loss", "eval_step", "make_relation_optimizer", "train_step"]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Sums over a batch: loss (before regularization), reg, edges, and violators per side
+    (negatives scoring above their positive)."""
+
+    loss: float = 0.0
+    reg: float = 0.0
+    count: int = 0
+    violators_lhs: int = 0
+    violators_rhs: int = 0
+
+    def __add__(self, other: StepStats) -> StepStats:
+        return StepStats(self.loss + other.loss, self.reg + other.reg, self.count + other.count,
+                         self.violators_lhs + other.violators_lhs, self.violators_rhs + other.violators_rhs)
+
+
+@dataclass
+class EvalResult:
+    """Scores of an evaluation batch (for rank metrics) and its loss sum."""
+
+    scores: Scores
+    loss: float
+    count: int
+
+
+def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tensor:
+    """relation weight · (loss(lhs pos, lhs negs) + loss(rhs pos, rhs negs)), per-edge weighted."""
+    weight = model.relation(batch.rel).weight
+    loss = model.loss_fn(scores.lhs_pos, scores.lhs_neg_blocks, batch.weight)
+    loss = loss + model.loss_fn(scores.rhs_pos, scores.rhs_neg_blocks, batch.weight)
+    return loss * weight if weight != 1.0 else loss
+
+
+def _violators(pos: Tensor, blocks: tuple[Tensor, ...]) -> int:
+    threshold = pos.unsqueeze(1)
+    return sum(int(torch.count_nonzero(b > threshold).item()) for b in blocks)
+
+
+def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
+               optimizer: torch.optim.Optimizer | None, *, generator: torch.Generator | None = None,
+               negatives: NegativeSampling | None = None) -> StepStats:
+    """Score the batch, backpropagate loss + reg, update the touched table rows (row Adagrad at
+    ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`)."""
+    if len(batch) == 0:
+        return StepStats()
+    fwd = forward_batch(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
+                        generator=generator, requires_grad=True)
+    loss = batch_loss(model, fwd.scores, batch)
+    total = loss if fwd.reg is None else loss + fwd.reg
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+    torch.autograd.backward(total)
+    for gathered in fwd.gathered:
+        gathered.apply_row_adagrad(model.spec.lr)
+    if optimizer is not None:
+        optimizer.step()
+    with torch.no_grad():
+        s = fwd.scores
+        return StepStats(float(loss.item()), 0.0 if fwd.reg is None else float(fwd.reg.item()), len(batch),
+                         _violators(s.lhs_pos, s.lhs_neg_blocks), _violators(s.rhs_pos, s.rhs_neg_blocks))
+
+
+@torch.no_grad()
+def eval_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch, *,
+              generator: torch.Generator | None = None, negatives: NegativeSampling | None = None) -> EvalResult:
+    """Scores against the evaluation negatives (``eval_num_batch_negs``/``eval_num_uniform_negs``
+    unless ``negatives`` is given), as the original evaluates held-out edges during training."""
+    fwd = forward_batch(model, lhs_table, rhs_table, batch, negatives or model.spec.eval_negatives,
+                        generator=generator, requires_grad=False)
+    return EvalResult(fwd.scores, float(batch_loss(model, fwd.scores, batch).item()), len(batch))

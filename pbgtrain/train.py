@@ -1,0 +1,365 @@
+"""``pbgtrain fit``: the training loop.
+
+For each iteration still to run (epoch → edge path → edge chunk, see
+:class:`~pbgtrain.batching.IterationPlan`), the buckets are visited in ``bucket_order``; before
+each bucket only the partitions that change are saved (into the version being built) and
+loaded, so only the current bucket's partitions and the unpartitioned types are in memory.
+The bucket's edge chunk is read through pbgio, ``eval_fraction`` of it is held out (evaluated
+before and after training on the bucket), the rest is shuffled and batched (seed 004), and each
+batch takes one :func:`~pbgtrain.model.train_step`. At the end of the iteration the version is
+committed (:class:`~pbgtrain.checkpointing.TrainingCheckpoint`) and a line is appended to
+``training_stats.json``. Parallelism: one process; torch's intra-op threads (``workers``, default
+all cores) run the batched matrix products of a whole batch at once, instead of the original's
+HOGWILD processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from pbgio.checkpoint import remove_uncommitted
+from pbgio.edges import bucket_length, read_bucket
+from pbgio.entities import read_dynamic_rel_count, read_entity_count
+from pbgio.errors import FormatError, Issue
+from pbgio.spec import naming
+from pbgio.spec.checkpoint import private_to_public, public_to_private
+from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk
+from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, stable_seed
+from pbgtrain.config import RunConfig, default_device
+from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
+from pbgtrain.model import MASKED_SCORE, EdgeBatch, EmbeddingModel, EntityTable, StepStats, eval_step, train_step
+from pbgtrain.model.model import make_relation_optimizer
+from pbgtrain.reporting import Reporter, make_reporter
+from pbgtrain.schedule import Bucket, PartitionLayout, SingleMachineScheduler, all_buckets, plan_swap, run_pass
+
+EVAL_BATCH_SIZE_DEFAULT = 1000
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How to run ``fit`` (everything else comes from the config)."""
+
+    device: str | None = None
+    seed: int = 0
+    validate: bool = True
+    interactive: bool = False
+    max_seconds: float | None = None
+    max_iterations: int | None = None
+
+
+@dataclass
+class IterationRecord:
+    """What one committed iteration did."""
+
+    version: int
+    step: IterationStep
+    seconds: float
+    train: StepStats
+    eval_before: RankingMetrics | None = None
+    eval_after: RankingMetrics | None = None
+
+    @property
+    def edges_per_second(self) -> float:
+        return self.train.count / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class FitResult:
+    start_version: int
+    final_version: int
+    total_iterations: int
+    iterations: list[IterationRecord] = field(default_factory=list)
+    stopped_early: bool = False
+
+    def summary(self) -> str:
+        if not self.iterations:
+            if self.final_version >= self.total_iterations:
+                return f"nothing to do: checkpoint version {self.final_version} completes all " \
+                       f"{self.total_iterations} iterations"
+            return f"no iteration ran; checkpoint version {self.final_version}"
+        edges = sum(r.train.count for r in self.iterations)
+        seconds = sum(r.seconds for r in self.iterations)
+        state = "stopped early at" if self.stopped_early else "committed"
+        line = (f"trained {edges:,} edges in {seconds:.1f} s ({edges / max(seconds, 1e-9):,.0f} edges/s) over "
+                f"{len(self.iterations)} iteration(s); {state} checkpoint version {self.final_version} of "
+                f"{self.total_iterations}")
+        last = self.iterations[-1].eval_after
+        if last is not None:
+            line += f"\nheld-out edges of the last iteration: {last}"
+        return line
+
+
+def _format_metrics(metrics: dict[str, float]) -> str:
+    keys = [k for k in ("mrr", "r1", "r10", "auc", "loss") if k in metrics]
+    return " ".join(f"{k} {metrics[k]:.4f}" for k in keys)
+
+
+def add_negative_scores(acc: RankingAccumulator, scores: Any) -> None:
+    """Rank each side's positives against its negatives; masked slots (self pairs, padding) excluded."""
+    for side in SIDES:
+        pos, neg = (scores.lhs_pos, scores.lhs_neg) if side == "lhs" else (scores.rhs_pos, scores.rhs_neg)
+        if neg.shape[1]:
+            acc.add(side, pos, neg, exclude=neg <= MASKED_SCORE)
+
+
+def _merged(accumulators: list[RankingAccumulator]) -> RankingMetrics | None:
+    if not accumulators:
+        return None
+    total = RankingAccumulator(accumulators[0].protocol)
+    for acc in accumulators:
+        total.merge(acc)
+    return total.result()
+
+
+def resolve_device(requested: str | None, run: RunConfig) -> torch.device:
+    device = torch.device(requested or default_device(run.config))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FormatError(Issue("config-schema", "error", run.source, "num_gpus",
+                                f"expected a CUDA device for {device}, found none available "
+                                "(train with --device cpu)"))
+    return device
+
+
+def _validate_inputs(run: RunConfig) -> None:
+    from pbgio.validate import validate_path
+
+    report = validate_path(run.source, base=run.base)
+    errors = [i for i in report.issues if i.severity == "error"]
+    if errors:
+        shown = "\n".join(f"  {i.rule}: {i.file or ''} {i.dataset or ''}: {i.message}" for i in errors[:10])
+        more = f"\n  … and {len(errors) - 10} more (run pbgio validate)" if len(errors) > 10 else ""
+        raise FormatError(Issue(errors[0].rule, "error", run.source, None,
+                                f"the layout does not validate ({len(errors)} error(s)); fix it before "
+                                f"training:\n{shown}{more}"))
+
+
+class Trainer:
+    """Holds the state of one run: model, optimizer, resident partitions, checkpoint."""
+
+    def __init__(self, run: RunConfig, options: FitOptions) -> None:
+        self.run = run
+        self.cfg = cfg = run.config
+        self.options = options
+        self.device = resolve_device(options.device, run)
+        self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
+                       for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
+        num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
+        self.model = EmbeddingModel.from_config(cfg, num_dynamic).to(self.device)
+        self.optimizer = make_relation_optimizer(self.model)
+        self.ckpt = TrainingCheckpoint(run.checkpoint_path, cfg, init_path=run.init_path, seed=options.seed,
+                                       device=self.device)
+        self._restore_model()
+        self.layout = PartitionLayout.from_config(cfg)
+        self.scheduler = SingleMachineScheduler.from_config(cfg, seed=options.seed)
+        self.resident: dict[PartitionKey, EntityTable] = {}
+        self.generator = torch.Generator(device=self.device)
+
+    # ---- model state
+    def _restore_model(self) -> None:
+        state = self.ckpt.load_model()
+        if state is None:
+            return
+        own = self.model.state_dict()
+        loaded = {public_to_private(name) or name: torch.from_numpy(value) for name, value in state.params.items()}
+        missing = sorted(set(own) - set(loaded))
+        unexpected = sorted(set(loaded) - set(own))
+        if missing or unexpected:
+            raise FormatError(Issue("model-param-name", "error", str(self.ckpt.dir.path), "model",
+                                    f"expected the parameters {sorted(own)}, found {sorted(loaded)} "
+                                    f"(missing {missing}, unexpected {unexpected})"))
+        self.model.load_state_dict({k: v.to(self.device) for k, v in loaded.items()})
+        blob = self.ckpt.decode_optimizer(state, str(self.ckpt.dir.path))
+        if blob is not None and self.optimizer is not None and self.ckpt.committed > 0:
+            self.optimizer.load_state_dict(blob)
+
+    def model_params(self) -> dict[str, np.ndarray]:
+        params = {}
+        for key, value in self.model.state_dict().items():
+            public = private_to_public(key)
+            if public is None:
+                raise RuntimeError(f"model state key {key!r} has no public checkpoint name")
+            params[public] = value.detach().cpu().numpy()
+        return params
+
+    # ---- partitions
+    def swap_to(self, bucket: Bucket | None, step: IterationStep) -> None:
+        swap = plan_swap(self.resident, bucket, self.layout)
+        for key in swap.evict:
+            self.ckpt.save(key[0], key[1], self.resident.pop(key), step.info())
+        for key in swap.load:
+            self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
+        for key in self.layout.always_resident():
+            if key not in self.resident and key in self.counts:
+                self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
+
+    def table(self, entity_type: str, bucket: Bucket, side: str) -> EntityTable:
+        part = 0 if self.cfg.num_partitions(entity_type) == 1 else (bucket.lhs if side == "lhs" else bucket.rhs)
+        return self.resident[(entity_type, part)]
+
+    # ---- one bucket
+    def train_bucket(self, step: IterationStep, bucket: Bucket, reporter: Reporter) -> tuple[StepStats, Any, Any]:
+        cfg = self.cfg
+        edge_dir = self.run.path(step.edge_path)
+        edges = read_bucket(edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs),
+                            chunk=(step.edge_chunk_idx, step.num_edge_chunks))
+        lhs = torch.from_numpy(edges.lhs).to(self.device)
+        rhs = torch.from_numpy(edges.rhs).to(self.device)
+        rel = torch.from_numpy(edges.rel).to(self.device)
+        weight = None if edges.weight is None else torch.from_numpy(edges.weight).to(self.device)
+        key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
+        prepared = prepare_chunk(edges.rel, key=key, eval_fraction=cfg.eval_fraction, batch_size=cfg.batch_size,
+                                 dynamic=cfg.dynamic_relations,
+                                 shuffle_seed=key.shuffle_seed(self.options.seed, step.epoch_idx))
+        self.generator.manual_seed(stable_seed("negatives", self.options.seed, step.index, bucket.lhs, bucket.rhs))
+        held = prepared.held_out.eval_idx.to(self.device)
+        before = self.evaluate(held, lhs, rhs, rel, weight, bucket) if len(held) else None
+        stats = StepStats()
+        for batches in prepared.worker_batches:
+            for k, idx in enumerate(batches):
+                idx = idx.to(self.device)
+                if cfg.dynamic_relations:
+                    rel_of: int | torch.Tensor = rel[idx]
+                    relation = cfg.relations[0]
+                else:
+                    rel_of = batches.relation(k) or 0
+                    relation = cfg.relations[rel_of]
+                batch = EdgeBatch(lhs[idx], rhs[idx], rel_of, None if weight is None else weight[idx])
+                step_stats = train_step(self.model, self.table(relation.lhs, bucket, "lhs"),
+                                        self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
+                                        generator=self.generator)
+                stats = stats + step_stats
+                reporter.edges_done(len(idx), step_stats.loss / max(step_stats.count, 1))
+        after = self.evaluate(held, lhs, rhs, rel, weight, bucket) if len(held) else None
+        return stats, before, after
+
+    def eval_protocol(self) -> EvalProtocol:
+        neg = self.model.spec.eval_negatives
+        return EvalProtocol.sampled(neg.num_batch_negs, neg.num_uniform_negs)
+
+    @torch.no_grad()
+    def evaluate(self, idx: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor, rel: torch.Tensor,
+                 weight: torch.Tensor | None, bucket: Bucket) -> RankingAccumulator:
+        """Held-out edges ranked against the eval negatives (eval_num_batch_negs + eval_num_uniform_negs)."""
+        cfg = self.cfg
+        acc = RankingAccumulator(self.eval_protocol(), seed=stable_seed("auc", self.options.seed, bucket.lhs,
+                                                                         bucket.rhs))
+        batch_size = cfg.batch_size
+        groups = [(0, idx)] if cfg.dynamic_relations else [
+            (r, idx[rel[idx] == r]) for r in range(len(cfg.relations))]
+        for r, sel in groups:
+            relation = cfg.relations[r]
+            for start in range(0, len(sel), batch_size):
+                part = sel[start:start + batch_size]
+                rel_of: int | torch.Tensor = rel[part] if cfg.dynamic_relations else r
+                batch = EdgeBatch(lhs[part], rhs[part], rel_of, None if weight is None else weight[part])
+                result = eval_step(self.model, self.table(relation.lhs, bucket, "lhs"),
+                                   self.table(relation.rhs, bucket, "rhs"), batch, generator=self.generator)
+                add_negative_scores(acc, result.scores)
+                acc.add_loss(result.loss, result.count)
+        return acc
+
+    # ---- one iteration
+    def run_iteration(self, step: IterationStep, reporter: Reporter) -> IterationRecord:
+        started = time.perf_counter()
+        stats = StepStats()
+        before_all: list[Any] = []
+        after_all: list[Any] = []
+        records = []
+        total_edges = sum(self._chunk_length(step, b) for b in all_buckets(*self.cfg.bucket_grid()))
+        reporter.iteration_started(str(step), self.scheduler.num_buckets, total_edges)
+        for bucket in run_pass(self.scheduler, step.index):
+            self.swap_to(bucket, step)
+            bucket_started = time.perf_counter()
+            bucket_stats, before, after = self.train_bucket(step, bucket, reporter)
+            stats = stats + bucket_stats
+            if before is not None:
+                before_all.append(before)
+                after_all.append(after)
+            record = self._stats_record(step, bucket, bucket_stats, before, after)
+            records.append(record)
+            reporter.bucket_done(f"  bucket {bucket}: {bucket_stats.count:,} edges in "
+                                 f"{time.perf_counter() - bucket_started:.2f} s, loss "
+                                 f"{bucket_stats.loss / max(bucket_stats.count, 1):.4g}"
+                                 + (f", eval {_format_metrics(after.result().values())}" if after is not None
+                                    else ""))
+        self.swap_to(None, step)
+        seconds = time.perf_counter() - started
+        snapshot = None
+        interval = self.cfg.checkpoint_preservation_interval
+        last_of_epoch = (step.edge_path_idx == step.num_edge_paths - 1
+                         and step.edge_chunk_idx == step.num_edge_chunks - 1)
+        if interval and last_of_epoch and (step.epoch_idx + 1) % interval == 0:
+            snapshot = step.epoch_idx
+        version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
+                                   self.optimizer.state_dict() if self.optimizer is not None else None,
+                                   step.info(), snapshot_epoch=snapshot)
+        self.ckpt.dir.append_stats(records)
+        return IterationRecord(version, step, seconds, stats, _merged(before_all), _merged(after_all))
+
+
+    def _chunk_length(self, step: IterationStep, bucket: Bucket) -> int:
+        from pbgio.spec.edges import chunk_bounds
+
+        n = bucket_length(self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs))
+        start, end = chunk_bounds(n, step.num_edge_chunks, step.edge_chunk_idx)
+        return end - start
+
+    def _stats_record(self, step: IterationStep, bucket: Bucket, stats: StepStats, before: Any,
+                      after: Any) -> dict[str, Any]:
+        count = max(stats.count, 1)
+        record: dict[str, Any] = {
+            "epoch_idx": step.epoch_idx, "edge_path_idx": step.edge_path_idx, "edge_chunk_idx": step.edge_chunk_idx,
+            "lhs_partition": bucket.lhs, "rhs_partition": bucket.rhs, "index": step.index,
+            "stats": {"count": stats.count, "metrics": {
+                "loss": stats.loss / count, "reg": stats.reg / count,
+                "violators_lhs": stats.violators_lhs / count, "violators_rhs": stats.violators_rhs / count}},
+        }
+        if before is not None:
+            record["eval_stats_before"] = before.result().to_dict()
+            record["eval_stats_after"] = after.result().to_dict()
+        return record
+
+
+def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
+    """Train ``run`` from its latest committed checkpoint to the end of the plan (or ``max_seconds``)."""
+    options = options or FitOptions()
+    cfg = run.config
+    torch.set_num_threads(cfg.workers or os.cpu_count() or 1)
+    if options.validate:
+        _validate_inputs(run)
+    first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
+        if cfg.num_edge_chunks is None else []
+    plan = IterationPlan.from_config(cfg, first_bucket_sizes)
+    trainer = Trainer(run, options)
+    remove_uncommitted(trainer.ckpt.dir)
+    start = trainer.ckpt.committed
+    result = FitResult(start, start, len(plan))
+    if start >= len(plan):
+        return result
+    started = time.perf_counter()
+    with make_reporter(options.interactive, len(plan), start, cfg.verbose) as reporter:
+        if cfg.background_io:
+            reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
+        for step in plan.steps(start):
+            record = trainer.run_iteration(step, reporter)
+            result.iterations.append(record)
+            result.final_version = record.version
+            reporter.committed(
+                f"{step}: {record.train.count:,} edges in {record.seconds:.1f} s "
+                f"({record.edges_per_second:,.0f} edges/s), loss "
+                f"{record.train.loss / max(record.train.count, 1):.4g}"
+                + (f", held-out {_format_metrics(record.eval_after.values())}" if record.eval_after else "")
+                + f" → version {record.version}")
+            out_of_time = options.max_seconds is not None and time.perf_counter() - started > options.max_seconds
+            out_of_iterations = options.max_iterations is not None and \
+                len(result.iterations) >= options.max_iterations
+            if (out_of_time or out_of_iterations) and record.version < len(plan):
+                result.stopped_early = True
+                break
+    return result

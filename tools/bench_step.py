@@ -1,0 +1,132 @@
+"""Throughput of ``pbgtrain.model.train_step`` on the FB15k-237 benchmark shape, random data.
+
+    python tools/bench_step.py                   # ~10 s measured after warm-up, default shape
+    python tools/bench_step.py --seconds 30 --per-chunk-uniform --json out.json
+    python tools/bench_step.py --profile         # torch profiler table of a few steps
+
+Default shape (the issue's benchmark configuration): one entity type of 14,541 entities in one
+partition, 237 dynamic relations, ComplEx (complex_diagonal), dimension 400, dot comparator,
+softmax loss, N3 1e-3, batch 1000, 50 batch negatives + 1000 uniform negatives, lr 0.1.
+Edges are uniform random ids, so the figure measures the model core only (no I/O, no batching).
+``--per-chunk-uniform`` samples uniform negatives per chunk as the original does instead of
+once per batch. Figures are printed, never asserted; the machine may be shared, so compare
+runs taken back to back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from pbgtrain.model import (
+    EdgeBatch,
+    EmbeddingModel,
+    EntityTable,
+    ModelSpec,
+    NegativeSampling,
+    RelationSpec,
+    keep_freed_memory,
+    make_relation_optimizer,
+    train_step,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--entities", type=int, default=14541)
+    p.add_argument("--relations", type=int, default=237)
+    p.add_argument("--dimension", type=int, default=400)
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--batch-negs", type=int, default=50)
+    p.add_argument("--uniform-negs", type=int, default=1000)
+    p.add_argument("--operator", default="complex_diagonal")
+    p.add_argument("--comparator", default="dot")
+    p.add_argument("--loss", default="softmax")
+    p.add_argument("--reg", type=float, default=1e-3)
+    p.add_argument("--per-chunk-uniform", action="store_true", help="uniform negatives per chunk (original)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up steps")
+    p.add_argument("--seconds", type=float, default=10.0, help="measured time")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--default-malloc", action="store_true", help="skip keep_freed_memory() (glibc defaults)")
+    p.add_argument("--profile", action="store_true", help="print a torch profiler table of 5 steps")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = p.parse_args(argv)
+    tuned = False if args.default_malloc else keep_freed_memory()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    negs = NegativeSampling(args.batch_negs, args.uniform_negs, share_uniform_negs=not args.per_chunk_uniform)
+    spec = ModelSpec(
+        entity_dimensions={"entity": args.dimension},
+        relations=(RelationSpec("all", "entity", "entity", operator=args.operator),),
+        num_dynamic_rels=args.relations, comparator=args.comparator, loss_fn=args.loss,
+        regularization_coef=args.reg, global_emb=False, lr=0.1, relation_lr=0.1,
+        train_negatives=negs, eval_negatives=negs)
+    gen = torch.Generator(device=device).manual_seed(0)
+    model = EmbeddingModel(spec).to(device)
+    optimizer = make_relation_optimizer(model)
+    table = EntityTable.random(args.entities, args.dimension, generator=gen, device=device)
+    num_batches = 64
+    batches = [EdgeBatch(torch.randint(args.entities, (args.batch_size,), generator=gen, device=device),
+                         torch.randint(args.entities, (args.batch_size,), generator=gen, device=device),
+                         torch.randint(args.relations, (args.batch_size,), generator=gen, device=device))
+               for _ in range(num_batches)]
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for i in range(args.warmup):
+        train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen)
+    sync()
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for i in range(5):
+                train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    step_times: list[float] = []
+    start = time.perf_counter()
+    steps = 0
+    while time.perf_counter() - start < args.seconds:
+        t0 = time.perf_counter()
+        stats = train_step(model, table, table, batches[steps % num_batches], optimizer, generator=gen)
+        sync()
+        step_times.append(time.perf_counter() - t0)
+        steps += 1
+    elapsed = time.perf_counter() - start
+    edges_per_s = steps * args.batch_size / elapsed
+    median_ms = statistics.median(step_times) * 1e3
+    figures = {
+        "edges_per_s": round(edges_per_s, 1),
+        "edges_per_s_median_step": round(args.batch_size / (median_ms / 1e3), 1),
+        "median_step_ms": round(median_ms, 2),
+        "steps": steps,
+        "seconds": round(elapsed, 2),
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "shared_uniform_negs": not args.per_chunk_uniform,
+        "malloc_tuned": tuned,
+        "last_loss": round(stats.loss, 3),
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+    print(f"train_step: {edges_per_s:,.0f} edges/s over {steps} steps in {elapsed:.1f} s "
+          f"(median step {median_ms:.1f} ms → {figures['edges_per_s_median_step']:,.0f} edges/s; "
+          f"{torch.get_num_threads()} threads, load {figures['loadavg_1m']})")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
