@@ -44,6 +44,42 @@ _DISTRIBUTED_DEFAULTS: dict[str, Any] = {
 }
 
 
+# Where each key of the schema acts in pbgtrain (the training guide's table is checked against it).
+# Keys of distributed training and half_precision are refused unless left at their defaults.
+KEY_EFFECTS: dict[str, str] = {
+    "entities": "entity types; num_partitions splits a type into partitions, dimension overrides the "
+                "global one, featurized is refused until featurized training lands",
+    "relations": "relation types: lhs/rhs types, operator, weight (loss multiplier), all_negs",
+    "dimension": "embedding dimension", "init_scale": "std-dev of the initial embeddings",
+    "max_norm": "embedding rows are renormalized to this norm when looked up",
+    "global_emb": "a learned per-type vector added before the operator",
+    "comparator": "dot, cos, l2 or squared_l2", "bias": "coordinate 0 is an additive bias",
+    "loss_fn": "ranking, logistic or softmax", "margin": "margin of the ranking loss",
+    "regularization_coef": "weight of the N3 regularizer (0 disables it)", "regularizer": "N3 (the only one)",
+    "entity_path": "entity counts (and names) are read here", "edge_paths": "edge sets trained in order",
+    "checkpoint_path": "versioned checkpoints are written here", "init_path": "warm start: embeddings and "
+    "model of this checkpoint-like directory initialize a fresh run",
+    "checkpoint_preservation_interval": "keep an epoch_{k}/ snapshot every this many epochs",
+    "num_epochs": "passes over all edge paths", "num_edge_chunks": "chunks per bucket (one iteration each)",
+    "max_edges_per_chunk": "sets num_edge_chunks when it is null",
+    "bucket_order": "random, affinity, inside_out or outside_in", "workers": "torch threads (default: all cores)",
+    "batch_size": "edges per batch", "num_batch_negs": "same-batch negatives (chunk size)",
+    "num_uniform_negs": "uniform negatives from the current partition",
+    "disable_lhs_negs": "no lhs negatives", "disable_rhs_negs": "no rhs negatives",
+    "lr": "row-wise Adagrad learning rate of embeddings", "relation_lr": "Adagrad learning rate of relation "
+    "parameters (default: lr)", "eval_fraction": "share of each bucket chunk held out and evaluated",
+    "eval_num_batch_negs": "batch negatives when evaluating", "eval_num_uniform_negs": "uniform negatives "
+    "when evaluating", "background_io": "deprecated: a warning, no effect (as in the original)",
+    "verbose": "> 0 prints a line per bucket", "dynamic_relations": "one operator set indexed by relation id; "
+    "mixed-relation batches", "num_gpus": "1 trains on CUDA (same as --device cuda); more is refused",
+    "hogwild_delay": "refused unless 2.0: it only delays distributed workers",
+    "half_precision": "refused when true",
+    **{key: "refused unless left at its default (distributed training)" for key in (
+        "num_machines", "num_partition_servers", "distributed_init_method", "distributed_tree_init_order",
+        "num_groups_for_partition_server", "num_groups_per_sharded_partition_server", "partition_shard_size")},
+}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """A validated config and the directory its relative paths resolve against."""

@@ -33,7 +33,16 @@ from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_ch
 from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, stable_seed
 from pbgtrain.config import RunConfig, default_device
 from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
-from pbgtrain.model import MASKED_SCORE, EdgeBatch, EmbeddingModel, EntityTable, StepStats, eval_step, train_step
+from pbgtrain.model import (
+    MASKED_SCORE,
+    EdgeBatch,
+    EmbeddingModel,
+    EntityTable,
+    StepStats,
+    eval_step,
+    keep_freed_memory,
+    train_step,
+)
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.reporting import Reporter, make_reporter
 from pbgtrain.schedule import Bucket, PartitionLayout, SingleMachineScheduler, all_buckets, plan_swap, run_pass
@@ -331,6 +340,7 @@ def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
     options = options or FitOptions()
     cfg = run.config
     torch.set_num_threads(cfg.workers or os.cpu_count() or 1)
+    keep_freed_memory()
     if options.validate:
         _validate_inputs(run)
     first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \

@@ -10,12 +10,12 @@ candidates, filter = train+valid+test, both sides averaged).
 Steps: unpack the dataset into ``bench-data/`` (once), import train/valid/test with
 ``pbgio.importers`` into three edge paths sharing one dictionary, then, in a child process
 (for an exact peak RSS), train epoch by epoch, timing each, and evaluate the test split with
-the filtered protocol (after every epoch with ``--eval-every-epoch``, else after the last).
+the filtered protocol (every N epochs with ``--eval-every N``, and after the last).
 ``--minutes M`` trains until M minutes of training have passed (more epochs) and reports the
 best MRR reached.
 
     .venv/bin/python tools/bench_train.py                 # 6 epochs, the reference protocol
-    .venv/bin/python tools/bench_train.py --minutes 30 --eval-every-epoch
+    .venv/bin/python tools/bench_train.py --minutes 30 --eval-every 5
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ while True:
           f"loss {epochs[-1]['loss']:.4f}", flush=True)
     last = not result.stopped_early
     out_of_time = args["minutes"] is not None and train_seconds > args["minutes"] * 60
-    if args["eval_every_epoch"] or last or out_of_time:
+    every = args["eval_every"]
+    if (every and (record.step.epoch_idx + 1) % every == 0) or last or out_of_time:
         ev = evaluate_checkpoint(run, eval_options)
         m = ev.metrics
         evals.append({"epoch": record.step.epoch_idx + 1, "train_seconds": train_seconds, "mrr": m.mrr,
@@ -134,7 +135,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--minutes", type=float, default=None,
                         help="train for this many minutes (more epochs) and report the best test MRR")
-    parser.add_argument("--eval-every-epoch", action="store_true")
+    parser.add_argument("--eval-every", type=int, default=0, metavar="N",
+                        help="evaluate the test split every N epochs (and after the last)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-p", "--param", action="append", default=[], help="config override key=value")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -144,7 +146,7 @@ def main() -> None:
     shutil.rmtree(args.root / "model", ignore_errors=True)
     epochs = 10_000 if args.minutes is not None else args.epochs
     run = run_python(CHILD, {"root": str(args.root), "epochs": epochs, "minutes": args.minutes,
-                             "eval_every_epoch": args.eval_every_epoch, "seed": args.seed,
+                             "eval_every": args.eval_every, "seed": args.seed,
                              "overrides": args.param})
     if run.result is None:
         sys.exit(f"training failed (exit {run.returncode})")

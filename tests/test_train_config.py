@@ -1,0 +1,65 @@
+"""Trainer config: overrides, and no key is silently ignored (each acts as documented or is refused)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pbgio.config import CONFIG_KEYS, ConfigSchema
+from pbgio.errors import ConfigError
+from pbgtrain.config import _DISTRIBUTED_DEFAULTS, KEY_EFFECTS, apply_overrides, load_run_config
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "training.md"
+RAW = {"entities": {"e": {"num_partitions": 1}}, "relations": [{"name": "r", "lhs": "e", "rhs": "e"}],
+       "dimension": 8, "entity_path": "d", "edge_paths": ["d/e"], "checkpoint_path": "m"}
+
+
+def test_every_key_is_documented_in_code_and_guide() -> None:
+    assert set(KEY_EFFECTS) == set(CONFIG_KEYS)
+    guide = GUIDE.read_text(encoding="utf-8")
+    missing = [key for key in CONFIG_KEYS if f"`{key}`" not in guide]
+    assert not missing, f"keys missing from {GUIDE.name}: {missing}"
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    *[(k, v) for k, v in {"num_machines": 2, "num_partition_servers": 0, "distributed_init_method": "tcp://x:1",
+                          "distributed_tree_init_order": False, "num_groups_for_partition_server": 4,
+                          "num_groups_per_sharded_partition_server": 2, "partition_shard_size": 10,
+                          "hogwild_delay": 0.5}.items()],
+    ("half_precision", True), ("num_gpus", 2),
+])
+def test_unsupported_settings_are_refused_with_the_key(tmp_path: Path, key: str, value: object) -> None:
+    assert key in _DISTRIBUTED_DEFAULTS or key in ("half_precision", "num_gpus")
+    raw = dict(RAW, **{key: value})
+    if key == "num_machines":
+        raw["entities"] = {"e": {"num_partitions": 2}}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=key):
+        load_run_config(path)
+
+
+def test_featurized_types_are_refused_until_supported(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(dict(RAW, entities={"e": {"num_partitions": 1, "featurized": True}})))
+    with pytest.raises(ConfigError, match="featurized"):
+        load_run_config(path)
+
+
+def test_overrides_reach_nested_keys_lists_and_null() -> None:
+    cfg = apply_overrides(RAW, ["entities.e.num_partitions=3", "relations.0.all_negs=true", "max_norm=null",
+                                "edge_paths=a, b", "lr=0.5"])
+    assert isinstance(cfg, ConfigSchema)
+    assert (cfg.entities["e"].num_partitions, cfg.relations[0].all_negs, cfg.max_norm, cfg.edge_paths, cfg.lr) == \
+        (3, True, None, ["a", "b"], 0.5)
+
+
+@pytest.mark.parametrize(("override", "fragment"), [
+    ("lr", "expected key=value"), ("relations.5.operator=none", "index below 1"), ("nope=1", "nope"),
+    ("num_epochs=-1", "num_epochs"),
+])
+def test_bad_overrides_name_the_problem(override: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        apply_overrides(RAW, [override])
