@@ -14,7 +14,6 @@ a v0 file in the checkpoint directory itself, else a seeded ``init_scale · N(0,
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,15 +33,10 @@ from pbgio.errors import ConfigError
 from pbgio.optimizer_state import decode_row_adagrad, decode_state_dict, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS
 from pbgio.spec.rules import rule
+from pbgtrain.batching import stable_seed
 from pbgtrain.model.tables import EntityTable
 
 PartitionKey = tuple[str, int]
-
-
-def stable_seed(*parts: object) -> int:
-    """A 63-bit seed from values, the same in every process (unlike ``hash``)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
 
 
 class TrainingCheckpoint:

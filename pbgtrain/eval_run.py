@@ -30,7 +30,7 @@ from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import MissingArtifactError
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import public_to_private
-from pbgtrain.checkpointing import stable_seed
+from pbgtrain.batching import stable_seed
 from pbgtrain.config import RunConfig
 from pbgtrain.evaluation import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import EdgeBatch, EmbeddingModel, EntityTable, eval_step, score_candidates

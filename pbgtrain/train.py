@@ -29,8 +29,8 @@ from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import private_to_public, public_to_private
-from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk
-from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, stable_seed
+from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
+from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint
 from pbgtrain.config import RunConfig, default_device
 from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
 from pbgtrain.model import (

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,11 +48,9 @@ def to_float32(value: Any, source: str, what: str) -> Float32Array:
 
 def serialize(state: Any) -> bytes:
     """``torch.save`` bytes (zip container), as today's checkpoints store optimizer state."""
-    import torch
+    from pbgio.optimizer_state import encode_state_dict
 
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
+    return encode_state_dict(state)
 
 
 def _plain(value: Any) -> Any:
