@@ -142,3 +142,24 @@ def test_eval_reports_its_protocol_for_sampled_negatives(example: Path) -> None:
     result = evaluate_checkpoint(run, EvalOptions(edge_paths=[example.parent / TEST_EDGE_PATH]))
     assert result.metrics.protocol.describe() == "raw, 10 batch + 5 uniform negatives, both sides averaged"
     assert 0 < result.metrics.mrr <= 1 and not math.isnan(result.metrics.auc)
+
+
+def test_ctrl_c_stops_at_a_committed_checkpoint(tmp_path: Path) -> None:
+    config = build_example(tmp_path / "layout", num_edges=5000)
+    ckpt = CheckpointDir(config.parent / "checkpoint")
+    args = [sys.executable, "-m", "pbgtrain", "fit", str(config), "-p", "num_epochs=50", "--no-progress"]
+    # A shell's background job inherits SIGINT ignored, and Python then keeps ignoring it: restore it.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while ckpt.read_version() < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "training ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    version = ckpt.read_version()
+    assert 1 <= version < 50
+    assert f"checkpoint version {version} is committed and intact" in " ".join(err.split())
+    report = validate_path(config)
+    assert report.ok, report.issues  # leftovers of the interrupted version are warnings at most
