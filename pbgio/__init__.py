@@ -15,8 +15,9 @@ Names are re-exported here lazily, so ``import pbgio`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from pbgio.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pbgio.checkpoint import (
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     )
     from pbgio.validate import validate_path
 
-_EXPORTS = {
+__all__, _export = lazy_exports("pbgio", {
     "pbgio.checkpoint": ["CheckpointDir", "EmbeddingsState", "FileMetadata", "IterationInfo", "ModelState",
                          "plan_checkpoint", "write_checkpoint"],
     "pbgio.config": ["ConfigSchema", "load_config", "parse_config"],
@@ -65,9 +66,7 @@ _EXPORTS = {
     "pbgio.errors": ["ConfigError", "CorruptFileError", "FormatError", "Issue", "MissingArtifactError",
                      "PbgioError", "Report", "UnsafePickleError", "VersionError"],
     "pbgio.validate": ["validate_path"],
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
+})
 
 
 def __getattr__(name: str) -> Any:
@@ -75,7 +74,4 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import version
 
         return version("pbg")
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pbgio' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return _export(name)

@@ -1,4 +1,4 @@
-"""The ``pbgio`` command line: validate, info, example, convert, import, export.
+"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed.
 
 Exit codes: 0 valid (warnings allowed), 1 invalid data or failed command,
 2 usage error (bad option, missing path), 130 interrupted.
@@ -8,12 +8,14 @@ Data goes to stdout (``--json``); messages and progress go to stderr.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.progress import progress_wanted
 
 app = typer.Typer(
     name="pbgio",
@@ -23,9 +25,6 @@ app = typer.Typer(
     add_completion=False,
 )
 
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 BaseOption = Annotated[
     Path | None,
@@ -51,24 +50,11 @@ def _main(
     """Read, write and validate PyTorch-BigGraph files."""
 
 
-def _stderr() -> Any:
-    from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
-
-
-def _show_progress(no_progress: bool) -> bool:
-    return not no_progress and sys.stderr.isatty() and not os.environ.get("CI")
-
-
-def _error(message: str) -> None:
-    from rich.markup import escape
-
-    _stderr().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 def _usage_error(message: str) -> typer.Exit:
-    _error(message)
+    print_error(message)
     return typer.Exit(EXIT_USAGE)
 
 
@@ -86,15 +72,15 @@ def validate(
     from pbgio.errors import MissingArtifactError, PbgioError
     from pbgio.validate import validate_path
 
-    console = _stderr()
+    console = stderr_console()
     try:
-        report = (_validate_with_progress(path, base) if _show_progress(no_progress)
+        report = (_validate_with_progress(path, base) if progress_wanted(no_progress)
                   else validate_path(path, base=base))
     except MissingArtifactError as exc:
         raise _usage_error(str(exc)) from None
     except PbgioError as exc:
-        _error(str(exc))
-        raise typer.Exit(EXIT_INVALID) from None
+        print_error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         console.print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -119,7 +105,7 @@ def _validate_with_progress(path: Path, base: Path | None) -> Any:
     from pbgio.validate import validate_path
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(),
-                  TimeElapsedColumn(), console=_stderr(), transient=True) as progress:
+                  TimeElapsedColumn(), console=stderr_console(), transient=True) as progress:
         task = progress.add_task("validating", total=None)
 
         def on_bucket(name: str, size: int) -> None:
@@ -143,8 +129,8 @@ def info(
     try:
         summary = summarize(path, base=base)
     except PbgioError as exc:
-        _error(str(exc))
-        raise typer.Exit(EXIT_INVALID) from None
+        print_error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
@@ -191,27 +177,36 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 @app.command()
 def example(
-    dest: Annotated[Path, typer.Argument(help="Directory to create the example layout in.")],
-    edges: Annotated[int, typer.Option(help="Number of edges.")] = 20_000,
+    dest: Annotated[Path, typer.Argument(help="Directory to create the example in.")],
+    edges: Annotated[int, typer.Option(help="Number of (training) edges.")] = 20_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    featurized: Annotated[bool, typer.Option(
+        "--featurized", help="Write raw edge lists of a featurized example instead (authors read documents "
+        "made of planted topic words; import them with pbgio import).")] = False,
 ) -> None:
-    """Write a small example layout (planted communities) and print its config path."""
-    from pbgio.example import build_example
-
+    """Write a small example (planted structure) and print its config path."""
     if dest.exists() and any(dest.iterdir()):
         raise _usage_error(f"{dest}: exists and is not empty")
+    if featurized:
+        from pbgio.featurized_example import write_featurized_example
+
+        typer.echo(write_featurized_example(dest, num_edges=edges, seed=seed))
+        return
+    from pbgio.example import build_example
+
     typer.echo(build_example(dest, num_edges=edges, seed=seed))
 
 
 def _register_subcommands() -> None:
     # Each module imports only typer at import time; the heavy work is imported inside the command.
-    from pbgio.exporters.cli import export
+    from pbgio.exporters.cli import embed, export
     from pbgio.importers.cli import import_edges
     from pbgio.legacy.cli import convert
 
     app.command()(convert)
     app.command("import")(import_edges)
     app.command()(export)
+    app.command()(embed)
 
 
 _register_subcommands()

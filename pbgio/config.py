@@ -32,7 +32,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -160,6 +160,10 @@ class ConfigSchema(_Strict):
         return "N3" if isinstance(value, str) and value.upper() == "N3" else value
 
     # --- derived views -------------------------------------------------------------------
+    def featurized_types(self) -> list[str]:
+        """Names of the featurized entity types, sorted."""
+        return sorted(name for name, entity in self.entities.items() if entity.featurized)
+
     def entity_dimension(self, entity_type: str) -> int:
         return self.entities[entity_type].dimension or self.dimension
 
@@ -293,10 +297,40 @@ def semantic_issues(cfg: ConfigSchema) -> list[Issue]:
     if cfg.num_machines > 1 and all(e.num_partitions == 1 for e in cfg.entities.values()):
         add("config-machines-partitions", "num_machines",
             f"expected a partitioned entity type for num_machines={cfg.num_machines}, found none")
+    _featurized_issues(cfg, add)
     if cfg.loss_fn == "logistic" and cfg.comparator == "cos":
         add("config-logistic-cos", "loss_fn",
             "expected a comparator other than cos with the logistic loss, found cos")
     return issues
+
+
+def _featurized_issues(cfg: ConfigSchema, add: Callable[[str, str, str], None]) -> None:
+    """Seed 002: featurized entities take same-batch negatives only."""
+    featurized = cfg.featurized_types()
+    if not featurized:
+        return
+    why = f"entity type {featurized[0]!r} is featurized (featurized types take same-batch negatives only"
+    if cfg.num_uniform_negs != 0:
+        add("config-featurized-uniform-negs", "num_uniform_negs",
+            f"expected 0 because {why}, so uniform sampling is disabled globally), found {cfg.num_uniform_negs}")
+    if cfg.num_batch_negs <= 0:
+        add("config-featurized-batch-negs", "num_batch_negs",
+            f"expected > 0 because {why}), found {cfg.num_batch_negs}")
+    for i, rel in enumerate(cfg.relations):
+        sides = [t for t in (rel.lhs, rel.rhs) if t in featurized]
+        if rel.all_negs and sides:
+            add("config-featurized-all-negs", f"relations[{i}].all_negs",
+                f"expected false because entity type {sides[0]!r} of relation {rel.name!r} is featurized "
+                "(featurized types take same-batch negatives only), found true")
+    if cfg.eval_fraction > 0:
+        uniform = cfg.num_uniform_negs if cfg.eval_num_uniform_negs is None else cfg.eval_num_uniform_negs
+        batch = cfg.num_batch_negs if cfg.eval_num_batch_negs is None else cfg.eval_num_batch_negs
+        if uniform != 0:
+            add("config-featurized-eval-negs", "eval_num_uniform_negs",
+                f"expected 0 with eval_fraction > 0 because {why}), found {uniform}")
+        elif batch <= 0:
+            add("config-featurized-eval-negs", "eval_num_batch_negs",
+                f"expected > 0 with eval_fraction > 0 because {why}), found {batch}")
 
 
 def parse_config(data: Any, source: str = "<config>") -> ConfigSchema:

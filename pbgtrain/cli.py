@@ -9,12 +9,14 @@ Heavy modules (torch) are imported inside the commands so ``--help`` is instant.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error
+from pbgio.progress import progress_wanted
 
 app = typer.Typer(
     name="pbgtrain",
@@ -24,9 +26,6 @@ app = typer.Typer(
     add_completion=False,
 )
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 ConfigArg = Annotated[Path, typer.Argument(help="The run config (.json).", exists=True, dir_okay=False)]
 Overrides = Annotated[list[str] | None, typer.Option(
@@ -40,20 +39,7 @@ BaseOption = Annotated[Path | None, typer.Option(
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
 
 
-def _stderr() -> Any:
-    from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
-
-
-def _error(message: str) -> None:
-    from rich.markup import escape
-
-    _stderr().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-
-
-def _interactive(no_progress: bool) -> bool:
-    return not no_progress and sys.stderr.isatty() and not os.environ.get("CI")
 
 
 def _load(config: Path, overrides: list[str] | None, base: Path | None) -> Any:
@@ -63,7 +49,7 @@ def _load(config: Path, overrides: list[str] | None, base: Path | None) -> Any:
     try:
         return load_run_config(config, overrides or [], base)
     except PbgioError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None
 
 
@@ -87,19 +73,19 @@ def fit(
     from pbgtrain.train import fit as run_fit
 
     run = _load(config, param, base)
-    options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=_interactive(no_progress),
+    options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations)
     try:
         result = run_fit(run, options)
     except PbgioError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         from pbgio.checkpoint import CheckpointDir
 
         version = CheckpointDir(run.checkpoint_path).read_version()
-        _error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
+        print_error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
                "command to resume from it")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     typer.echo(result.summary())
@@ -131,11 +117,11 @@ def evaluate(
     run = _load(config, param, base)
     options = EvalOptions(edge_paths=edges, filter_paths=filter_paths or [], all_entities=all_entities
                           or bool(filter_paths), version=version, device=device, seed=seed,
-                          interactive=_interactive(no_progress))
+                          interactive=progress_wanted(no_progress))
     try:
         result = evaluate_checkpoint(run, options)
     except PbgioError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -155,7 +141,7 @@ def show_config(
         typer.echo(json.dumps(config_json_schema(), indent=2))
         return
     if config is None:
-        _error("give a config file, or --schema")
+        print_error("give a config file, or --schema")
         raise typer.Exit(EXIT_USAGE)
     typer.echo(_load(config, param, None).config.to_json())
 

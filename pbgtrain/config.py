@@ -4,7 +4,8 @@ The schema itself is :class:`pbgio.config.ConfigSchema`. This module adds what o
 trainer needs: dotted overrides (as the original's ``-p``), the resolution of relative paths,
 and the rule that no key is silently ignored. Every key either changes the trainer's
 behaviour or, when set to a value this trainer cannot honour (distributed training, half
-precision), is rejected with a message saying why.
+precision), is rejected with a message saying why. The rules of featurized types (seed 002:
+same-batch negatives only) are pbgio config rules, checked when the config is parsed.
 
 >>> raw = {"entities": {"e": {"num_partitions": 1}}, "relations": [{"name": "r", "lhs": "e", "rhs": "e"}],
 ...        "dimension": 8, "entity_path": "data", "edge_paths": ["data/train"], "checkpoint_path": "model"}
@@ -40,7 +41,6 @@ _DISTRIBUTED_DEFAULTS: dict[str, Any] = {
     "num_groups_for_partition_server": 16,
     "num_groups_per_sharded_partition_server": 1,
     "partition_shard_size": 250,
-    "hogwild_delay": 2.0,
 }
 
 
@@ -48,7 +48,8 @@ _DISTRIBUTED_DEFAULTS: dict[str, Any] = {
 # Keys of distributed training and half_precision are refused unless left at their defaults.
 KEY_EFFECTS: dict[str, str] = {
     "entities": "entity types; num_partitions splits a type into partitions, dimension overrides the "
-                "global one, featurized is refused until featurized training lands",
+                "global one, featurized makes its entities bags of features (mean of feature embeddings; "
+                "same-batch negatives only)",
     "relations": "relation types: lhs/rhs types, operator, weight (loss multiplier), all_negs",
     "dimension": "embedding dimension", "init_scale": "std-dev of the initial embeddings",
     "max_norm": "embedding rows are renormalized to this norm when looked up",
@@ -64,7 +65,7 @@ KEY_EFFECTS: dict[str, str] = {
     "max_edges_per_chunk": "sets num_edge_chunks when it is null",
     "bucket_order": "random, affinity, inside_out or outside_in", "workers": "torch threads (default: all cores)",
     "batch_size": "edges per batch", "num_batch_negs": "same-batch negatives (chunk size)",
-    "num_uniform_negs": "uniform negatives from the current partition",
+    "num_uniform_negs": "uniform negatives from the current partition (0 with a featurized type)",
     "disable_lhs_negs": "no lhs negatives", "disable_rhs_negs": "no rhs negatives",
     "lr": "row-wise Adagrad learning rate of embeddings", "relation_lr": "Adagrad learning rate of relation "
     "parameters (default: lr)", "eval_fraction": "share of each bucket chunk held out and evaluated",
@@ -72,7 +73,8 @@ KEY_EFFECTS: dict[str, str] = {
     "when evaluating", "background_io": "deprecated: a warning, no effect (as in the original)",
     "verbose": "> 0 prints a line per bucket", "dynamic_relations": "one operator set indexed by relation id; "
     "mixed-relation batches", "num_gpus": "1 trains on CUDA (same as --device cuda); more is refused",
-    "hogwild_delay": "refused unless 2.0: it only delays distributed workers",
+    "hogwild_delay": "no effect: it only delays workers of machines other than the first (as in the original, "
+                     "any value is accepted)",
     "half_precision": "refused when true",
     **{key: "refused unless left at its default (distributed training)" for key in (
         "num_machines", "num_partition_servers", "distributed_init_method", "distributed_tree_init_order",
@@ -177,16 +179,11 @@ def unsupported_settings(cfg: ConfigSchema) -> list[str]:
     for key, default in _DISTRIBUTED_DEFAULTS.items():
         value = getattr(cfg, key)
         if value != default:
-            what = ("only applies to distributed workers" if key == "hogwild_delay"
-                    else "distributed training is not supported by pbgtrain yet")
-            problems.append(f"{key}={value}: {what}; use {key}={default}")
+            problems.append(f"{key}={value}: distributed training is not supported by pbgtrain yet; "
+                            f"use {key}={default}")
     if cfg.half_precision:
         problems.append("half_precision=true: half-precision training is not supported; "
                         "remove it (training runs in float32)")
-    featurized = sorted(name for name, entity in cfg.entities.items() if entity.featurized)
-    if featurized:
-        problems.append(f"entities.{featurized[0]}.featurized=true: featurized entity types are not "
-                        "supported by pbgtrain yet")
     if cfg.num_gpus > 1:
         problems.append(f"num_gpus={cfg.num_gpus}: pbgtrain trains on one device; use num_gpus=1 "
                         "(or --device cuda)")

@@ -4,7 +4,8 @@ Buckets are visited in lexicographic order (as the original's ``torchbiggraph_ev
 with its partitions read from the checkpoint through pbgio. Two protocols:
 
 * **sampled** (default): each edge is ranked against the config's ``eval_num_batch_negs``
-  same-batch and ``eval_num_uniform_negs`` uniform negatives, both sides, as during training;
+  same-batch and ``eval_num_uniform_negs`` uniform negatives, both sides, as during training
+  (the only protocol for featurized types: their entities are ranked among same-batch bags);
 * **all entities** (``all_entities=True``, implied by filter paths): each edge is ranked against
   every entity of the corrupted side's partition. With filter paths, candidates forming a known
   edge (any of the filter paths, same bucket, same relation) are left out: the *filtered*
@@ -27,13 +28,14 @@ import torch
 from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
-from pbgio.errors import MissingArtifactError
+from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import public_to_private
+from pbgio.spec.rules import rule
 from pbgtrain.batching import stable_seed
 from pbgtrain.config import RunConfig
 from pbgtrain.evaluation import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
-from pbgtrain.model import EdgeBatch, EmbeddingModel, EntityTable, eval_step, score_candidates
+from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step, score_candidates
 from pbgtrain.schedule import Bucket, all_buckets
 from pbgtrain.train import add_negative_scores, resolve_device
 
@@ -117,6 +119,7 @@ def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> E
     reader = CheckpointReader(run, options.version, device)
     edge_dirs = options.edge_paths or run.edge_paths
     all_entities = options.all_entities or bool(options.filter_paths)
+    check_featurized_evaluation(run, reader.model.spec, all_entities)
     protocol = _protocol(run, reader, all_entities, options)
     total = RankingAccumulator(protocol, seed=options.seed)
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
@@ -130,21 +133,20 @@ def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> E
             needed = {(r.lhs, _side_part(run, r.lhs, bucket, "lhs")) for r in cfg.relations} | \
                      {(r.rhs, _side_part(run, r.rhs, bucket, "rhs")) for r in cfg.relations}
             reader.keep_only(needed)
-            lhs = torch.from_numpy(edges.lhs).to(device)
-            rhs = torch.from_numpy(edges.rhs).to(device)
-            rel = torch.from_numpy(edges.rel).to(device)
+            tensors = BucketEdges.from_bucket(edges, device, str(path))
             filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
-            groups = [(0, torch.arange(len(lhs), device=device))] if cfg.dynamic_relations else [
-                (r, (rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
+            groups = [(0, torch.arange(len(tensors), device=device))] if cfg.dynamic_relations else [
+                (r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
             for r, sel in groups:
                 relation = cfg.relations[r]
                 lhs_t = reader.table(relation.lhs, _side_part(run, relation.lhs, bucket, "lhs"))
                 rhs_t = reader.table(relation.rhs, _side_part(run, relation.rhs, bucket, "rhs"))
                 if all_entities:
-                    _rank_all(total, reader.model, lhs_t, rhs_t, lhs[sel], rel[sel] if cfg.dynamic_relations else r,
-                              rhs[sel], filter_index)
+                    _rank_all(total, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
+                              tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
                 else:
-                    _rank_sampled(total, reader.model, lhs_t, rhs_t, lhs[sel], rel[sel], rhs[sel], r,
+                    featurized = (cfg.entities[relation.lhs].featurized, cfg.entities[relation.rhs].featurized)
+                    _rank_sampled(total, reader.model, lhs_t, rhs_t, tensors, sel, r, featurized,
                                   cfg.dynamic_relations, cfg.batch_size, generator)
     return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started)
 
@@ -153,8 +155,8 @@ def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, opti
     cfg = run.config
     sides = tuple(s for s in SIDES if not getattr(cfg, f"disable_{s}_negs"))
     if not all_entities:
-        neg = reader.model.spec.eval_negatives
-        return EvalProtocol.sampled(neg.num_batch_negs, neg.num_uniform_negs, sides=sides)
+        neg = reader.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
+        return EvalProtocol.sampled(min(neg.num_batch_negs, cfg.batch_size), neg.num_uniform_negs, sides=sides)
     counts = sorted({read_entity_count(run.entity_path, t, p) for t, e in cfg.entities.items()
                      for p in range(e.num_partitions)})
     size = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}"
@@ -197,12 +199,32 @@ def _rank_all(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable
 
 @torch.no_grad()
 def _rank_sampled(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
-                  lhs: torch.Tensor, rel: torch.Tensor, rhs: torch.Tensor, r: int, dynamic: bool, batch_size: int,
-                  generator: torch.Generator) -> None:
-    for start in range(0, len(lhs), batch_size):
-        end = start + batch_size
-        batch = EdgeBatch(lhs[start:end], rhs[start:end], rel[start:end] if dynamic else r)
+                  edges: BucketEdges, sel: torch.Tensor, r: int, featurized: tuple[bool, bool], dynamic: bool,
+                  batch_size: int, generator: torch.Generator) -> None:
+    for start in range(0, len(sel), batch_size):
+        part = sel[start:start + batch_size]
+        batch = edges.batch(part, edges.rel[part] if dynamic else r, *featurized)
         result = eval_step(model, lhs_t, rhs_t, batch, generator=generator)
         add_negative_scores(acc, result.scores)
         acc.add_loss(result.loss, result.count)
 
+
+def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: bool) -> None:
+    """Featurized entities are ranked against same-batch candidates only (seed 002): refuse the
+    rest with the setting to change."""
+    featurized = sorted(spec.featurized)
+    if not featurized:
+        return
+    if all_entities:
+        raise ConfigError(run.source, [rule("config-featurized-all-negs").issue(
+            run.source, "--all-entities",
+            f"expected sampled evaluation: entity types {featurized} are featurized, so their entities (bags of "
+            "features) have no table to rank against; evaluate without --all-entities/--filter (same-batch "
+            "candidates)")])
+    neg = spec.eval_negatives
+    if neg.num_uniform_negs > 0 or neg.num_batch_negs == 0:
+        raise ConfigError(run.source, [rule("config-featurized-eval-negs").issue(
+            run.source, "eval_num_uniform_negs",
+            f"expected same-batch candidates only (eval_num_uniform_negs 0, eval_num_batch_negs > 0) because "
+            f"entity types {featurized} are featurized, found eval_num_uniform_negs {neg.num_uniform_negs} and "
+            f"eval_num_batch_negs {neg.num_batch_negs}; pass -p eval_num_uniform_negs=0")])

@@ -29,13 +29,14 @@ from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import private_to_public, public_to_private
+from pbgio.spec.edges import chunk_bounds
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint
 from pbgtrain.config import RunConfig, default_device
 from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
 from pbgtrain.model import (
     MASKED_SCORE,
-    EdgeBatch,
+    BucketEdges,
     EmbeddingModel,
     EntityTable,
     StepStats,
@@ -168,6 +169,7 @@ class Trainer:
         self.scheduler = SingleMachineScheduler.from_config(cfg, seed=options.seed)
         self.resident: dict[PartitionKey, EntityTable] = {}
         self.generator = torch.Generator(device=self.device)
+        self._bucket_lengths: dict[tuple[str, int, int], int] = {}
 
     # ---- model state
     def _restore_model(self) -> None:
@@ -214,59 +216,54 @@ class Trainer:
     # ---- one bucket
     def train_bucket(self, step: IterationStep, bucket: Bucket, reporter: Reporter) -> tuple[StepStats, Any, Any]:
         cfg = self.cfg
-        edge_dir = self.run.path(step.edge_path)
-        edges = read_bucket(edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs),
-                            chunk=(step.edge_chunk_idx, step.num_edge_chunks))
-        lhs = torch.from_numpy(edges.lhs).to(self.device)
-        rhs = torch.from_numpy(edges.rhs).to(self.device)
-        rel = torch.from_numpy(edges.rel).to(self.device)
-        weight = None if edges.weight is None else torch.from_numpy(edges.weight).to(self.device)
+        path = self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
+        edges_np = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
+        edges = BucketEdges.from_bucket(edges_np, self.device, str(path))
         key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
-        prepared = prepare_chunk(edges.rel, key=key, eval_fraction=cfg.eval_fraction, batch_size=cfg.batch_size,
+        prepared = prepare_chunk(edges_np.rel, key=key, eval_fraction=cfg.eval_fraction, batch_size=cfg.batch_size,
                                  dynamic=cfg.dynamic_relations,
                                  shuffle_seed=key.shuffle_seed(self.options.seed, step.epoch_idx))
         self.generator.manual_seed(stable_seed("negatives", self.options.seed, step.index, bucket.lhs, bucket.rhs))
         held = prepared.held_out.eval_idx.to(self.device)
-        before = self.evaluate(held, lhs, rhs, rel, weight, bucket) if len(held) else None
+        before = self.evaluate(held, edges, bucket) if len(held) else None
         stats = StepStats()
         for batches in prepared.worker_batches:
             for k, idx in enumerate(batches):
                 idx = idx.to(self.device)
-                if cfg.dynamic_relations:
-                    rel_of: int | torch.Tensor = rel[idx]
-                    relation = cfg.relations[0]
-                else:
-                    rel_of = batches.relation(k) or 0
-                    relation = cfg.relations[rel_of]
-                batch = EdgeBatch(lhs[idx], rhs[idx], rel_of, None if weight is None else weight[idx])
+                rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
+                relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
+                batch = edges.batch(idx, rel_of, *self.featurized_sides(relation))
                 step_stats = train_step(self.model, self.table(relation.lhs, bucket, "lhs"),
                                         self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
                                         generator=self.generator)
                 stats = stats + step_stats
                 reporter.edges_done(len(idx), step_stats.loss / max(step_stats.count, 1))
-        after = self.evaluate(held, lhs, rhs, rel, weight, bucket) if len(held) else None
+        after = self.evaluate(held, edges, bucket) if len(held) else None
         return stats, before, after
 
+    def featurized_sides(self, relation: Any) -> tuple[bool, bool]:
+        """Whether the relation's lhs and rhs types are featurized."""
+        return self.cfg.entities[relation.lhs].featurized, self.cfg.entities[relation.rhs].featurized
+
     def eval_protocol(self) -> EvalProtocol:
-        neg = self.model.spec.eval_negatives
-        return EvalProtocol.sampled(neg.num_batch_negs, neg.num_uniform_negs)
+        neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
+        return EvalProtocol.sampled(min(neg.num_batch_negs, self.cfg.batch_size), neg.num_uniform_negs)
 
     @torch.no_grad()
-    def evaluate(self, idx: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor, rel: torch.Tensor,
-                 weight: torch.Tensor | None, bucket: Bucket) -> RankingAccumulator:
+    def evaluate(self, idx: torch.Tensor, edges: BucketEdges, bucket: Bucket) -> RankingAccumulator:
         """Held-out edges ranked against the eval negatives (eval_num_batch_negs + eval_num_uniform_negs)."""
         cfg = self.cfg
         acc = RankingAccumulator(self.eval_protocol(), seed=stable_seed("auc", self.options.seed, bucket.lhs,
                                                                          bucket.rhs))
         batch_size = cfg.batch_size
         groups = [(0, idx)] if cfg.dynamic_relations else [
-            (r, idx[rel[idx] == r]) for r in range(len(cfg.relations))]
+            (r, idx[edges.rel[idx] == r]) for r in range(len(cfg.relations))]
         for r, sel in groups:
             relation = cfg.relations[r]
             for start in range(0, len(sel), batch_size):
                 part = sel[start:start + batch_size]
-                rel_of: int | torch.Tensor = rel[part] if cfg.dynamic_relations else r
-                batch = EdgeBatch(lhs[part], rhs[part], rel_of, None if weight is None else weight[part])
+                rel_of: int | torch.Tensor = edges.rel[part] if cfg.dynamic_relations else r
+                batch = edges.batch(part, rel_of, *self.featurized_sides(relation))
                 result = eval_step(self.model, self.table(relation.lhs, bucket, "lhs"),
                                    self.table(relation.rhs, bucket, "rhs"), batch, generator=self.generator)
                 add_negative_scores(acc, result.scores)
@@ -311,12 +308,13 @@ class Trainer:
         self.ckpt.dir.append_stats(records)
         return IterationRecord(version, step, seconds, stats, _merged(before_all), _merged(after_all))
 
-
     def _chunk_length(self, step: IterationStep, bucket: Bucket) -> int:
-        from pbgio.spec.edges import chunk_bounds
-
-        n = bucket_length(self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs))
-        start, end = chunk_bounds(n, step.num_edge_chunks, step.edge_chunk_idx)
+        """Edges of the bucket's chunk in this iteration (bucket lengths read once per edge path)."""
+        key = (step.edge_path, bucket.lhs, bucket.rhs)
+        if key not in self._bucket_lengths:
+            self._bucket_lengths[key] = bucket_length(self.run.path(step.edge_path)
+                                                      / naming.bucket_file(bucket.lhs, bucket.rhs))
+        start, end = chunk_bounds(self._bucket_lengths[key], step.num_edge_chunks, step.edge_chunk_idx)
         return end - start
 
     def _stats_record(self, step: IterationStep, bucket: Bucket, stats: StepStats, before: Any,

@@ -202,7 +202,7 @@ def test_import_train_export_pipeline_with_featurized_type(tmp_path: Path) -> No
         "entities": {"author": {"num_partitions": 2}, "doc": {"num_partitions": 1, "featurized": True}},
         "relations": [{"name": "wrote", "lhs": "author", "rhs": "doc", "operator": "diagonal"}],
         "dimension": 3, "entity_path": "data", "edge_paths": ["data/train"], "checkpoint_path": "model",
-        "num_uniform_negs": 0}))
+        "num_uniform_negs": 0, "eval_num_uniform_negs": 0}))
     (tmp_path / "t.tsv").write_text("ann\twrote\tcats purr\nbob\twrote\tdogs bark\ncy\twrote\tcats bark\n")
     import_edge_lists(tmp_path / "config.json", [tmp_path / "t.tsv"])
     cfg = load_config(tmp_path / "config.json")

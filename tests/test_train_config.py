@@ -26,8 +26,7 @@ def test_every_key_is_documented_in_code_and_guide() -> None:
 @pytest.mark.parametrize(("key", "value"), [
     *[(k, v) for k, v in {"num_machines": 2, "num_partition_servers": 0, "distributed_init_method": "tcp://x:1",
                           "distributed_tree_init_order": False, "num_groups_for_partition_server": 4,
-                          "num_groups_per_sharded_partition_server": 2, "partition_shard_size": 10,
-                          "hogwild_delay": 0.5}.items()],
+                          "num_groups_per_sharded_partition_server": 2, "partition_shard_size": 10}.items()],
     ("half_precision", True), ("num_gpus", 2),
 ])
 def test_unsupported_settings_are_refused_with_the_key(tmp_path: Path, key: str, value: object) -> None:
@@ -41,13 +40,33 @@ def test_unsupported_settings_are_refused_with_the_key(tmp_path: Path, key: str,
         load_run_config(path)
 
 
-def test_featurized_types_are_refused_until_supported(tmp_path: Path) -> None:
+def test_hogwild_delay_is_accepted_as_the_original_accepts_it(tmp_path: Path) -> None:
+    # The original ignores it on one machine; its own featurized sample sets 0.0.
     path = tmp_path / "c.json"
-    path.write_text(json.dumps(dict(RAW, entities={"e": {"num_partitions": 1, "featurized": True}})))
-    with pytest.raises(ConfigError, match="featurized"):
+    path.write_text(json.dumps(dict(RAW, hogwild_delay=0.0)))
+    assert load_run_config(path).config.hogwild_delay == 0.0
+
+
+@pytest.mark.parametrize(("changes", "key"), [
+    ({"num_uniform_negs": 50}, "num_uniform_negs"),
+    ({"num_uniform_negs": 0, "num_batch_negs": 0}, "num_batch_negs"),
+    ({"num_uniform_negs": 0, "relations": [{"name": "r", "lhs": "e", "rhs": "e", "all_negs": True}]}, "all_negs"),
+    ({"num_uniform_negs": 0, "eval_fraction": 0.1, "eval_num_uniform_negs": 100}, "eval_num_uniform_negs"),
+])
+def test_featurized_negative_rules_are_enforced_at_load(tmp_path: Path, changes: dict[str, object],
+                                                        key: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(dict(RAW, entities={"e": {"num_partitions": 1, "featurized": True}}, **changes)))
+    with pytest.raises(ConfigError, match=key) as info:
         load_run_config(path)
+    assert "featurized" in str(info.value)
 
 
+def test_featurized_types_load_with_same_batch_negatives(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(dict(RAW, entities={"e": {"num_partitions": 2, "featurized": True}},
+                                    num_uniform_negs=0, eval_num_uniform_negs=0)))
+    assert load_run_config(path).config.entities["e"].featurized
 def test_overrides_reach_nested_keys_lists_and_null() -> None:
     cfg = apply_overrides(RAW, ["entities.e.num_partitions=3", "relations.0.all_negs=true", "max_norm=null",
                                 "edge_paths=a, b", "lr=0.5"])

@@ -124,7 +124,22 @@ def _check_open_bucket(ctx: Context, path: Path, f: h5py.File, lhs_part: int | N
                         f"expected {n + 1} entries (N + 1 for N = {n} edges), found {datasets[off].shape[0]}")
             else:
                 sides[side] = (datasets[off], datasets[dat])
+    _check_unused_features(ctx, path, datasets)
     _scan(ctx, path, datasets, usable, sides, n, lhs_part, rhs_part)
+
+
+def _check_unused_features(ctx: Context, path: Path, datasets: dict[str, Any]) -> None:
+    """Feature datasets on a side where the config has no featurized type (flag ↔ datasets)."""
+    cfg = ctx.config
+    if cfg is None:
+        return
+    for side in SIDES:
+        present = [name for name in (offsets_name(side), data_name(side)) if name in datasets]
+        types = {getattr(rel, side) for rel in cfg.relations}
+        if present and not any(t in cfg.entities and cfg.entities[t].featurized for t in types):
+            ctx.add("edge-features-unused", path, present[0],
+                    f"expected no {side}d_* datasets: no relation has a featurized {side} type "
+                    f"({', '.join(sorted(types))}), found {', '.join(present)} (ignored when training)")
 
 
 def _check_dtypes_and_shapes(ctx: Context, path: Path, datasets: dict[str, Any]) -> set[str]:

@@ -1,6 +1,6 @@
-"""``pbgio export``: embeddings and relation parameters as tables.
+"""``pbgio export``: embeddings and relation parameters as tables; ``pbgio embed``: new bags.
 
-Register with ``app.command("export")(export)``.
+Register with ``app.command("export")(export)`` and ``app.command("embed")(embed)``.
 
 Exit codes: 0 exported, 1 bad checkpoint or entity files, 2 usage error (bad option,
 missing file, an output that exists without ``--overwrite``), 130 interrupted.
@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.progress import progress_wanted
 
 
 class EmbeddingFormat(str, enum.Enum):
@@ -38,16 +39,26 @@ class ParquetLayout(str, enum.Enum):
     columns = "columns"
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
 
 
-def _error(message: str) -> None:
-    from rich.markup import escape
+@contextlib.contextmanager
+def _exit_codes() -> Iterator[None]:
+    """Errors to exit codes: a missing input or an existing output is a usage error (2), bad
+    checkpoint or entity files are 1, Ctrl-C is 130."""
+    from pbgio.errors import MissingArtifactError, PbgioError
+    from pbgio.exporters.common import OutputExistsError
 
-    _console().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    try:
+        yield
+    except (MissingArtifactError, OutputExistsError) as exc:
+        print_error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    except PbgioError as exc:
+        print_error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        stderr_console().print("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 Output = Annotated[Path | None, typer.Option(
@@ -97,18 +108,16 @@ def export(
     """Export trained embeddings (TSV, Parquet, npy) and relation parameters (TSV, JSON)."""
     from rich.markup import escape
 
-    from pbgio.errors import MissingArtifactError, PbgioError
-    from pbgio.exporters.common import OutputExistsError
     from pbgio.exporters.embeddings import export_embeddings
     from pbgio.exporters.relations import export_relations
-    from pbgio.progress import Progress, RichProgress, progress_wanted
+    from pbgio.progress import Progress, RichProgress
 
     if output is None and relations_output is None:
-        _error("nothing to export: give --output and/or --relations-output")
+        print_error("nothing to export: give --output and/or --relations-output")
         raise typer.Exit(EXIT_USAGE)
-    console = _console()
+    console = stderr_console()
     reports = []
-    try:
+    with _exit_codes():
         if output is not None:
             bars: contextlib.AbstractContextManager[Progress] = (
                 RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
@@ -121,18 +130,64 @@ def export(
             reports.append(export_relations(
                 config, relations_output, fmt=relations_format.value, version=version, checkpoint=checkpoint,
                 base=base, overwrite=overwrite))
-    except (MissingArtifactError, OutputExistsError) as exc:
-        _error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
-    except PbgioError as exc:
-        _error(str(exc))
-        raise typer.Exit(EXIT_INVALID) from None
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     for report in reports:
         console.print(escape(report.summary()), soft_wrap=True)
         for path in report.outputs:
             console.print(f"  wrote {escape(path)}", soft_wrap=True)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in reports], indent=2))
+
+
+class UnknownFeatures(str, enum.Enum):
+    error = "error"
+    ignore = "ignore"
+
+
+def embed(
+    config: Annotated[Path, typer.Argument(help="The run config (.json) of the trained model.")],
+    bags: Annotated[Path, typer.Argument(help="Text file of bags, one per line: features separated by "
+                                              "--feature-separator.")],
+    entity_type: Annotated[str, typer.Option("--type", "-t", help="The featurized entity type.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Output TSV (line number, then the values), or - "
+                                                               "for stdout.")],
+    feature_separator: Annotated[str, typer.Option(
+        "--feature-separator", help="Separator of the features on a line (default: runs of whitespace).")] = "",
+    unknown: Annotated[UnknownFeatures, typer.Option(
+        "--unknown", help="Features missing from the dictionary: fail, or ignore them.")] = UnknownFeatures.error,
+    partition: Annotated[int, typer.Option(help="Partition whose features the bags use.")] = 0,
+    version: Version = None,
+    no_global: NoGlobal = False,
+    checkpoint: Checkpoint = None,
+    base: Base = None,
+    overwrite: Overwrite = False,
+) -> None:
+    """Embed new bags of features (e.g. unseen documents) of a featurized type: the mean of their features."""
+    from pbgio.errors import InputError
+    from pbgio.exporters.bags import BagError, embed_bags, write_bag_tsv
+
+    try:
+        lines = bags.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        print_error(f"{bags}: cannot read it as UTF-8 text ({exc})")
+        raise typer.Exit(EXIT_USAGE) from None
+    with _exit_codes():
+        parsed = []
+        for number, line in enumerate(lines, 1):
+            features = [f for f in (line.split(feature_separator) if feature_separator else line.split()) if f]
+            if not features:
+                raise InputError(str(bags), number, "expected at least one feature, found an empty line")
+            parsed.append(features)
+        try:
+            vectors = embed_bags(config, entity_type, parsed, version=version, partition=partition,
+                                 add_global=not no_global, unknown=unknown.value, checkpoint=checkpoint, base=base)
+        except BagError as exc:
+            raise InputError(str(bags), exc.bag + 1, exc.reason) from None
+        if output == "-":
+            write_bag_tsv(sys.stdout.buffer, vectors)
+            sys.stdout.flush()
+        else:
+            from pbgio.exporters.common import output_file
+
+            with output_file(Path(output), overwrite) as tmp, tmp.open("wb") as out:
+                write_bag_tsv(out, vectors)
+            stderr_console().print(f"embedded {len(parsed):,} bags of {entity_type!r} into {output}", soft_wrap=True)

@@ -80,7 +80,7 @@ def export_embeddings(
     if unknown:
         raise ExportError(f"expected entity types of the config {sorted(cfg.entities)}, found {unknown}")
     report = ExportReport(version=source.version)
-    shift = _global_embeddings(source, types) if add_global and cfg.global_emb else {}
+    shift = global_embeddings(source, types) if add_global and cfg.global_emb else {}
     report.global_added = sorted(shift)
     progress = progress or Progress()
     progress.start("exporting embeddings", total=sum(cfg.num_partitions(t) for t in types))
@@ -109,7 +109,8 @@ def export_embeddings(
     return report
 
 
-def _global_embeddings(source: ExportSource, types: list[str]) -> dict[str, Floats]:
+def global_embeddings(source: ExportSource, types: list[str]) -> dict[str, Floats]:
+    """The global embedding of each of ``types`` in the model file of the exported version."""
     model = source.checkpoint.read_model(source.version)
     found = {}
     for entity_type in types:

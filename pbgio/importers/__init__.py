@@ -18,8 +18,9 @@ that do not import stay free of polars.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pbgio.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from pbgio.importers.importer import import_edge_lists
@@ -28,27 +29,10 @@ if TYPE_CHECKING:
     from pbgio.importers.report import FileReport, ImportReport, Problem
     from pbgio.importers.write import LayoutExistsError
 
-_EXPORTS = {
+__all__, __getattr__ = lazy_exports("pbgio.importers", {
     "pbgio.importers.importer": ["import_edge_lists"],
     "pbgio.importers.plan": ["ImportSetupError"],
     "pbgio.importers.read": ["InputOptions"],
     "pbgio.importers.report": ["FileReport", "ImportReport", "Problem"],
     "pbgio.importers.write": ["LayoutExistsError"],
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = [
-    "FileReport",
-    "ImportReport",
-    "ImportSetupError",
-    "InputOptions",
-    "LayoutExistsError",
-    "Problem",
-    "import_edge_lists",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pbgio.importers' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+})

@@ -17,13 +17,12 @@ import contextlib
 import enum
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.progress import progress_wanted
 
 
 class OnError(str, enum.Enum):
@@ -37,16 +36,6 @@ class InputFormat(str, enum.Enum):
     parquet = "parquet"
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
-
-
-def _error(message: str) -> None:
-    from rich.markup import escape
-
-    _console().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 Config = Annotated[Path, typer.Argument(
@@ -117,9 +106,9 @@ def import_edges(
     from pbgio.importers.plan import ImportSetupError
     from pbgio.importers.read import InputOptions, parse_column, parse_delimiter
     from pbgio.importers.write import LayoutExistsError
-    from pbgio.progress import Progress, RichProgress, progress_wanted
+    from pbgio.progress import Progress, RichProgress
 
-    console = _console()
+    console = stderr_console()
     try:
         lhs, rhs = parse_column(lhs_col), parse_column(rhs_col)
         if lhs is None or rhs is None:
@@ -129,7 +118,7 @@ def import_edges(
             rhs_col=rhs, weight_col=parse_column(weight_col), feature_separator=feature_separator,
             file_format=input_format.value)
     except ValueError as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     try:
         bars: contextlib.AbstractContextManager[Progress] = (
@@ -141,11 +130,11 @@ def import_edges(
                 on_error=on_error.value, overwrite=overwrite,
                 progress=progress)
     except (MissingArtifactError, LayoutExistsError, ImportSetupError) as exc:
-        _error(str(exc))
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     except (InputError, ConfigError, PbgioError) as exc:
-        _error(f"{exc} (nothing was written)")
-        raise typer.Exit(EXIT_INVALID) from None
+        print_error(f"{exc} (nothing was written)")
+        raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
         console.print("interrupted (nothing was written)")
         raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -9,21 +9,19 @@ unreadable or invalid legacy data), 2 usage (SRC missing, DST not empty without
 from __future__ import annotations
 
 import json
-import os
-import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.progress import progress_wanted
 
 if TYPE_CHECKING:
     from pbgio.legacy.migrate import MigrationResult
     from pbgio.legacy.plan import MigrationPlan
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 PROGRESS_MIN_BYTES = 8 << 20
 """Inputs smaller than this convert without a progress bar."""
 
@@ -32,29 +30,21 @@ class SourceFormat(str, Enum):
     legacy = "legacy"
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
-
 
 def _say(message: str, style: str | None = None) -> None:
     from rich.markup import escape
 
     text = escape(message)
-    _console().print(f"[{style}]{text}[/]" if style else text, soft_wrap=True)
+    stderr_console().print(f"[{style}]{text}[/]" if style else text, soft_wrap=True)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    from rich.markup import escape
-
-    _console().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    print_error(message)
     return typer.Exit(code)
 
 
 def _show_progress(no_progress: bool, total: int) -> bool:
-    return (not no_progress and total >= PROGRESS_MIN_BYTES and sys.stderr.isatty()
-            and not os.environ.get("CI"))
+    return total >= PROGRESS_MIN_BYTES and progress_wanted(no_progress)
 
 
 def convert(
@@ -106,7 +96,7 @@ def _migrate_with_progress(src: Path, dst: Path, plan: MigrationPlan, *, trust_p
     from pbgio.legacy.migrate import migrate
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(), TimeElapsedColumn(),
-                  console=_console(), transient=True) as progress:
+                  console=stderr_console(), transient=True) as progress:
         task = progress.add_task("converting", total=plan.total_bytes)
 
         def on_progress(description: str, n: int) -> None:

@@ -312,6 +312,7 @@ class _Planner:
         self._map_edge_paths(raw, resolver)
         self._map_init_path(raw, resolver)
         self._dynamic(raw)
+        self._featurized_negatives(raw)
         self.config = parse_config(raw, str(meta.path))
         self.plan.config = self.config
         implied = meta.implied_version(self.config.num_edge_chunks or 1)
@@ -326,6 +327,29 @@ class _Planner:
         for old, new in self.model.renamed.items():
             how = " (transposed)" if new in self.model.transposed else ""
             self.plan.changes.append(f"model parameter {old} → {new}{how}")
+
+    def _featurized_negatives(self, raw: dict[str, Any]) -> None:
+        """Seed 002 today: featurized types take same-batch negatives only, so uniform sampling is
+        disabled globally. The legacy trainer skipped uniform negatives for featurized types
+        silently (and refused all_negs for them); make that explicit in the migrated config."""
+        entities = raw.get("entities")
+        if not isinstance(entities, dict):
+            return
+        featurized = {name for name, e in entities.items() if isinstance(e, dict) and e.get("featurized") in
+                      (True, 1, "1", "true", "True")}
+        if not featurized:
+            return
+        why = (f"entity types {sorted(featurized)} are featurized: same-batch negatives only (seed 002); the "
+               "legacy trainer skipped uniform negatives for them silently")
+        for key in ("num_uniform_negs", "eval_num_uniform_negs"):
+            if raw.get(key) not in (0, "0", None):
+                self.plan.changes.append(f"{key}: {raw[key]!r} → 0 ({why})")
+                raw[key] = 0
+        for i, rel in enumerate(raw.get("relations") or []):
+            if isinstance(rel, dict) and rel.get("all_negs") and {rel.get("lhs"), rel.get("rhs")} & featurized:
+                self.plan.changes.append(f"relations[{i}].all_negs: {rel['all_negs']!r} → False (a featurized side; "
+                                         "the legacy trainer refused all_negs for featurized types)")
+                rel["all_negs"] = False
 
     def _map(self, key: str, stored: str, found: Path | None, legacy: bool, what: str) -> str:
         """The DST path for a config path; ``legacy``: ``found`` holds legacy files and is migrated."""

@@ -188,7 +188,7 @@ def write_legacy_layout(root: Path, spec: LegacySpec) -> LegacyTruth:
             lhs = (rng.random(n) * sizes("lhs", lhs_part, which)).astype(np.int64)
             rhs = (rng.random(n) * sizes("rhs", rhs_part, which)).astype(np.int64)
             feats = None
-            if spec.featurized:
+            if spec.featurized and any(r["rhs"] == "tag" for r in relations):  # else: edge-features-unused
                 tagged = np.array([r["rhs"] == "tag" for r in relations])[which]
                 bags = [[int(x) for x in rng.integers(0, spec.num_features, rng.integers(1, 4))] if t else []
                         for t in tagged]
@@ -274,6 +274,9 @@ def write_legacy_layout(root: Path, spec: LegacySpec) -> LegacyTruth:
     legacy_config = _legacy_config(current, spec, num_rel_ids)
     expected_config = dict(current, entity_path="data/entities", edge_paths=["data/train_partitioned"],
                            checkpoint_path="checkpoint", init_path="init" if spec.init_dir else None)
+    if spec.featurized:  # the migration makes the legacy trainer's silent behaviour explicit (seed 002)
+        expected_config.update(num_uniform_negs=0, eval_num_uniform_negs=0, relations=[
+            dict(r, all_negs=r["all_negs"] and "tag" not in (r["lhs"], r["rhs"])) for r in relations])
 
     # --- checkpoint
     ckpt = root / "checkpoint"

@@ -73,6 +73,18 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "batch_size is a multiple of num_batch_negs when num_batch_negs > 0."),
     ("config-machines-partitions", "error", "config",
      "num_machines > 1 needs at least one entity type with more than one partition."),
+    ("config-featurized-uniform-negs", "error", "config",
+     "With a featurized entity type, num_uniform_negs is 0: featurized entities take same-batch "
+     "negatives only, so uniform sampling is disabled globally (seed 002)."),
+    ("config-featurized-batch-negs", "error", "config",
+     "With a featurized entity type, num_batch_negs > 0 (same-batch negatives are the only ones left)."),
+    ("config-featurized-all-negs", "error", "config",
+     "A relation whose lhs or rhs type is featurized has all_negs false (a featurized type has "
+     "features, not a list of entities to rank against)."),
+    ("config-featurized-eval-negs", "error", "config",
+     "With a featurized entity type and eval_fraction > 0, evaluation takes same-batch negatives "
+     "only: eval_num_uniform_negs (or num_uniform_negs when null) is 0 and eval_num_batch_negs (or "
+     "num_batch_negs when null) > 0."),
     ("config-logistic-cos", "warning", "config",
      "The logistic loss is not combined with the cos comparator (scores in [-1, 1] train poorly)."),
     # --- entities -------------------------------------------------------------------------
@@ -143,6 +155,9 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "A bucket with edges whose lhs (rhs) type is featurized has lhsd_* (rhsd_*) datasets."),
     ("edge-plain-features", "error", "edges",
      "Edges whose entity on a side is not featurized have an empty feature list on that side."),
+    ("edge-features-unused", "warning", "edges",
+     "A bucket holds lhsd_* (rhsd_*) datasets only when some relation of the config has a "
+     "featurized lhs (rhs) type (the original ignores them otherwise)."),
     # --- checkpoint -----------------------------------------------------------------------
     ("checkpoint-version-format", "error", "checkpoint",
      "checkpoint_version.txt holds one non-negative integer in ASCII digits (whitespace around it "

@@ -251,7 +251,8 @@ def _make_config(*, partitioned: bool, featurized: bool, dynamic: bool,
         "entity_path": "entities",
         "edge_paths": edge_paths,
         "checkpoint_path": "checkpoint",
-        "num_uniform_negs": 0 if featurized else 50,
+        "num_uniform_negs": 0 if featurized else 50,  # featurized types: same-batch negatives only
+        "eval_num_uniform_negs": 0 if featurized else 1000,
         "num_epochs": 3,
         "num_edge_chunks": 2,
     })

@@ -272,6 +272,30 @@ def _config_batch_negs_divide(root: Path) -> None:
     _edit_config(root, lambda d: d.update(batch_size=1000, num_batch_negs=7))
 
 
+@mutates("config-featurized-uniform-negs")
+def _config_featurized_uniform_negs(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(num_uniform_negs=50))
+
+
+@mutates("config-featurized-batch-negs")
+def _config_featurized_batch_negs(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(num_batch_negs=0))
+
+
+@mutates("config-featurized-all-negs")
+def _config_featurized_all_negs(root: Path) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        featurized = {name for name, e in data["entities"].items() if e.get("featurized")}
+        next(r for r in data["relations"] if {r["lhs"], r["rhs"]} & featurized)["all_negs"] = True
+
+    _edit_config(root, edit)
+
+
+@mutates("config-featurized-eval-negs")
+def _config_featurized_eval_negs(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(eval_fraction=0.1, eval_num_uniform_negs=100))
+
+
 @mutates("config-machines-partitions")
 def _config_machines_partitions(root: Path) -> None:
     def edit(data: dict[str, Any]) -> None:
@@ -503,6 +527,15 @@ def _edge_featurized_missing(root: Path) -> None:
     with _h5(_bucket(root, *FEATURIZED_BUCKET)) as f:
         del f["lhsd_offsets"]
         del f["lhsd_data"]
+
+
+@mutates("edge-features-unused")
+def _edge_features_unused(root: Path) -> None:
+    # No relation of the default layout has a featurized rhs type: empty rhs bags are ignored data.
+    with _h5(_bucket(root, *FEATURIZED_BUCKET)) as f:
+        n = f["rel"].shape[0]
+        f.create_dataset("rhsd_offsets", data=np.zeros(n + 1, dtype=np.int64))
+        f.create_dataset("rhsd_data", data=np.zeros(0, dtype=np.int64))
 
 
 @mutates("edge-plain-features")

@@ -146,12 +146,13 @@ def configs(
                     ents[etype]["dimension"] = dim + 1
     loss = draw(st.sampled_from(LOSSES))
     comparators = [c for c in COMPARATORS if not (loss == "logistic" and c == "cos")]
-    batch_negs = draw(st.sampled_from([0, 1, 2, 5, 50]))
+    any_featurized = any(e.get("featurized") for e in ents.values())
+    # featurized types: same-batch negatives only (seed 002)
+    batch_negs = draw(st.sampled_from([1, 2, 5, 50] if any_featurized else [0, 1, 2, 5, 50]))
     batch_size = (batch_negs * draw(st.integers(1, 40)) if batch_negs
                   else draw(st.integers(1, 5000)))
     disabled = draw(st.sampled_from([(False, False), (True, False), (False, True)]))
     partitioned = any(e["num_partitions"] > 1 for e in ents.values())
-    any_featurized = any(e.get("featurized") for e in ents.values())
     num_paths = draw(st.integers(1, max_edge_paths))
     data: dict[str, Any] = {
         "entities": ents,
@@ -181,7 +182,8 @@ def configs(
         "lr": draw(_finite(0.0, 1.0)),
         "relation_lr": draw(st.none() | _finite(0.0, 1.0)),
         "eval_fraction": draw(_finite(0.0, 1.0)),
-        "eval_num_batch_negs": draw(st.none() | st.integers(0, 2000)),
+        "eval_num_batch_negs": draw(st.none() | st.integers(1 if any_featurized else 0, 2000)),
+        "eval_num_uniform_negs": 0 if any_featurized else draw(st.none() | st.integers(0, 2000)),
         "dynamic_relations": is_dynamic,
         "num_machines": draw(st.integers(1, 4)) if partitioned else 1,
         "verbose": draw(st.integers(0, 3)),
@@ -256,8 +258,9 @@ def edge_buckets(
 
     Plain sides index entities of the bucket's partition; featurized sides get bags of
     feature ids below the partition's feature count and a poisoned (ignored) index; plain
-    rows in a featurized side get empty bags. A side without featurized edges may still
-    carry (empty) feature datasets.
+    rows in a featurized side get empty bags. A side without featurized edges in this bucket
+    may still carry (empty) feature datasets when some relation has a featurized type on that
+    side (otherwise they would be ``edge-features-unused``).
     """
     if num_relations is None:
         num_relations = len(config.relations)
@@ -278,7 +281,9 @@ def edge_buckets(
         raw = draw(_ints(n, 0, 2**40))
         poison = draw(st.sampled_from([-1, 0, 2**40]))
         index[s] = np.where(featurized, poison, raw % np.maximum(limit, 1))
-        if bool(featurized.any()) or draw(st.booleans()):
+        side_has_featurized = any(config.entities[getattr(r, ("lhs", "rhs")[s])].featurized
+                                  for r in config.relations)
+        if bool(featurized.any()) or (side_has_featurized and draw(st.booleans())):
             lengths = draw(_ints(n, 0, 3))
             lengths[~featurized | (limit == 0)] = 0
             row_limit = np.repeat(limit, lengths)

@@ -7,7 +7,7 @@ candidates, for ranking metrics).
 
 from pbgtrain.model.allocator import keep_freed_memory
 from pbgtrain.model.comparators import Comparator, make_comparator
-from pbgtrain.model.inputs import EdgeBatch
+from pbgtrain.model.inputs import BucketEdges, EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.losses import LossFunction, make_loss
 from pbgtrain.model.model import (
@@ -26,12 +26,14 @@ from pbgtrain.model.tables import EntityTable, row_adagrad_
 
 __all__ = [
     "MASKED_SCORE",
+    "BucketEdges",
     "Comparator",
     "DynamicOperator",
     "EdgeBatch",
     "EmbeddingModel",
     "EntityTable",
     "EvalResult",
+    "FeatureBags",
     "ForwardResult",
     "GatheredRows",
     "LossFunction",

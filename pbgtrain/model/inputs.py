@@ -1,10 +1,75 @@
-"""What the model consumes: a batch of edges of one bucket."""
+"""What the model consumes: a batch of edges of one bucket, with feature bags for featurized sides.
+
+>>> bags = FeatureBags(torch.tensor([0, 2, 2, 5]), torch.tensor([7, 8, 1, 2, 3]))
+>>> len(bags), bags.take(torch.tensor([2, 0])).to_lists()
+(3, [[1, 2, 3], [7, 8]])
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from pbgio.edges import EdgeBucket, FeatureLists
+
+
+@dataclass(frozen=True)
+class FeatureBags:
+    """Bags of feature ids (rows of a featurized type's table): bag ``i`` is
+    ``data[offsets[i]:offsets[i+1]]``; ``offsets`` has one entry more than there are bags."""
+
+    offsets: Tensor
+    data: Tensor
+
+    def __post_init__(self) -> None:
+        if self.offsets.dim() != 1 or self.offsets.shape[0] < 1 or self.data.dim() != 1:
+            raise ValueError(f"expected offsets [B + 1] and data [nnz], found {tuple(self.offsets.shape)} "
+                             f"and {tuple(self.data.shape)}")
+
+    @classmethod
+    def from_lists(cls, lists: FeatureLists, device: torch.device | str | None = None) -> FeatureBags:
+        """The bags of a pbgio :class:`~pbgio.edges.FeatureLists` (offsets rebased to 0)."""
+        offsets = torch.from_numpy(lists.offsets - lists.offsets[0]).to(device)
+        return cls(offsets, torch.from_numpy(lists.data).to(device))
+
+    @classmethod
+    def of(cls, bags: list[list[int]], device: torch.device | str | None = None) -> FeatureBags:
+        """Bags from Python lists of feature ids."""
+        lengths = torch.tensor([len(b) for b in bags], dtype=torch.long)
+        offsets = torch.zeros(len(bags) + 1, dtype=torch.long)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        data = torch.tensor([x for b in bags for x in b], dtype=torch.long)
+        return cls(offsets.to(device), data.to(device))
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    @property
+    def lengths(self) -> Tensor:
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def take(self, idx: Tensor) -> FeatureBags:
+        """The bags ``idx`` (in that order), as a new compact set of bags."""
+        starts = self.offsets[idx]
+        lengths = self.offsets[idx + 1] - starts
+        offsets = torch.zeros(len(idx) + 1, dtype=torch.long, device=self.offsets.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        total = int(offsets[-1])
+        shift = torch.repeat_interleave(starts - offsets[:-1], lengths, output_size=total)
+        positions = torch.arange(total, device=self.offsets.device) + shift
+        return FeatureBags(offsets, self.data[positions])
+
+    def to(self, device: torch.device | str) -> FeatureBags:
+        return FeatureBags(self.offsets.to(device), self.data.to(device))
+
+    def to_lists(self) -> list[list[int]]:
+        bounds = self.offsets.tolist()
+        values = self.data.tolist()
+        return [values[bounds[i]:bounds[i + 1]] for i in range(len(self))]
 
 
 @dataclass(frozen=True)
@@ -13,13 +78,16 @@ class EdgeBatch:
 
     ``rel`` is the relation index (an int) in static mode and a LongTensor [B] of dynamic
     relation ids with ``dynamic_relations``; ``weight`` is an optional float tensor [B] of
-    per-edge loss weights.
+    per-edge loss weights. A side whose entity type is featurized carries its entities as
+    ``lhs_bags``/``rhs_bags`` (its ``lhs``/``rhs`` offsets are then ignored, as in the format).
     """
 
     lhs: Tensor
     rhs: Tensor
     rel: int | Tensor
     weight: Tensor | None = None
+    lhs_bags: FeatureBags | None = None
+    rhs_bags: FeatureBags | None = None
 
     def __post_init__(self) -> None:
         n = self.lhs.shape[0]
@@ -30,6 +98,66 @@ class EdgeBatch:
             raise ValueError(f"expected rel of shape [{n}], found {tuple(self.rel.shape)}")
         if self.weight is not None and self.weight.shape != (n,):
             raise ValueError(f"expected weight of shape [{n}], found {tuple(self.weight.shape)}")
+        for side, bags in (("lhs", self.lhs_bags), ("rhs", self.rhs_bags)):
+            if bags is not None and len(bags) != n:
+                raise ValueError(f"expected {n} {side} feature bags, found {len(bags)}")
 
     def __len__(self) -> int:
         return int(self.lhs.shape[0])
+
+    def bags(self, side: str) -> FeatureBags | None:
+        return self.lhs_bags if side == "lhs" else self.rhs_bags
+
+    def entities(self, side: str) -> Tensor | FeatureBags:
+        """Row offsets of ``side``, or its feature bags when that side is featurized."""
+        bags = self.bags(side)
+        if bags is not None:
+            return bags
+        return self.lhs if side == "lhs" else self.rhs
+
+
+@dataclass(frozen=True)
+class BucketEdges:
+    """The edges of one bucket (chunk) on the training device, ready to be cut into batches."""
+
+    lhs: Tensor
+    rhs: Tensor
+    rel: Tensor
+    weight: Tensor | None
+    lhs_bags: FeatureBags | None
+    rhs_bags: FeatureBags | None
+    source: str = ""
+
+    @classmethod
+    def from_bucket(cls, edges: EdgeBucket, device: torch.device | str, source: str = "") -> BucketEdges:
+        """Move a pbgio :class:`~pbgio.edges.EdgeBucket` to ``device`` (``source`` names its file in errors)."""
+        def bags(lists: FeatureLists | None) -> FeatureBags | None:
+            return None if lists is None else FeatureBags.from_lists(lists, device)
+
+        return cls(torch.from_numpy(edges.lhs).to(device), torch.from_numpy(edges.rhs).to(device),
+                   torch.from_numpy(edges.rel).to(device),
+                   None if edges.weight is None else torch.from_numpy(edges.weight).to(device),
+                   bags(edges.lhs_features), bags(edges.rhs_features), source)
+
+    def __len__(self) -> int:
+        return int(self.rel.shape[0])
+
+    def batch(self, idx: Tensor, rel: int | Tensor, lhs_featurized: bool = False,
+              rhs_featurized: bool = False) -> EdgeBatch:
+        """Edges ``idx`` as a batch of relation ``rel``; a featurized side takes its bags."""
+        bags: dict[str, FeatureBags | None] = {"lhs": None, "rhs": None}
+        for side, featurized, source in (("lhs", lhs_featurized, self.lhs_bags),
+                                         ("rhs", rhs_featurized, self.rhs_bags)):
+            if not featurized:
+                continue
+            if source is None:
+                from pbgio.errors import FormatError
+                from pbgio.spec.rules import rule
+
+                raise FormatError(rule("edge-featurized-missing").issue(
+                    self.source or None, f"{side}d_offsets",
+                    f"expected {side}d_offsets and {side}d_data: the {side} type of these edges is featurized, "
+                    "found no such datasets"))
+            bags[side] = source.take(idx)
+        return EdgeBatch(self.lhs[idx], self.rhs[idx], rel, None if self.weight is None else self.weight[idx],
+                         bags["lhs"], bags["rhs"])

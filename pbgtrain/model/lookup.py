@@ -4,7 +4,10 @@
 distinct row once into a leaf tensor (applying ``max_norm`` in place, as the original's
 embedding lookup does) and hands back per-group views that autograd tracks. After backward,
 :meth:`GatheredRows.apply_row_adagrad` applies the summed gradient of each distinct row to the
-table. Featurized entity types (the mean of feature embeddings) will plug in here.
+table. A group may also be :class:`FeatureBags` (the entities of a featurized type): its
+features are gathered like any rows and each bag's embedding is the mean of its features'
+(``embedding_bag``, mode ``mean``, over the gathered leaf), so the gradient of a bag reaches
+each of its features divided by the bag's size, and row Adagrad updates the feature rows.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from pbgtrain.model.inputs import FeatureBags
 from pbgtrain.model.tables import EntityTable
 
 
@@ -34,20 +39,40 @@ class GatheredRows:
             self.leaf.grad = None
 
 
-def gather_rows(table: EntityTable, groups: Sequence[Tensor], *, max_norm: float | None,
+def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, max_norm: float | None,
                 requires_grad: bool) -> tuple[GatheredRows, list[Tensor]]:
-    """Look up several groups of row offsets of ``table``; returns the gathered rows and one
-    embedding tensor [len(group), D] per group (differentiable into ``GatheredRows.leaf``)."""
-    sizes = [int(g.numel()) for g in groups]
-    flat = torch.cat([g.reshape(-1) for g in groups]) if groups else table.weights.new_zeros(0, dtype=torch.long)
+    """Look up several groups of ``table``: row offsets, or feature bags of a featurized type.
+
+    Returns the gathered rows and one embedding tensor per group ([len(group), D]; for bags,
+    each bag's mean, zeros for an empty bag), differentiable into ``GatheredRows.leaf``.
+    """
+    ids_of = [g.data if isinstance(g, FeatureBags) else g.reshape(-1) for g in groups]
+    sizes = [int(i.numel()) for i in ids_of]
+    flat = torch.cat(ids_of) if ids_of else table.weights.new_zeros(0, dtype=torch.long)
     ids, inverse = torch.unique(flat, return_inverse=True)
     if max_norm is not None:
         table.renorm_(ids, max_norm)
     leaf = table.weights.index_select(0, ids)
     if requires_grad:
         leaf.requires_grad_(True)
-    rows: tuple[Tensor, ...] = _SplitGather.apply(leaf, *torch.split_with_sizes(inverse, sizes))  # type: ignore[no-untyped-call]
-    return GatheredRows(table, ids, leaf), list(rows)
+    parts = torch.split_with_sizes(inverse, sizes)
+    plain = [k for k, g in enumerate(groups) if not isinstance(g, FeatureBags)]
+    rows: list[Tensor] = [leaf] * len(groups)
+    if plain:
+        gathered: tuple[Tensor, ...] = _SplitGather.apply(leaf, *(parts[k] for k in plain))  # type: ignore[no-untyped-call]
+        for k, r in zip(plain, gathered, strict=True):
+            rows[k] = r
+    for k, g in enumerate(groups):
+        if isinstance(g, FeatureBags):
+            rows[k] = bag_means(leaf, parts[k], g.offsets)
+    return GatheredRows(table, ids, leaf), rows
+
+
+def bag_means(rows: Tensor, index: Tensor, offsets: Tensor) -> Tensor:
+    """Mean of ``rows[index[offsets[i]:offsets[i+1]]]`` for every bag ``i`` ([B, D]; zeros for empty bags)."""
+    if len(offsets) == 1:
+        return rows.new_zeros(0, rows.shape[1])
+    return F.embedding_bag(index, rows, offsets[:-1], mode="mean")
 
 
 class _SplitGather(torch.autograd.Function):

@@ -57,6 +57,7 @@ class ModelSpec:
     """Everything the model needs from the run config.
 
     ``num_dynamic_rels`` is None for static relations, else the number of dynamic relation ids.
+    ``featurized`` names the entity types whose entities are bags of features (seed 002).
     """
 
     entity_dimensions: dict[str, int]
@@ -74,6 +75,7 @@ class ModelSpec:
     relation_lr: float = 0.01
     train_negatives: NegativeSampling = field(default_factory=NegativeSampling)
     eval_negatives: NegativeSampling = field(default_factory=lambda: NegativeSampling(1000, 1000))
+    featurized: frozenset[str] = frozenset()
 
     @property
     def dynamic(self) -> bool:
@@ -85,9 +87,6 @@ class ModelSpec:
         """The spec of ``config``; ``num_dynamic_rels`` is required with dynamic relations."""
         if config.dynamic_relations and num_dynamic_rels is None:
             raise ValueError("dynamic_relations needs num_dynamic_rels (dynamic_rel_count.txt)")
-        featurized = sorted(name for name, e in config.entities.items() if e.featurized)
-        if featurized:
-            raise NotImplementedError(f"featurized entity types are not supported yet: {featurized}")
         train = NegativeSampling(config.num_batch_negs, config.num_uniform_negs, config.disable_lhs_negs,
                                  config.disable_rhs_negs, share_uniform_negs)
         evaluation = NegativeSampling(
@@ -111,6 +110,7 @@ class ModelSpec:
             relation_lr=config.lr if config.relation_lr is None else config.relation_lr,
             train_negatives=train,
             eval_negatives=evaluation,
+            featurized=frozenset(name for name, e in config.entities.items() if e.featurized),
         )
 
 
@@ -156,10 +156,20 @@ class EmbeddingModel(nn.Module):
             raise ValueError("global embeddings cannot be used with dynamic relations")
         if spec.train_negatives.disable_lhs_negs and spec.train_negatives.disable_rhs_negs:
             raise ValueError("negatives cannot be disabled on both sides")
+        unknown = sorted(spec.featurized - set(spec.entity_dimensions))
+        if unknown:
+            raise ValueError(f"featurized types {unknown} are not entity types")
+        if spec.featurized and (spec.train_negatives.num_uniform_negs > 0 or spec.train_negatives.num_batch_negs == 0):
+            raise ValueError(f"entity types {sorted(spec.featurized)} are featurized: they take same-batch negatives "
+                             f"only, so num_uniform_negs must be 0 (found {spec.train_negatives.num_uniform_negs}) "
+                             f"and num_batch_negs > 0 (found {spec.train_negatives.num_batch_negs})")
         for rel in spec.relations:
             for side in (rel.lhs, rel.rhs):
                 if side not in spec.entity_dimensions:
                     raise ValueError(f"relation {rel.name!r} uses unknown entity type {side!r}")
+                if rel.all_negs and side in spec.featurized:
+                    raise ValueError(f"relation {rel.name!r} has all_negs, but {side!r} is featurized "
+                                     "(featurized types take same-batch negatives only)")
             dl, dr = spec.entity_dimensions[rel.lhs], spec.entity_dimensions[rel.rhs]
             if dl != dr:
                 raise ValueError(f"relation {rel.name!r} compares {rel.lhs!r} (dimension {dl}) with "

@@ -8,6 +8,9 @@ operator the per-type global embedding is added; after it the comparator prepare
 
 Negative scores of one side are laid out as ``[batch negatives (chunk_size) | uniform]`` or, for
 ``all_negs``, ``[every entity of the partition]``; ignored slots hold ``MASKED_SCORE``.
+
+A featurized side (the batch carries its feature bags) embeds each entity as the mean of its
+features and takes same-batch negatives only: the other bags of its chunk (seed 002).
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator
-from pbgtrain.model.inputs import EdgeBatch
+from pbgtrain.model.inputs import EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
-from pbgtrain.model.model import EmbeddingModel, NegativeSampling
+from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
 from pbgtrain.model.negatives import (
     MASKED_SCORE,
     NegativeMode,
@@ -144,7 +147,7 @@ def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None,
     return tuple(parts)
 
 
-def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor]], *, max_norm: float | None,
+def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor | FeatureBags]], *, max_norm: float | None,
             requires_grad: bool) -> tuple[list[GatheredRows], list[list[Tensor]]]:
     """Gather each side's groups, once per distinct table (lhs and rhs may share one)."""
     if tables[0] is tables[1]:
@@ -159,10 +162,15 @@ def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor]], *
     return out_g, out_rows
 
 
-def _check_tables(model: EmbeddingModel, batch_rel: int | Tensor, lhs_table: EntityTable,
+def _check_tables(model: EmbeddingModel, batch: EdgeBatch, lhs_table: EntityTable,
                   rhs_table: EntityTable) -> tuple[str, str]:
-    relation = model.relation(batch_rel)
+    relation = model.relation(batch.rel)
     for side, table, etype in (("lhs", lhs_table, relation.lhs), ("rhs", rhs_table, relation.rhs)):
+        has_bags = batch.bags(side) is not None
+        if etype in model.spec.featurized and not has_bags:
+            raise ValueError(f"{side} type {etype!r} is featurized: expected the batch's {side}_bags, found none")
+        if has_bags and etype not in model.spec.featurized:
+            raise ValueError(f"{side} type {etype!r} is not featurized: expected no {side}_bags, found them")
         dim = model.spec.entity_dimensions[etype]
         if table.dimension != dim:
             raise ValueError(f"{side} table has dimension {table.dimension}, expected {dim} for {etype!r}")
@@ -173,17 +181,19 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
                   negatives: NegativeSampling, *, generator: torch.Generator | None = None,
                   requires_grad: bool = True) -> ForwardResult:
     """Positive and negative scores of ``batch`` and its N3 term (None when disabled)."""
-    lhs_type, rhs_type = _check_tables(model, batch.rel, lhs_table, rhs_table)
+    lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     relation = model.relation(batch.rel)
     num_pos = len(batch)
     plan = plan_negatives(relation, negatives, num_pos)
     tables = (lhs_table, rhs_table)
     pos_ids = (batch.lhs, batch.rhs)
-    groups: list[list[Tensor]] = []
-    for side, table, ids in zip(SIDES, tables, pos_ids, strict=True):
-        side_groups = [ids]
+    groups: list[list[Tensor | FeatureBags]] = []
+    for side, table in zip(SIDES, tables, strict=True):
+        side_groups: list[Tensor | FeatureBags] = [batch.entities(side)]
         mode = plan.mode(side)
-        if mode is NegativeMode.ALL:
+        if batch.bags(side) is not None:
+            _check_featurized_negatives(relation, side, mode, plan)
+        elif mode is NegativeMode.ALL:
             side_groups.append(torch.arange(table.num_entities, device=table.device))
         elif plan.num_uniform_samples(side) > 0:
             side_groups.append(sample_uniform(table.num_entities, plan.num_uniform_samples(side),
@@ -198,6 +208,16 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
         negs.append(negative_scores(model.comparator, view, candidates, plan.mode(side), plan, ids))
     scores = Scores(views[0].pos, negs[0], views[1].pos, negs[1])
     return ForwardResult(scores, regularization(model, batch.rel, u_raw, v_raw), gathered, plan)
+
+
+def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode, plan: NegativePlan) -> None:
+    etype = getattr(relation, side)
+    if mode is NegativeMode.ALL:
+        raise ValueError(f"relation {relation.name!r} has all_negs, but its {side} type {etype!r} is featurized: "
+                         "featurized entities take same-batch negatives only")
+    if plan.num_uniform_samples(side) > 0 or mode is NegativeMode.UNIFORM:
+        raise ValueError(f"the {side} type {etype!r} of relation {relation.name!r} is featurized: featurized "
+                         "entities take same-batch negatives only (set num_uniform_negs=0 and num_batch_negs > 0)")
 
 
 def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_raw: Tensor) -> Tensor | None:
@@ -221,22 +241,27 @@ def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_ra
 
 @torch.no_grad()
 def score_candidates(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, lhs: Tensor,
-                     rel: int | Tensor, rhs: Tensor, side: str,
-                     candidates: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                     rel: int | Tensor, rhs: Tensor, side: str, candidates: Tensor | None = None, *,
+                     lhs_bags: FeatureBags | None = None, rhs_bags: FeatureBags | None = None) -> tuple[Tensor, Tensor]:
     """Rank-ready scores of edges (lhs, rel, rhs) with ``side`` replaced by candidates.
 
     ``candidates`` is None (every entity of that side's table, in row order), a LongTensor [C]
     of row offsets shared by all edges, or [B, C] per edge. Returns ``(pos [B], cand [B, C])``
-    scored exactly as the corresponding training negatives; nothing is masked.
+    scored exactly as the corresponding training negatives; nothing is masked. The side kept
+    fixed may be featurized (give its ``*_bags``); the candidate side must be plain, since a
+    featurized type has no list of entities to rank, only features.
     """
     if side not in SIDES:
         raise ValueError(f"side must be 'lhs' or 'rhs', found {side!r}")
-    batch = EdgeBatch(lhs, rhs, rel)
-    lhs_type, rhs_type = _check_tables(model, rel, lhs_table, rhs_table)
+    batch = EdgeBatch(lhs, rhs, rel, lhs_bags=lhs_bags, rhs_bags=rhs_bags)
+    if batch.bags(side) is not None:
+        raise ValueError(f"the {side} side is featurized: its entities are bags of features, so they can only be "
+                         "ranked against other bags (same-batch candidates), not against a table of entities")
+    lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     tables = (lhs_table, rhs_table)
     cand_table = tables[SIDES.index(side)]
     cand_ids = torch.arange(cand_table.num_entities, device=cand_table.device) if candidates is None else candidates
-    groups: list[list[Tensor]] = [[batch.lhs], [batch.rhs]]
+    groups: list[list[Tensor | FeatureBags]] = [[batch.entities("lhs")], [batch.entities("rhs")]]
     groups[SIDES.index(side)].append(cand_ids)
     _, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=False)
     views = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])
