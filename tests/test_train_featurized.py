@@ -12,7 +12,7 @@ import pytest
 
 from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import EdgeBucket, FeatureLists, write_bucket
-from pbgio.entities import write_entity_count
+from pbgio.entities import write_dynamic_rel_count, write_entity_count
 from pbgio.errors import ConfigError, FormatError
 from pbgio.featurized_example import write_featurized_example
 from pbgio.importers import import_edge_lists
@@ -105,6 +105,8 @@ def test_partitioned_featurized_type_mixed_with_a_plain_type_in_one_edge_file(tm
         state = ckpt.read_embeddings("doc", part, 2)
         assert state.embeddings.shape == (30, 8)
         assert state.optimizer_state is not None
+    metrics = evaluate_checkpoint(run).metrics  # sampled: same-batch candidates, every bucket
+    assert metrics.count == 1200 and "10 batch negatives" in str(metrics)
     stats = [json.loads(line) for line in (run.checkpoint_path / "training_stats.json").read_text().splitlines()]
     assert {(s["lhs_partition"], s["rhs_partition"]) for s in stats} == {(0, 0), (0, 1), (1, 0), (1, 1)}
 
@@ -128,3 +130,30 @@ def test_planted_topic_documents_are_learned_through_their_words(tmp_path: Path)
     result = evaluate_checkpoint(load_run_config(config), EvalOptions(edge_paths=[config.parent / "data" / "test"]))
     assert result.metrics.count == 2000
     assert result.metrics.values()["mrr"] >= 0.85, result.summary()
+
+
+def test_dynamic_relations_with_a_featurized_side_train_and_evaluate(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    cfg = {
+        "entities": {"user": {"num_partitions": 1}, "doc": {"num_partitions": 1, "featurized": True}},
+        "relations": [{"name": "acts", "lhs": "user", "rhs": "doc", "operator": "complex_diagonal"}],
+        "dynamic_relations": True, "global_emb": False, "dimension": 6, "comparator": "dot", "loss_fn": "softmax",
+        "num_uniform_negs": 0, "num_batch_negs": 20, "batch_size": 100, "eval_fraction": 0.0,
+        "eval_num_batch_negs": 20, "eval_num_uniform_negs": 0, "num_epochs": 2,
+        "entity_path": "entities", "edge_paths": ["edges"], "checkpoint_path": "ckpt",
+    }
+    write_entity_count(tmp_path / "entities", "user", 0, 30)
+    write_entity_count(tmp_path / "entities", "doc", 0, 40)
+    write_dynamic_rel_count(tmp_path / "entities", 3)
+    n = 500
+    bags = [rng.integers(0, 40, rng.integers(1, 4)).tolist() for _ in range(n)]
+    write_bucket(tmp_path / "edges" / naming.bucket_file(0, 0),
+                 EdgeBucket(rng.integers(0, 3, n), rng.integers(0, 30, n), np.full(n, -1),
+                            rhs_features=FeatureLists.from_lists(bags)))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(cfg))
+    assert validate_path(config).ok
+    result = fit(load_run_config(config), FitOptions(seed=0))
+    assert result.final_version == 2 and result.iterations[-1].train.count == n
+    metrics = evaluate_checkpoint(load_run_config(config)).metrics
+    assert metrics.count == n and "20 batch negatives" in str(metrics)
