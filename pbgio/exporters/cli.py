@@ -154,6 +154,9 @@ def embed(
         "--feature-separator", help="Separator of the features on a line (default: runs of whitespace).")] = "",
     unknown: Annotated[UnknownFeatures, typer.Option(
         "--unknown", help="Features missing from the dictionary: fail, or ignore them.")] = UnknownFeatures.error,
+    offsets: Annotated[bool, typer.Option(
+        "--offsets", help="Features are row offsets within the partition (integers), not names: for layouts "
+        "without a names file.")] = False,
     partition: Annotated[int, typer.Option(help="Partition whose features the bags use.")] = 0,
     version: Version = None,
     no_global: NoGlobal = False,
@@ -171,12 +174,12 @@ def embed(
         print_error(f"{bags}: cannot read it as UTF-8 text ({exc})")
         raise typer.Exit(EXIT_USAGE) from None
     with _exit_codes():
-        parsed = []
+        parsed: list[list[str] | list[int]] = []
         for number, line in enumerate(lines, 1):
             features = [f for f in (line.split(feature_separator) if feature_separator else line.split()) if f]
             if not features:
                 raise InputError(str(bags), number, "expected at least one feature, found an empty line")
-            parsed.append(features)
+            parsed.append(_offsets(features, str(bags), number) if offsets else features)
         try:
             vectors = embed_bags(config, entity_type, parsed, version=version, partition=partition,
                                  add_global=not no_global, unknown=unknown.value, checkpoint=checkpoint, base=base)
@@ -191,3 +194,16 @@ def embed(
             with output_file(Path(output), overwrite) as tmp, tmp.open("wb") as out:
                 write_bag_tsv(out, vectors)
             stderr_console().print(f"embedded {len(parsed):,} bags of {entity_type!r} into {output}", soft_wrap=True)
+
+
+def _offsets(features: list[str], file: str, line: int) -> list[int]:
+    """The features of one line read as integer row offsets (``--offsets``)."""
+    from pbgio.errors import InputError
+
+    found = []
+    for feature in features:
+        try:
+            found.append(int(feature))
+        except ValueError:
+            raise InputError(file, line, f"expected integer feature offsets (--offsets), found {feature!r}") from None
+    return found

@@ -90,7 +90,7 @@ def export_embeddings(
             for entity_type in types:
                 for names, values in _partitions(source, entity_type, shift.get(entity_type), progress):
                     _check_tsv_names(names, entity_type)
-                    _write_tsv(out, names, values)
+                    write_tsv(out, names, values)
                     report.rows[entity_type] = report.rows.get(entity_type, 0) + len(names)
         report.outputs.append(str(output))
     else:
@@ -127,20 +127,30 @@ def _partitions(source: ExportSource, entity_type: str, shift: Floats | None,
                 progress: Progress) -> Iterator[tuple[pl.Series, Floats]]:
     """Names and rows of each partition, global embedding added when ``shift`` is given."""
     for part in range(source.config.num_partitions(entity_type)):
-        names = pl.Series("name", read_entity_names(source.entity_path, entity_type, part), dtype=pl.String)
         values = source.checkpoint.read_embeddings(entity_type, part, source.version).embeddings
-        if len(names) != values.shape[0]:
-            path = source.checkpoint.embeddings_path(entity_type, part, source.version)
-            raise ExportError(f"{path}: expected {len(names)} rows (entity_names_{entity_type}_{part}.json), "
-                              f"found {values.shape[0]}")
-        if shift is not None:
-            if shift.shape != (values.shape[1],):
-                raise ExportError(f"expected a global embedding of shape ({values.shape[1]},) for "
-                                  f"{entity_type!r}, "
-                                  f"found {shift.shape}")
-            values = values + shift  # float32 + float32, as the original adds them
-        yield names, np.ascontiguousarray(values, dtype=np.float32)
+        names = pl.Series("name", partition_names(source, entity_type, part, values.shape[0]), dtype=pl.String)
+        yield names, add_global_embedding(values, shift, entity_type)
         progress.advance()
+
+
+def partition_names(source: ExportSource, entity_type: str, part: int, num_rows: int) -> list[str]:
+    """The names of a partition's ``num_rows`` checkpoint rows (``entity_names_{type}_{part}.json``)."""
+    names = read_entity_names(source.entity_path, entity_type, part)
+    if len(names) != num_rows:
+        path = source.checkpoint.embeddings_path(entity_type, part, source.version)
+        raise ExportError(f"{path}: expected {len(names)} rows (entity_names_{entity_type}_{part}.json), "
+                          f"found {num_rows}")
+    return names
+
+
+def add_global_embedding(values: Floats, shift: Floats | None, entity_type: str) -> Floats:
+    """Rows as exported: float32, C-contiguous, plus the global embedding ``shift`` when given."""
+    if shift is not None:
+        if shift.shape != (values.shape[1],):
+            raise ExportError(f"expected a global embedding of shape ({values.shape[1]},) for {entity_type!r}, "
+                              f"found {shift.shape}")
+        values = values + shift  # float32 + float32, as the original adds them
+    return np.ascontiguousarray(values, dtype=np.float32)
 
 
 def _check_tsv_names(names: pl.Series, entity_type: str) -> None:
@@ -154,7 +164,8 @@ def _value_columns(values: Floats) -> dict[str, Floats]:
     return {f"dim_{i}": values[:, i] for i in range(values.shape[1])}
 
 
-def _write_tsv(out: IO[bytes], names: pl.Series, values: Floats) -> None:
+def write_tsv(out: IO[bytes], names: pl.Series, values: Floats) -> None:
+    """``name<TAB>v0<TAB>v1…`` per row, each value in its shortest round-trip decimal form."""
     for start in range(0, len(names), ROWS_PER_WRITE):
         end = min(start + ROWS_PER_WRITE, len(names))
         frame = pl.DataFrame({"name": names.slice(start, end - start), **_value_columns(values[start:end])})
