@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.cli_support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console
 from pbgio.progress import progress_wanted
 
 app = typer.Typer(
@@ -69,21 +69,13 @@ def validate(
     """Check every rule of the format; report all problems (exit 0 valid, 1 invalid)."""
     from rich.markup import escape
 
-    from pbgio.errors import MissingArtifactError, PbgioError
+    from pbgio.errors import MissingArtifactError
     from pbgio.validate import validate_path
 
     console = stderr_console()
-    try:
+    with exit_codes(usage=(MissingArtifactError,)):
         report = (_validate_with_progress(path, base) if progress_wanted(no_progress)
                   else validate_path(path, base=base))
-    except MissingArtifactError as exc:
-        raise _usage_error(str(exc)) from None
-    except PbgioError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_FAILED) from None
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     if as_json:
         typer.echo(report.to_json())
     else:
@@ -121,16 +113,12 @@ def info(
     base: BaseOption = None,
 ) -> None:
     """Summarize a layout: types, partitions, counts, buckets, edges, checkpoint versions."""
-    from pbgio.errors import PbgioError
     from pbgio.info import summarize
 
     if not path.exists():
         raise _usage_error(f"{path}: no such file or directory")
-    try:
+    with exit_codes(on_interrupt=lambda: None):
         summary = summarize(path, base=base)
-    except PbgioError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_FAILED) from None
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:

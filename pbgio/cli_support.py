@@ -2,9 +2,9 @@
 
 Exit codes: 0 done (``pbgio validate``: valid, warnings allowed), :data:`EXIT_FAILED` invalid
 data or a failed command, :data:`EXIT_USAGE` a usage error, :data:`EXIT_INTERRUPTED` Ctrl-C.
-Messages, errors and progress go to stderr; results to stdout. Imports only the standard
-library at import time: rich is imported when the first message is printed, so ``--help`` and
-small commands start fast.
+Messages, errors and progress go to stderr; results to stdout; :func:`exit_codes` maps a
+command's errors to its exit code. Imports only the standard library at import time: rich
+(and typer, pbgio.errors) are imported when used, so ``--help`` and small commands start fast.
 
 >>> EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED
 (1, 2, 130)
@@ -12,6 +12,8 @@ small commands start fast.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 EXIT_FAILED = 1
@@ -31,3 +33,33 @@ def print_error(message: str) -> None:
     from rich.markup import escape
 
     stderr_console().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
+@contextlib.contextmanager
+def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
+               on_interrupt: Callable[[], None] | None = None) -> Iterator[None]:
+    """Run a command's work, turning its errors into exit codes and one line on stderr.
+
+    ``usage`` exceptions (a missing input, an output in the way) exit :data:`EXIT_USAGE`; any
+    other :class:`~pbgio.errors.PbgioError` exits :data:`EXIT_FAILED`, its message followed by
+    ``note`` (e.g. " (nothing was written)"); Ctrl-C exits :data:`EXIT_INTERRUPTED` after
+    ``on_interrupt`` (by default the line "interrupted").
+    """
+    import typer
+
+    from pbgio.errors import PbgioError
+
+    try:
+        yield
+    except usage as exc:
+        print_error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    except PbgioError as exc:
+        print_error(f"{exc}{note}")
+        raise typer.Exit(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        if on_interrupt is None:
+            stderr_console().print("interrupted")
+        else:
+            on_interrupt()
+        raise typer.Exit(EXIT_INTERRUPTED) from None

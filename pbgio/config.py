@@ -298,6 +298,8 @@ def semantic_issues(cfg: ConfigSchema) -> list[Issue]:
         add("config-machines-partitions", "num_machines",
             f"expected a partitioned entity type for num_machines={cfg.num_machines}, found none")
     _featurized_issues(cfg, add)
+    if cfg.eval_fraction > 0:
+        issues += featurized_eval_issues(cfg, "with eval_fraction > 0")
     if cfg.loss_fn == "logistic" and cfg.comparator == "cos":
         add("config-logistic-cos", "loss_fn",
             "expected a comparator other than cos with the logistic loss, found cos")
@@ -305,7 +307,7 @@ def semantic_issues(cfg: ConfigSchema) -> list[Issue]:
 
 
 def _featurized_issues(cfg: ConfigSchema, add: Callable[[str, str, str], None]) -> None:
-    """Seed 002: featurized entities take same-batch negatives only."""
+    """Seed 002: featurized entities take same-batch negatives only (evaluation: :func:`featurized_eval_issues`)."""
     featurized = cfg.featurized_types()
     if not featurized:
         return
@@ -322,15 +324,25 @@ def _featurized_issues(cfg: ConfigSchema, add: Callable[[str, str, str], None]) 
             add("config-featurized-all-negs", f"relations[{i}].all_negs",
                 f"expected false because entity type {sides[0]!r} of relation {rel.name!r} is featurized "
                 "(featurized types take same-batch negatives only), found true")
-    if cfg.eval_fraction > 0:
-        uniform = cfg.num_uniform_negs if cfg.eval_num_uniform_negs is None else cfg.eval_num_uniform_negs
-        batch = cfg.num_batch_negs if cfg.eval_num_batch_negs is None else cfg.eval_num_batch_negs
-        if uniform != 0:
-            add("config-featurized-eval-negs", "eval_num_uniform_negs",
-                f"expected 0 with eval_fraction > 0 because {why}), found {uniform}")
-        elif batch <= 0:
-            add("config-featurized-eval-negs", "eval_num_batch_negs",
-                f"expected > 0 with eval_fraction > 0 because {why}), found {batch}")
+
+
+def featurized_eval_issues(cfg: ConfigSchema, when: str) -> list[Issue]:
+    """Evaluating featurized types takes same-batch candidates only: the effective
+    ``eval_num_uniform_negs`` is 0 and ``eval_num_batch_negs`` > 0 (a null eval key takes the
+    training one). ``when`` says when evaluation happens ("with eval_fraction > 0")."""
+    featurized = cfg.featurized_types()
+    if not featurized:
+        return []
+    why = f"entity type {featurized[0]!r} is featurized (featurized types take same-batch negatives only)"
+    uniform = cfg.num_uniform_negs if cfg.eval_num_uniform_negs is None else cfg.eval_num_uniform_negs
+    batch = cfg.num_batch_negs if cfg.eval_num_batch_negs is None else cfg.eval_num_batch_negs
+    if uniform != 0:
+        return [rule("config-featurized-eval-negs").issue(
+            None, "eval_num_uniform_negs", f"expected 0 {when} because {why}, found {uniform}")]
+    if batch <= 0:
+        return [rule("config-featurized-eval-negs").issue(
+            None, "eval_num_batch_negs", f"expected > 0 {when} because {why}, found {batch}")]
+    return []
 
 
 def parse_config(data: Any, source: str = "<config>") -> ConfigSchema:

@@ -29,9 +29,9 @@ from pbgio.checkpoint import (
     plan_checkpoint,
 )
 from pbgio.config import ConfigSchema
-from pbgio.errors import ConfigError
+from pbgio.errors import ConfigError, FormatError, Issue
 from pbgio.optimizer_state import decode_row_adagrad, decode_state_dict, encode_row_adagrad, encode_state_dict
-from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS
+from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, public_to_private
 from pbgio.spec.rules import rule
 from pbgtrain.batching import stable_seed
 from pbgtrain.model.tables import EntityTable
@@ -154,3 +154,17 @@ def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:
         raise ConfigError(path, [rule("checkpoint-config-mismatch").issue(
             path, key, f"expected {key} as in the checkpoint being resumed ({saved.get(key)!r}), found "
             f"{current.get(key)!r}; use a new checkpoint_path or the same model settings") for key in differ])
+
+
+def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], source: str) -> None:
+    """Load checkpoint parameters (public names, as in ``model.vN.h5``) into ``model``, on its device;
+    a parameter missing or left over is a ``model-param-name`` error naming ``source``."""
+    own = model.state_dict()
+    loaded = {public_to_private(name) or name: torch.from_numpy(value) for name, value in params.items()}
+    missing = sorted(set(own) - set(loaded))
+    unexpected = sorted(set(loaded) - set(own))
+    if missing or unexpected:
+        raise FormatError(Issue("model-param-name", "error", source, "model",
+                                f"expected the parameters {sorted(own)}, found {sorted(loaded)} "
+                                f"(missing {missing}, unexpected {unexpected})"))
+    model.load_state_dict({k: v.to(own[k].device) for k, v in loaded.items()})

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error
+from pbgio.cli_support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
 from pbgio.progress import progress_wanted
 
 app = typer.Typer(
@@ -43,14 +43,10 @@ NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines
 
 
 def _load(config: Path, overrides: list[str] | None, base: Path | None) -> Any:
-    from pbgio.errors import PbgioError
     from pbgtrain.config import load_run_config
 
-    try:
+    with exit_codes(on_interrupt=lambda: None):
         return load_run_config(config, overrides or [], base)
-    except PbgioError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_FAILED) from None
 
 
 @app.command()
@@ -68,7 +64,6 @@ def fit(
     no_progress: NoProgress = False,
 ) -> None:
     """Train: resume from the latest committed checkpoint, commit one version per edge chunk."""
-    from pbgio.errors import PbgioError
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
 
@@ -76,19 +71,17 @@ def fit(
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations)
-    try:
+    with exit_codes(on_interrupt=lambda: _interrupted_fit(run)):
         result = run_fit(run, options)
-    except PbgioError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_FAILED) from None
-    except KeyboardInterrupt:
-        from pbgio.checkpoint import CheckpointDir
-
-        version = CheckpointDir(run.checkpoint_path).read_version()
-        print_error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
-               "command to resume from it")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     typer.echo(result.summary())
+
+
+def _interrupted_fit(run: Any) -> None:
+    from pbgio.checkpoint import CheckpointDir
+
+    version = CheckpointDir(run.checkpoint_path).read_version()
+    print_error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
+                "command to resume from it")
 
 
 @app.command("eval")
@@ -111,20 +104,14 @@ def evaluate(
     no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
-    from pbgio.errors import PbgioError
     from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
 
     run = _load(config, param, base)
     options = EvalOptions(edge_paths=edges, filter_paths=filter_paths or [], all_entities=all_entities
                           or bool(filter_paths), version=version, device=device, seed=seed,
                           interactive=progress_wanted(no_progress))
-    try:
+    with exit_codes(on_interrupt=lambda: None):
         result = evaluate_checkpoint(run, options)
-    except PbgioError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_FAILED) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
 
 

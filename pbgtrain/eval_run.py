@@ -26,17 +26,18 @@ from typing import Any
 import torch
 
 from pbgio.checkpoint import CheckpointDir
+from pbgio.config import featurized_eval_issues
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
-from pbgio.spec.checkpoint import public_to_private
 from pbgio.spec.rules import rule
 from pbgtrain.batching import stable_seed
+from pbgtrain.checkpointing import load_model_params
 from pbgtrain.config import RunConfig
 from pbgtrain.evaluation import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step, score_candidates
-from pbgtrain.schedule import Bucket, all_buckets
+from pbgtrain.schedule import Bucket, PartitionLayout, all_buckets
 from pbgtrain.train import add_negative_scores, resolve_device
 
 ALL_ENTITIES_BATCH = 500
@@ -84,8 +85,7 @@ class CheckpointReader:
         num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
         self.model = EmbeddingModel.from_config(cfg, num_dynamic).to(device)
         state = self.dir.read_model(self.version)
-        self.model.load_state_dict({public_to_private(k) or k: torch.from_numpy(v).to(device)
-                                    for k, v in state.params.items()})
+        load_model_params(self.model, state.params, str(self.dir.model_path(self.version)))
         self.model.eval()
         self._tables: dict[tuple[str, int], EntityTable] = {}
 
@@ -103,12 +103,6 @@ class CheckpointReader:
                 del self._tables[key]
 
 
-def _side_part(run: RunConfig, entity_type: str, bucket: Bucket, side: str) -> int:
-    if run.config.num_partitions(entity_type) == 1:
-        return 0
-    return bucket.lhs if side == "lhs" else bucket.rhs
-
-
 def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> EvalResult:
     """Metrics of a checkpoint version on edge paths (default: the config's ``edge_paths``)."""
     options = options or EvalOptions()
@@ -124,14 +118,15 @@ def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> E
     total = RankingAccumulator(protocol, seed=options.seed)
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
     nl, nr = cfg.bucket_grid()
+    layout = PartitionLayout.from_config(cfg)
     for edge_dir in edge_dirs:
         for bucket in all_buckets(nl, nr):
             path = edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs)
             edges = read_bucket(path)
             if not len(edges):
                 continue
-            needed = {(r.lhs, _side_part(run, r.lhs, bucket, "lhs")) for r in cfg.relations} | \
-                     {(r.rhs, _side_part(run, r.rhs, bucket, "rhs")) for r in cfg.relations}
+            needed = {(r.lhs, layout.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
+                     {(r.rhs, layout.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
             reader.keep_only(needed)
             tensors = BucketEdges.from_bucket(edges, device, str(path))
             filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
@@ -139,15 +134,15 @@ def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> E
                 (r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
             for r, sel in groups:
                 relation = cfg.relations[r]
-                lhs_t = reader.table(relation.lhs, _side_part(run, relation.lhs, bucket, "lhs"))
-                rhs_t = reader.table(relation.rhs, _side_part(run, relation.rhs, bucket, "rhs"))
+                lhs_t = reader.table(relation.lhs, layout.partition_of(relation.lhs, bucket, "lhs"))
+                rhs_t = reader.table(relation.rhs, layout.partition_of(relation.rhs, bucket, "rhs"))
                 if all_entities:
                     _rank_all(total, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
                               tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
                 else:
-                    featurized = (cfg.entities[relation.lhs].featurized, cfg.entities[relation.rhs].featurized)
-                    _rank_sampled(total, reader.model, lhs_t, rhs_t, tensors, sel, r, featurized,
-                                  cfg.dynamic_relations, cfg.batch_size, generator)
+                    _rank_sampled(total, reader.model, lhs_t, rhs_t, tensors, sel, r,
+                                  reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
+                                  generator)
     return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started)
 
 
@@ -221,10 +216,6 @@ def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: b
             f"expected sampled evaluation: entity types {featurized} are featurized, so their entities (bags of "
             "features) have no table to rank against; evaluate without --all-entities/--filter (same-batch "
             "candidates)")])
-    neg = spec.eval_negatives
-    if neg.num_uniform_negs > 0 or neg.num_batch_negs == 0:
-        raise ConfigError(run.source, [rule("config-featurized-eval-negs").issue(
-            run.source, "eval_num_uniform_negs",
-            f"expected same-batch candidates only (eval_num_uniform_negs 0, eval_num_batch_negs > 0) because "
-            f"entity types {featurized} are featurized, found eval_num_uniform_negs {neg.num_uniform_negs} and "
-            f"eval_num_batch_negs {neg.num_batch_negs}; pass -p eval_num_uniform_negs=0")])
+    problems = featurized_eval_issues(run.config, "to evaluate (pass -p eval_num_uniform_negs=0)")
+    if problems:
+        raise ConfigError(run.source, problems)

@@ -293,6 +293,12 @@ class PartitionLayout:
     def always_resident(self) -> tuple[PartitionKey, ...]:
         return tuple(sorted((t, 0) for t in self.unpartitioned))
 
+    def partition_of(self, entity_type: str, bucket: Bucket, side: str) -> int:
+        """The partition of ``entity_type`` that bucket ``bucket`` uses on ``side`` (0 when unpartitioned)."""
+        if entity_type in self.unpartitioned:
+            return 0
+        return bucket.lhs if side == "lhs" else bucket.rhs
+
 
 @dataclass(frozen=True)
 class PartitionSwap:

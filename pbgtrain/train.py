@@ -28,10 +28,10 @@ from pbgio.edges import bucket_length, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
-from pbgio.spec.checkpoint import private_to_public, public_to_private
+from pbgio.spec.checkpoint import private_to_public
 from pbgio.spec.edges import chunk_bounds
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
-from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint
+from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params
 from pbgtrain.config import RunConfig, default_device
 from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
 from pbgtrain.model import (
@@ -176,15 +176,7 @@ class Trainer:
         state = self.ckpt.load_model()
         if state is None:
             return
-        own = self.model.state_dict()
-        loaded = {public_to_private(name) or name: torch.from_numpy(value) for name, value in state.params.items()}
-        missing = sorted(set(own) - set(loaded))
-        unexpected = sorted(set(loaded) - set(own))
-        if missing or unexpected:
-            raise FormatError(Issue("model-param-name", "error", str(self.ckpt.dir.path), "model",
-                                    f"expected the parameters {sorted(own)}, found {sorted(loaded)} "
-                                    f"(missing {missing}, unexpected {unexpected})"))
-        self.model.load_state_dict({k: v.to(self.device) for k, v in loaded.items()})
+        load_model_params(self.model, state.params, str(self.ckpt.dir.path))
         blob = self.ckpt.decode_optimizer(state, str(self.ckpt.dir.path))
         if blob is not None and self.optimizer is not None and self.ckpt.committed > 0:
             self.optimizer.load_state_dict(blob)
@@ -210,8 +202,7 @@ class Trainer:
                 self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
 
     def table(self, entity_type: str, bucket: Bucket, side: str) -> EntityTable:
-        part = 0 if self.cfg.num_partitions(entity_type) == 1 else (bucket.lhs if side == "lhs" else bucket.rhs)
-        return self.resident[(entity_type, part)]
+        return self.resident[(entity_type, self.layout.partition_of(entity_type, bucket, side))]
 
     # ---- one bucket
     def train_bucket(self, step: IterationStep, bucket: Bucket, reporter: Reporter) -> tuple[StepStats, Any, Any]:
@@ -232,7 +223,7 @@ class Trainer:
                 idx = idx.to(self.device)
                 rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
                 relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
-                batch = edges.batch(idx, rel_of, *self.featurized_sides(relation))
+                batch = edges.batch(idx, rel_of, *self.model.spec.featurized_sides(relation))
                 step_stats = train_step(self.model, self.table(relation.lhs, bucket, "lhs"),
                                         self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
                                         generator=self.generator)
@@ -240,10 +231,6 @@ class Trainer:
                 reporter.edges_done(len(idx), step_stats.loss / max(step_stats.count, 1))
         after = self.evaluate(held, edges, bucket) if len(held) else None
         return stats, before, after
-
-    def featurized_sides(self, relation: Any) -> tuple[bool, bool]:
-        """Whether the relation's lhs and rhs types are featurized."""
-        return self.cfg.entities[relation.lhs].featurized, self.cfg.entities[relation.rhs].featurized
 
     def eval_protocol(self) -> EvalProtocol:
         neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
@@ -263,7 +250,7 @@ class Trainer:
             for start in range(0, len(sel), batch_size):
                 part = sel[start:start + batch_size]
                 rel_of: int | torch.Tensor = edges.rel[part] if cfg.dynamic_relations else r
-                batch = edges.batch(part, rel_of, *self.featurized_sides(relation))
+                batch = edges.batch(part, rel_of, *self.model.spec.featurized_sides(relation))
                 result = eval_step(self.model, self.table(relation.lhs, bucket, "lhs"),
                                    self.table(relation.rhs, bucket, "rhs"), batch, generator=self.generator)
                 add_negative_scores(acc, result.scores)

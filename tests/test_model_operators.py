@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from hypothesis import given
@@ -60,6 +62,22 @@ def _leaf_copies(module: torch.nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().clone().requires_grad_(True) for k, v in module.named_parameters()}
 
 
+def _assert_matches_reference(module: torch.nn.Module, apply: Callable[[Tensor], Tensor], x: Tensor,
+                              reference: Callable[[dict[str, Tensor], Tensor], Tensor], gen: torch.Generator) -> None:
+    """``apply(x)`` equals ``reference(copies of module's parameters, copy of x)``, and so do the
+    gradients of a random projection of it with respect to x and every parameter of ``module``."""
+    x_ref = x.detach().clone().requires_grad_(True)
+    ref_params = _leaf_copies(module)
+    out, ref = apply(x), reference(ref_params, x_ref)
+    torch.testing.assert_close(out, ref)
+    w = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    (out * w).sum().backward()
+    (ref * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    for pname, p in module.named_parameters():
+        torch.testing.assert_close(p.grad, ref_params[pname].grad)
+
+
 @pytest.mark.parametrize("name", NAMES)
 @given(num=st.integers(1, 5), half=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
 def test_static_operator_matches_reference(name: str, num: int, half: int, seed: int) -> None:
@@ -68,16 +86,7 @@ def test_static_operator_matches_reference(name: str, num: int, half: int, seed:
     op = make_operator(name, dim).double()
     _random_params(op, gen)
     x = torch.randn(num, dim, generator=gen, dtype=torch.float64, requires_grad=True)
-    x_ref = x.detach().clone().requires_grad_(True)
-    ref_params = _leaf_copies(op)
-    out, ref = op(x), _ref_static(name, ref_params, x_ref)
-    torch.testing.assert_close(out, ref)
-    w = torch.randn(out.shape, generator=gen, dtype=torch.float64)
-    (out * w).sum().backward()
-    (ref * w).sum().backward()
-    torch.testing.assert_close(x.grad, x_ref.grad)
-    for pname, p in op.named_parameters():
-        torch.testing.assert_close(p.grad, ref_params[pname].grad)
+    _assert_matches_reference(op, op, x, lambda params, x_ref: _ref_static(name, params, x_ref), gen)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -89,16 +98,8 @@ def test_dynamic_operator_matches_reference(name: str, num: int, half: int, num_
     _random_params(op, gen)
     x = torch.randn(num, dim, generator=gen, dtype=torch.float64, requires_grad=True)
     rel = torch.randint(num_rels, (num,), generator=gen)
-    x_ref = x.detach().clone().requires_grad_(True)
-    ref_params = _leaf_copies(op)
-    out, ref = op(x, rel), _ref_dynamic(name, ref_params, x_ref, rel)
-    torch.testing.assert_close(out, ref)
-    w = torch.randn(out.shape, generator=gen, dtype=torch.float64)
-    (out * w).sum().backward()
-    (ref * w).sum().backward()
-    torch.testing.assert_close(x.grad, x_ref.grad)
-    for pname, p in op.named_parameters():
-        torch.testing.assert_close(p.grad, ref_params[pname].grad)
+    _assert_matches_reference(op, lambda v: op(v, rel), x,
+                              lambda params, x_ref: _ref_dynamic(name, params, x_ref, rel), gen)
 
 
 def test_static_operator_applies_to_leading_axes() -> None:

@@ -13,13 +13,12 @@ import contextlib
 import enum
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.cli_support import EXIT_USAGE, exit_codes, print_error, stderr_console
 from pbgio.progress import progress_wanted
 
 
@@ -41,24 +40,12 @@ class ParquetLayout(str, enum.Enum):
 
 
 
-@contextlib.contextmanager
-def _exit_codes() -> Iterator[None]:
-    """Errors to exit codes: a missing input or an existing output is a usage error (2), bad
-    checkpoint or entity files are 1, Ctrl-C is 130."""
-    from pbgio.errors import MissingArtifactError, PbgioError
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """A missing input or an existing output: usage errors (exit 2); imported when a command runs."""
+    from pbgio.errors import MissingArtifactError
     from pbgio.exporters.common import OutputExistsError
 
-    try:
-        yield
-    except (MissingArtifactError, OutputExistsError) as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
-    except PbgioError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_FAILED) from None
-    except KeyboardInterrupt:
-        stderr_console().print("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    return MissingArtifactError, OutputExistsError
 
 
 Output = Annotated[Path | None, typer.Option(
@@ -117,7 +104,7 @@ def export(
         raise typer.Exit(EXIT_USAGE)
     console = stderr_console()
     reports = []
-    with _exit_codes():
+    with exit_codes(usage=_usage_errors()):
         if output is not None:
             bars: contextlib.AbstractContextManager[Progress] = (
                 RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
@@ -173,7 +160,7 @@ def embed(
     except (OSError, UnicodeDecodeError) as exc:
         print_error(f"{bags}: cannot read it as UTF-8 text ({exc})")
         raise typer.Exit(EXIT_USAGE) from None
-    with _exit_codes():
+    with exit_codes(usage=_usage_errors()):
         parsed: list[list[str] | list[int]] = []
         for number, line in enumerate(lines, 1):
             features = [f for f in (line.split(feature_separator) if feature_separator else line.split()) if f]

@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.cli_support import EXIT_USAGE, exit_codes, print_error, stderr_console
 from pbgio.progress import progress_wanted
 
 
@@ -101,7 +101,7 @@ def import_edges(
     """Import edge lists into a PBG layout: dictionaries, partitions, every bucket."""
     from rich.markup import escape
 
-    from pbgio.errors import ConfigError, InputError, MissingArtifactError, PbgioError
+    from pbgio.errors import MissingArtifactError
     from pbgio.importers.importer import import_edge_lists
     from pbgio.importers.plan import ImportSetupError
     from pbgio.importers.read import InputOptions, parse_column, parse_delimiter
@@ -120,7 +120,8 @@ def import_edges(
     except ValueError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
-    try:
+    with exit_codes(usage=(MissingArtifactError, LayoutExistsError, ImportSetupError), note=" (nothing was written)",
+                    on_interrupt=lambda: console.print("interrupted (nothing was written)")):
         bars: contextlib.AbstractContextManager[Progress] = (
             RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
         with bars as progress:
@@ -129,15 +130,6 @@ def import_edges(
                 entity_min_count=entity_min_count, relation_min_count=relation_min_count,
                 on_error=on_error.value, overwrite=overwrite,
                 progress=progress)
-    except (MissingArtifactError, LayoutExistsError, ImportSetupError) as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
-    except (InputError, ConfigError, PbgioError) as exc:
-        print_error(f"{exc} (nothing was written)")
-        raise typer.Exit(EXIT_FAILED) from None
-    except KeyboardInterrupt:
-        console.print("interrupted (nothing was written)")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     for warning in report.warnings:
         console.print(f"[yellow]warning[/]: {escape(warning)}", soft_wrap=True)
     for file in report.files:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pbgio.cli_support import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, print_error, stderr_console
+from pbgio.cli_support import exit_codes, stderr_console
 from pbgio.progress import progress_wanted
 
 if TYPE_CHECKING:
@@ -36,11 +36,6 @@ def _say(message: str, style: str | None = None) -> None:
 
     text = escape(message)
     stderr_console().print(f"[{style}]{text}[/]" if style else text, soft_wrap=True)
-
-
-def _fail(message: str, code: int) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(code)
 
 
 def _show_progress(no_progress: bool, total: int) -> bool:
@@ -64,14 +59,15 @@ def convert(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Migrate a legacy (.pt era) layout to the current one; the result validates clean."""
-    from pbgio.errors import MissingArtifactError, PbgioError
+    from pbgio.errors import MissingArtifactError
     from pbgio.legacy.migrate import DestinationError, migrate, plan_migration
 
     del from_  # one source format so far
     if trust_pickle:
         _say("warning: --trust-pickle: SRC's pickles are loaded without the allow-list and can run code",
              "yellow")
-    try:
+    with exit_codes(usage=(MissingArtifactError, DestinationError),
+                    on_interrupt=lambda: _say(f"interrupted; {dst} was not written")):
         plan = plan_migration(src, trust_pickle=trust_pickle)
         if dry_run:
             result = migrate(src, dst, dry_run=True, trust_pickle=trust_pickle, force=force, plan=plan)
@@ -79,13 +75,6 @@ def convert(
             result = _migrate_with_progress(src, dst, plan, trust_pickle=trust_pickle, force=force)
         else:
             result = migrate(src, dst, trust_pickle=trust_pickle, force=force, plan=plan)
-    except (MissingArtifactError, DestinationError) as exc:
-        raise _fail(str(exc), EXIT_USAGE) from None
-    except PbgioError as exc:
-        raise _fail(str(exc), EXIT_FAILED) from None
-    except KeyboardInterrupt:
-        _say(f"interrupted; {dst} was not written")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     _report(result, plan, as_json)
 
 

@@ -39,11 +39,9 @@ class FeatureBags:
     @classmethod
     def of(cls, bags: list[list[int]], device: torch.device | str | None = None) -> FeatureBags:
         """Bags from Python lists of feature ids."""
-        lengths = torch.tensor([len(b) for b in bags], dtype=torch.long)
-        offsets = torch.zeros(len(bags) + 1, dtype=torch.long)
-        torch.cumsum(lengths, 0, out=offsets[1:])
-        data = torch.tensor([x for b in bags for x in b], dtype=torch.long)
-        return cls(offsets.to(device), data.to(device))
+        from pbgio.edges import FeatureLists
+
+        return cls.from_lists(FeatureLists.from_lists(bags), device)
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0]) - 1

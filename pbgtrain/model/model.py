@@ -10,7 +10,7 @@ state dict uses the original's private names, which pbgio maps to checkpoint nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -22,6 +22,16 @@ from pbgtrain.model.regularizers import N3Regularizer
 
 if TYPE_CHECKING:
     from pbgio.config import ConfigSchema
+
+
+class RelationSides(Protocol):
+    """Anything naming a relation's entity types: :class:`RelationSpec`, or the config's relations."""
+
+    @property
+    def lhs(self) -> str: ...
+
+    @property
+    def rhs(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,10 @@ class ModelSpec:
     def dynamic(self) -> bool:
         return self.num_dynamic_rels is not None
 
+    def featurized_sides(self, relation: RelationSides) -> tuple[bool, bool]:
+        """Whether the relation's lhs and rhs types are featurized (their entities come as bags)."""
+        return relation.lhs in self.featurized, relation.rhs in self.featurized
+
     @classmethod
     def from_config(cls, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
                     share_uniform_negs: bool = True) -> ModelSpec:
@@ -110,7 +124,7 @@ class ModelSpec:
             relation_lr=config.lr if config.relation_lr is None else config.relation_lr,
             train_negatives=train,
             eval_negatives=evaluation,
-            featurized=frozenset(name for name, e in config.entities.items() if e.featurized),
+            featurized=frozenset(config.featurized_types()),
         )
 
 
