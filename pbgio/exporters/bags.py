@@ -8,18 +8,17 @@ relation operator). Features are names from the type's ``entity_names_{type}_{pa
 or integer row offsets within the partition (for layouts without names files). Repeated
 features count as often as they appear, as in ``embedding_bag(mode="mean")``.
 
-The work is vectorized: one pass over the bags flattens them; names are looked up in the
-names file by one polars ``replace_strict`` (a hash join); offsets are checked, rows gathered
-and bag sums taken (``np.add.reduceat``, float64 accumulation, rounded once to float32) by
-numpy, a block of rows at a time. No torch: ``pbgio embed`` starts fast.
+One pass over the bags checks them and turns names into row offsets (a dictionary built from
+the names file at the first name); rows are then gathered and bag sums taken by numpy
+(``np.add.reduceat``, float64 accumulation, rounded once to float32), a block of rows at a
+time. No torch: ``pbgio embed`` starts fast.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,9 +34,6 @@ Feature = str | int
 Ints = NDArray[np.int64]
 Floats = NDArray[np.float32]
 _BLOCK = 1 << 16  # feature rows gathered (and widened to float64) at once
-_NAME, _OFFSET, _OTHER = 0, 1, 2
-_KINDS: dict[type, int] = {str: _NAME, np.str_: _NAME, int: _OFFSET,
-                           **{np.dtype(code).type: _OFFSET for code in np.typecodes["AllInteger"]}}
 _SHOWN = 5  # unknown names quoted in an error
 
 
@@ -108,113 +104,66 @@ def _bag_ids(source: ExportSource, entity_type: str, partition: int, bags: Seque
              num_features: int, unknown: Unknown) -> tuple[Ints, Ints]:
     """Row offsets of every bag's features, flattened, and each bag's feature count.
 
-    When several bags are wrong, the error names the first of them.
+    Bags are checked in order, so an error names the first bad bag.
     """
     where = f"{entity_type!r} partition {partition}"
-    flat: list[Any] = []
+    index: dict[str, int] | None = None  # name -> row, read at the first name
+    ids: list[int] = []
     counts = np.zeros(len(bags), dtype=np.int64)
     for b, bag in enumerate(bags):
         if isinstance(bag, str | bytes):
             raise BagError(b, f"expected a sequence of features, found the string {bag!r} (write [{bag!r}] for "
                               "a bag of one feature)")
         try:
-            counts[b] = len(bag)
+            features = list(bag)
         except TypeError:
             raise BagError(b, f"expected a sequence of features, found {type(bag).__name__}") from None
-        flat.extend(bag)
-    owner = np.repeat(np.arange(len(bags), dtype=np.int64), counts)  # the bag of each entry of flat
-    kind = np.fromiter(map(_KINDS.get, map(type, flat), repeat(_OTHER)), dtype=np.int8, count=len(flat))
-    problems: list[tuple[int, str]] = []  # (bag, reason): the first bag's is raised
-    for i in np.flatnonzero(kind == _OTHER):  # rare: subclasses of str or int, bools, anything else
-        if isinstance(flat[i], str) or _is_offset(flat[i]):
-            kind[i] = _NAME if isinstance(flat[i], str) else _OFFSET
-        else:
-            problems.append((int(owner[i]), f"expected feature names (str) or offsets (int), found {flat[i]!r}"))
-            break
-    ids = np.zeros(len(flat), dtype=np.int64)
-
-    at = np.flatnonzero(kind == _OFFSET)
-    if len(at):
-        given = _integers(_pick(flat, at))
-        if given is not None and not ((given < 0) | (given >= num_features)).any():
-            ids[at] = given
-        else:  # rare: beyond int64, or out of range; name the first
-            outside = next((i for i in at if not 0 <= flat[i] < num_features), None)
-            if outside is None:
-                ids[at] = [int(flat[i]) for i in at]
+        start = len(ids)
+        missing = []
+        for feature in features:
+            if isinstance(feature, str):
+                if index is None:
+                    index = _name_index(source, entity_type, partition, num_features, b, feature)
+                row = index.get(feature)
+                if row is None:
+                    missing.append(feature)
+                    continue
+            elif isinstance(feature, int | np.integer) and not isinstance(feature, bool | np.bool_):
+                row = int(feature)
+                if not 0 <= row < num_features:
+                    raise BagError(b, f"expected feature offsets in [0, {num_features}) for {where}, found {row}")
             else:
-                problems.append((int(owner[outside]), f"expected feature offsets in [0, {num_features}) for "
-                                                      f"{where}, found {flat[outside]}"))
-
-    if (counts == 0).any():
-        problems.append((int(np.argmax(counts == 0)), "expected at least one feature, found none"))
-
-    missing = np.zeros(len(flat), dtype=bool)
-    at = np.flatnonzero(kind == _NAME)
-    if len(at):
-        try:
-            ids[at] = _look_up(source, entity_type, partition, num_features, _pick(flat, at), int(owner[at[0]]))
-        except BagError as exc:
-            raise BagError(*min([*problems, (exc.bag, exc.reason)], key=lambda problem: problem[0])) from None
-        missing[at] = ids[at] < 0
-        if missing.any() and unknown == "error":
-            first = int(owner[np.argmax(missing)])
-            names = [flat[i] for i in np.flatnonzero(missing & (owner == first))]
-            problems.append((first, f"features {names[:_SHOWN]} are not in the dictionary of {where}"
-                                  f"{' (and more)' if len(names) > _SHOWN else ''}; pass unknown='ignore' "
-                                  "(--unknown ignore) to drop unknown features"))
-
-    ignored = unknown == "ignore" and bool(missing.any())
-    kept = counts - np.bincount(owner[missing], minlength=len(bags)) if ignored else counts
-    emptied = (kept == 0) & (counts > 0)
-    if emptied.any():
-        first = int(np.argmax(emptied))
-        dropped = [flat[i] for i in np.flatnonzero(missing & (owner == first))]
-        problems.append((first, f"expected at least one feature, found none after dropping unknown features "
-                              f"{dropped[:_SHOWN]}{' (and more)' if len(dropped) > _SHOWN else ''}"))
-    if problems:
-        raise BagError(*min(problems, key=lambda problem: problem[0]))  # the first bag; ties: first found
-    return (ids[~missing], kept) if ignored else (ids, counts)
+                raise BagError(b, f"expected feature names (str) or offsets (int), found {feature!r}")
+            ids.append(row)
+        shown = f"{missing[:_SHOWN]}{' (and more)' if len(missing) > _SHOWN else ''}"
+        if missing and unknown == "error":
+            raise BagError(b, f"features {shown} are not in the dictionary of {where}; pass unknown='ignore' "
+                              "(--unknown ignore) to drop unknown features")
+        counts[b] = len(ids) - start
+        if counts[b] == 0:
+            dropped = f" after dropping unknown features {shown}" if missing else ""
+            raise BagError(b, f"expected at least one feature, found none{dropped}")
+    return np.asarray(ids, dtype=np.int64), counts
 
 
-def _pick(flat: list[Any], at: NDArray[np.intp]) -> list[Any]:
-    return flat if len(at) == len(flat) else [flat[i] for i in at]
-
-
-def _is_offset(feature: object) -> bool:
-    return isinstance(feature, int | np.integer) and not isinstance(feature, bool | np.bool_)
-
-
-def _integers(features: list[Any]) -> NDArray[np.integer[Any]] | None:
-    """``features`` (integers) as a 1-D integer array when numpy reads them as one, else None."""
+def _name_index(source: ExportSource, entity_type: str, partition: int, num_features: int, bag: int,
+                feature: str) -> dict[str, int]:
+    """Row of each feature name of the partition's names file; ``bag`` and ``feature`` are the
+    first to need it (named when there is no names file)."""
     try:
-        array = np.asarray(features)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    return array if array.ndim == 1 and array.dtype.kind in "iu" else None
-
-
-def _look_up(source: ExportSource, entity_type: str, partition: int, num_features: int, features: list[str],
-             bag: int) -> Ints:
-    """Row offset of each feature name in the partition's names file (-1 when absent); ``bag``
-    holds the first of them."""
-    import polars as pl
-
-    try:
-        names = pl.Series(partition_names(source, entity_type, partition, num_features), dtype=pl.String)
+        names = partition_names(source, entity_type, partition, num_features)
     except MissingArtifactError as exc:
-        raise BagError(bag, f"feature {features[0]!r} is a name, but {entity_type!r} partition {partition} has no "
+        raise BagError(bag, f"feature {feature!r} is a name, but {entity_type!r} partition {partition} has no "
                             f"names file ({exc.path}); give features as row offsets (ints; --offsets on the "
                             "command line)") from None
-    try:
-        found = pl.Series(features, dtype=pl.String).replace_strict(
-            names, pl.int_range(len(names), eager=True), default=-1, return_dtype=pl.Int64)
-    except pl.exceptions.InvalidOperationError:
-        twice = names.filter(names.is_duplicated()).unique(maintain_order=True).head(_SHOWN).to_list()
+    index = {name: row for row, name in enumerate(names)}
+    if len(index) != len(names):
+        first_row = {name: row for row, name in reversed(list(enumerate(names)))}
+        twice = list(dict.fromkeys(n for row, n in enumerate(names) if first_row[n] != row))[:_SHOWN]
         path = source.entity_path / naming.entity_names_file(entity_type, partition)
         raise ExportError(f"{path}: expected unique feature names to look bags up by name, found {twice} more "
-                          "than once [entity-names-duplicate]") from None
-    return found.to_numpy()
+                          "than once [entity-names-duplicate]")
+    return index
 
 
 def write_bag_tsv(out: IO[bytes], vectors: NDArray[np.float32]) -> None:
