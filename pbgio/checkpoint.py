@@ -45,6 +45,7 @@ from pbgio.spec.checkpoint import (
 )
 from pbgio.spec.entities import format_count, parse_count_text
 from pbgio.spec.rules import rule
+from pbgio.spec.stats import line_problems
 
 if TYPE_CHECKING:
     from pbgio.config import ConfigSchema
@@ -262,6 +263,7 @@ class CheckpointDir:
             os.fsync(out.fileno())
 
     def read_stats(self) -> list[dict[str, Any]]:
+        """Every line of ``training_stats.json``; the first line that breaks the format raises."""
         path = self.path / naming.TRAINING_STATS
         if not path.is_file():
             return []
@@ -275,10 +277,9 @@ class CheckpointDir:
                 raise FormatError(rule("training-stats-format").issue(
                     str(path), None, f"expected a JSON object on line {index + 1}, found invalid JSON "
                     f"({exc.msg})", rows=(index,), count=1)) from None
-            if not isinstance(value, dict):
-                raise FormatError(rule("training-stats-format").issue(
-                    str(path), None, f"expected a JSON object on line {index + 1}, found "
-                    f"{type(value).__name__}", rows=(index,), count=1))
+            for rule_id, message in line_problems(value)[:1]:
+                raise FormatError(rule(rule_id).issue(str(path), None, f"line {index + 1}: {message}",
+                                                      rows=(index,), count=1))
             records.append(value)
         return records
 

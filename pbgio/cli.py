@@ -185,6 +185,60 @@ def example(
     typer.echo(build_example(dest, num_edges=edges, seed=seed))
 
 
+config_app = typer.Typer(name="config", help="Run configs: convert the original's Python config files to JSON.",
+                         no_args_is_help=True)
+app.add_typer(config_app)
+
+
+@config_app.command("from-py")
+def config_from_py(
+    source: Annotated[Path, typer.Argument(help="The original's Python config file (CFG.py). It is EXECUTED, "
+                                           "in a subprocess, to call its get_torchbiggraph_config().")],
+    output: Annotated[str, typer.Option("-o", "--output", help="JSON file to write (relative paths in the config "
+                                        "are rewritten to stay right from its directory), or - for stdout "
+                                        "(paths unchanged: relative to the current directory).")],
+    param: Annotated[list[str] | None, typer.Option(
+        "-p", "--param", help="Override a key as the original does, e.g. -p num_epochs=5 "
+        "-p relations.0.all_negs=true (lists split on commas). Repeatable.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Seconds the file may run before it is stopped.")] = 60.0,
+) -> None:
+    """Convert the original's Python config to JSON. The file is EXECUTED: only run files you trust.
+
+    CFG.py runs in a separate Python process; the dict its get_torchbiggraph_config() returns is validated.
+    """
+    from rich.markup import escape
+
+    from pbgio.atomic import write_text
+
+    if not source.is_file():
+        raise _usage_error(f"{source}: no such file")
+    target = None if output == "-" else Path(output)
+    if target is not None:
+        if target.is_dir():
+            raise _usage_error(f"{target}: is a directory; give the JSON file to write")
+        if target.exists() and not force:
+            raise _usage_error(f"{target}: exists; pass --force to replace it")
+        if not target.parent.is_dir():
+            raise _usage_error(f"{target.parent}: no such directory")
+    with exit_codes(note=" (nothing was written)"):
+        from pbgio.pyconfig import config_from_python, rebase_paths
+
+        cfg = config_from_python(source, param or [], timeout=timeout)
+        if target is None:
+            typer.echo(cfg.to_json())
+            return
+        cfg, changed = rebase_paths(cfg, Path.cwd(), target.parent)
+        write_text(target, cfg.to_json() + "\n")
+    console = stderr_console()
+    if changed:
+        console.print(f"note: relative paths resolve against the current directory in {escape(str(source))} "
+                      f"and against the JSON file's directory in {escape(str(target))}; rewritten:", soft_wrap=True)
+        for key, (old, new) in changed.items():
+            console.print(f"  {key}: {escape(old)} -> {escape(new)}", soft_wrap=True)
+    console.print(f"wrote {escape(str(target))}", soft_wrap=True)
+
+
 def _register_subcommands() -> None:
     # Each module imports only typer at import time; the heavy work is imported inside the command.
     from pbgio.exporters.cli import embed, export

@@ -8,6 +8,7 @@ naming the file, never a raw h5py ``OSError``.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 from collections.abc import Iterator
@@ -171,3 +172,44 @@ class BlockReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ByteDatasetIO(io.RawIOBase):
+    """A seekable binary file over a 1-D dataset of 1-byte elements (an opaque ``|V1`` blob).
+
+    Reads go to HDF5 on demand, so a zip payload inside the blob can be inspected (its small
+    directory and pickle) without reading the whole blob into memory.
+    """
+
+    def __init__(self, ds: h5py.Dataset) -> None:
+        super().__init__()
+        self.ds = ds
+        self.size = int(ds.shape[0])
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = max(0, min(len(view), self.size - self.pos))
+        if n:
+            view[:n] = self.ds[self.pos:self.pos + n].tobytes()
+            self.pos += n
+        return n
+
+
+def byte_dataset_file(ds: h5py.Dataset) -> io.BufferedReader:
+    """:class:`ByteDatasetIO` with a read buffer (zip and pickle readers make many small reads)."""
+    return io.BufferedReader(ByteDatasetIO(ds), buffer_size=1 << 20)

@@ -30,7 +30,7 @@ from pbgio.checks import Context
 from pbgio.checks.checkpoint import check_checkpoint_dir, check_checkpoint_file
 from pbgio.checks.edges import check_bucket
 from pbgio.checks.entities import check_entity_dir
-from pbgio.config import ConfigSchema, parse_config, read_config_json, semantic_issues
+from pbgio.config import ConfigSchema, key_case_issues, parse_config, read_config_json, semantic_issues
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, Report
 from pbgio.h5 import format_version, open_h5
 from pbgio.spec import naming
@@ -117,21 +117,39 @@ def infer_base(config_path: Path, cfg: ConfigSchema) -> Path:
     return directory
 
 
+def validate_config(cfg: ConfigSchema, *, base: Path, source: str,
+                    on_bucket: ProgressCallback | None = None) -> Report:
+    """Validate the layout of a config already in memory (e.g. with ``-p`` overrides applied, or
+    from a Python config file); its relative paths resolve against ``base``, and issues about the
+    config itself name ``source``."""
+    report = Report(target=source)
+    ctx = Context(report, root=base.resolve())
+    _validate_layout(ctx, cfg, Path(source), base, on_bucket)
+    return report
+
+
 def _validate_config_file(ctx: Context, config_path: Path, base: Path | None,
                           on_bucket: ProgressCallback | None) -> None:
-    ctx.report.kind = "config"
     try:
         raw = read_config_json(config_path)
         cfg = parse_config(raw, ctx.display(config_path))
     except ConfigError as exc:
+        ctx.report.kind = "config"
         for issue in exc.issues:
             ctx.add(issue.rule, config_path, issue.dataset, issue.message)
         return
+    for issue in key_case_issues(raw):
+        ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+    _validate_layout(ctx, cfg, config_path, base if base is not None else infer_base(config_path, cfg), on_bucket)
+
+
+def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: Path, base: Path,
+                     on_bucket: ProgressCallback | None) -> None:
+    ctx.report.kind = "config"
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
             ctx.add(issue.rule, config_path, issue.dataset, issue.message)
     ctx.config = cfg
-    base = base if base is not None else infer_base(config_path, cfg)
     ctx.root = base.resolve()
     entity_path = local_path(cfg.entity_path, base)
     if entity_path.is_dir():

@@ -30,7 +30,7 @@ from pbgio.checkpoint import (
 )
 from pbgio.config import ConfigSchema
 from pbgio.errors import ConfigError, FormatError, Issue
-from pbgio.optimizer_state import decode_row_adagrad, decode_state_dict, encode_row_adagrad, encode_state_dict
+from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, public_to_private
 from pbgio.spec.rules import rule
 from pbgtrain.batching import stable_seed
@@ -71,9 +71,8 @@ class TrainingCheckpoint:
                     path, "embeddings", f"expected shape ({count}, {dim}) from the entity count and the "
                     f"config's dimension, found {state.embeddings.shape}")])
             weights = torch.from_numpy(state.embeddings)
-            restored = decode_row_adagrad(state.optimizer_state, path) if state.optimizer_state else None
-            sums = torch.from_numpy(restored) if restored is not None and len(restored) == count \
-                else torch.zeros(count)
+            sums = torch.from_numpy(decode_row_adagrad(state.optimizer_state, path, count=count)) \
+                if state.optimizer_state else torch.zeros(count)
         return EntityTable(weights.to(self.device).contiguous(), sums.to(self.device).contiguous(),
                            entity_type=entity_type, partition=part)
 
@@ -116,8 +115,21 @@ class TrainingCheckpoint:
         return None
 
     @staticmethod
-    def decode_optimizer(state: ModelState, source: str) -> dict[str, object] | None:
-        return decode_state_dict(state.optimizer_state, source) if state.optimizer_state else None
+    def restore_optimizer(optimizer: torch.optim.Optimizer, state: ModelState, source: str, lr: float) -> None:
+        """Load a model file's Adagrad state into ``optimizer`` (its parameters in the original's
+        order); the learning rate stays the config's ``lr`` (the stored one is the old run's)."""
+        if not state.optimizer_state:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        decoded = decode_adagrad(state.optimizer_state, source, [tuple(p.shape) for p in params])
+        if decoded is None:
+            return
+        decoded["state"] = {index: {key: torch.as_tensor(value) if isinstance(value, np.ndarray) else value
+                                    for key, value in entry.items()}
+                            for index, entry in decoded["state"].items()}
+        optimizer.load_state_dict(decoded)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
 
     # ---- commit
     def commit(self, resident: Iterable[tuple[PartitionKey, EntityTable]], untouched: Iterable[PartitionKey],

@@ -27,15 +27,19 @@ app = typer.Typer(
 )
 
 
-ConfigArg = Annotated[Path, typer.Argument(help="The run config (.json).", exists=True, dir_okay=False)]
+CONFIG_HELP = ("The run config: a .json file, or the original's Python config (.py), which is executed "
+               "(in a subprocess) to obtain the config from its get_torchbiggraph_config(); the relative "
+               "paths of a .py config resolve against the current directory, as in the original.")
+ConfigArg = Annotated[Path, typer.Argument(help=CONFIG_HELP, exists=True, dir_okay=False)]
 Overrides = Annotated[list[str] | None, typer.Option(
     "-p", "--param", help="Override a config key, e.g. -p num_epochs=5 -p relations.0.operator=diagonal "
-    "(lists split on commas). Repeatable.")]
+    "(lists split on commas; for a .py config, applied as the original applies them). Repeatable.")]
 Device = Annotated[str | None, typer.Option(
     "--device", help="torch device to train on: cpu, cuda, cuda:1 … (default: cuda when the config sets "
     "num_gpus=1, else cpu).")]
 BaseOption = Annotated[Path | None, typer.Option(
-    "--base", help="Directory relative paths in the config resolve against (default: the config's directory).")]
+    "--base", help="Directory relative paths in the config resolve against (default: the config's directory; "
+    "for a .py config, the current directory).")]
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
 
 
@@ -117,7 +121,7 @@ def evaluate(
 
 @app.command("config")
 def show_config(
-    config: Annotated[Path | None, typer.Argument(help="The run config (.json); omit with --schema.")] = None,
+    config: Annotated[Path | None, typer.Argument(help=f"{CONFIG_HELP} Omit it with --schema.")] = None,
     param: Overrides = None,
     schema: Annotated[bool, typer.Option("--schema", help="Print the config's JSON Schema instead.")] = False,
 ) -> None:

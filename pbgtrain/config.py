@@ -18,14 +18,14 @@ same-batch negatives only) are pbgio config rules, checked when the config is pa
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pbgio.config import ConfigSchema, parse_config, read_config_json
-from pbgio.errors import ConfigError, Issue
+from pbgio.errors import ConfigError
+from pbgio.pyconfig import config_from_python, is_python_config, override_config_dict
 from pbgio.spec.rules import rule
 from pbgio.storage import local_path
 from pbgio.validate import infer_base
@@ -111,66 +111,35 @@ class RunConfig:
 
 
 def load_run_config(path: Path, overrides: Sequence[str] = (), base: Path | None = None) -> RunConfig:
-    """Read a JSON config, apply overrides, check that the trainer supports every setting.
+    """Read a config, apply overrides, check that the trainer supports every setting.
 
-    Relative paths resolve against ``base``, by default the config file's directory (the
-    directory holding ``checkpoint_path`` for a checkpoint's own ``config.json``), as
-    ``pbgio validate`` resolves them.
+    A JSON config's relative paths resolve against ``base``, by default the config file's
+    directory (the directory holding ``checkpoint_path`` for a checkpoint's own ``config.json``),
+    as ``pbgio validate`` resolves them.
+
+    A ``.py`` file is the original's Python config: it is executed in a subprocess to obtain
+    the dict of its ``get_torchbiggraph_config()`` (:mod:`pbgio.pyconfig`), the overrides apply
+    as the original applies them, and relative paths resolve against ``base``, by default the
+    current directory, as the original resolves them.
     """
-    raw = read_config_json(path)
-    cfg = apply_overrides(raw, overrides, source=str(path))
+    if is_python_config(path):
+        cfg = config_from_python(path, overrides)
+        default_base = Path.cwd()
+    else:
+        cfg = apply_overrides(read_config_json(path), overrides, source=str(path))
+        default_base = infer_base(Path(path), cfg)
     problems = unsupported_settings(cfg)
     if problems:
         raise ConfigError(str(path), [rule("config-schema").issue(str(path), None, p) for p in problems])
-    return RunConfig(cfg, base if base is not None else infer_base(Path(path), cfg), str(path))
+    return RunConfig(cfg, base if base is not None else default_base, str(path))
 
 
 def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "<config>") -> ConfigSchema:
-    """The config with ``key.path=value`` overrides applied, validated once at the end."""
-    data = copy.deepcopy(raw)
-    issues: list[Issue] = []
-    for override in overrides:
-        key, sep, value = override.partition("=")
-        if not sep or not key:
-            issues.append(rule("config-schema").issue(source, override, "expected key=value, found no '='"))
-            continue
-        problem = _set_dotted(data, key.split("."), value)
-        if problem:
-            issues.append(rule("config-schema").issue(source, key, problem))
-    if issues:
-        raise ConfigError(source, issues)
-    return parse_config(data, source)
-
-
-def _set_dotted(data: Any, keys: list[str], value: str) -> str | None:
-    node = data
-    for i, key in enumerate(keys[:-1]):
-        if isinstance(node, list):
-            if not key.isdigit() or int(key) >= len(node):
-                return f"expected an index below {len(node)} at {'.'.join(keys[: i + 1])}, found {key!r}"
-            node = node[int(key)]
-        elif isinstance(node, dict):
-            node = node.setdefault(key, {})
-        else:
-            return f"expected a mapping or list at {'.'.join(keys[:i])}, found {type(node).__name__}"
-    last = keys[-1]
-    parsed: Any = _parse_value(value)
-    if isinstance(node, dict) and isinstance(node.get(last), list):
-        parsed = [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            return f"expected an index below {len(node)}, found {last!r}"
-        node[int(last)] = parsed
-    elif isinstance(node, dict):
-        node[last] = parsed
-    else:
-        return f"expected a mapping at {'.'.join(keys[:-1])}, found {type(node).__name__}"
-    return None
-
-
-def _parse_value(value: str) -> Any:
-    """Strings stay strings (pydantic converts them per field); 'null'/'none' mean None."""
-    return None if value.strip().lower() in ("null", "none") else value
+    """The config with ``key.path=value`` overrides applied as the original applies them
+    (:func:`pbgio.pyconfig.override_config_dict`), validated once at the end."""
+    if not isinstance(raw, dict):
+        return parse_config(raw, source)
+    return parse_config(override_config_dict(raw, overrides, source), source)
 
 
 def unsupported_settings(cfg: ConfigSchema) -> list[str]:
@@ -178,6 +147,8 @@ def unsupported_settings(cfg: ConfigSchema) -> list[str]:
     problems = []
     for key, default in _DISTRIBUTED_DEFAULTS.items():
         value = getattr(cfg, key)
+        if key == "num_partition_servers" and value < -1:
+            continue  # the same as -1, as in the original (pbgio warns: config-unusual-value)
         if value != default:
             problems.append(f"{key}={value}: distributed training is not supported by pbgtrain yet; "
                             f"use {key}={default}")

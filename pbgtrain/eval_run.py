@@ -5,7 +5,8 @@ with its partitions read from the checkpoint through pbgio. Two protocols:
 
 * **sampled** (default): each edge is ranked against the config's ``eval_num_batch_negs``
   same-batch and ``eval_num_uniform_negs`` uniform negatives, both sides, as during training
-  (the only protocol for featurized types: their entities are ranked among same-batch bags);
+  (the only protocol for featurized types: their entities are ranked among same-batch bags,
+  their uniform negatives skipped as in the original);
 * **all entities** (``all_entities=True``, implied by filter paths): each edge is ranked against
   every entity of the corrupted side's partition. With filter paths, candidates forming a known
   edge (any of the filter paths, same bucket, same relation) are left out: the *filtered*
@@ -19,14 +20,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pbgio.checkpoint import CheckpointDir
-from pbgio.config import featurized_eval_issues
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError
@@ -151,7 +151,10 @@ def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, opti
     sides = tuple(s for s in SIDES if not getattr(cfg, f"disable_{s}_negs"))
     if not all_entities:
         neg = reader.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
-        return EvalProtocol.sampled(min(neg.num_batch_negs, cfg.batch_size), neg.num_uniform_negs, sides=sides)
+        sampled = EvalProtocol.sampled(min(neg.num_batch_negs, cfg.batch_size), neg.num_uniform_negs, sides=sides)
+        if neg.num_uniform_negs and reader.model.spec.featurized:
+            return replace(sampled, candidates=f"{sampled.candidates} (featurized sides: batch negatives only)")
+        return sampled
     counts = sorted({read_entity_count(run.entity_path, t, p) for t, e in cfg.entities.items()
                      for p in range(e.num_partitions)})
     size = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}"
@@ -216,6 +219,4 @@ def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: b
             f"expected sampled evaluation: entity types {featurized} are featurized, so their entities (bags of "
             "features) have no table to rank against; evaluate without --all-entities/--filter (same-batch "
             "candidates)")])
-    problems = featurized_eval_issues(run.config, "to evaluate (pass -p eval_num_uniform_negs=0)")
-    if problems:
-        raise ConfigError(run.source, problems)
+

@@ -235,16 +235,18 @@ class RankingMetrics:
             out = {"loss": self.loss, **out}
         return out
 
+    def to_stats(self) -> dict[str, Any]:
+        """The original's stats object ``{count, metrics}`` (a ``training_stats.json`` entry, exactly
+        those keys). NaN metrics (nothing ranked) are left out, keeping the JSON strict."""
+        return {"count": self.count, "metrics": _finite(self.values())}
+
+    def per_side_stats(self) -> dict[str, dict[str, Any]]:
+        """The stats object of each side."""
+        return {side: {"count": m.count, "metrics": _finite(m.values())} for side, m in self.per_side.items()}
+
     def to_dict(self) -> dict[str, Any]:
-        """A ``training_stats.json`` entry: the original's ``{count, metrics}`` plus the protocol and
-        the per-side values. NaN metrics (nothing ranked) are left out, keeping the JSON strict."""
-        return {
-            "count": self.count,
-            "metrics": _finite(self.values()),
-            "protocol": self.protocol.describe(),
-            "per_side": {side: {"count": m.count, "metrics": _finite(m.values())}
-                         for side, m in self.per_side.items()},
-        }
+        """The stats object plus the protocol and the per-side values (``pbgtrain eval --json``)."""
+        return {**self.to_stats(), "protocol": self.protocol.describe(), "per_side": self.per_side_stats()}
 
     def format(self, hits: Sequence[int] | None = None) -> str:
         """One line: the metrics, then the protocol and the number of edges."""

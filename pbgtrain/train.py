@@ -24,12 +24,14 @@ import numpy as np
 import torch
 
 from pbgio.checkpoint import remove_uncommitted
+from pbgio.config import semantic_issues
 from pbgio.edges import bucket_length, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import private_to_public
 from pbgio.spec.edges import chunk_bounds
+from pbgio.spec.stats import EXTRA_KEY
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params
 from pbgtrain.config import RunConfig, default_device
@@ -137,9 +139,9 @@ def resolve_device(requested: str | None, run: RunConfig) -> torch.device:
 
 
 def _validate_inputs(run: RunConfig) -> None:
-    from pbgio.validate import validate_path
+    from pbgio.validate import validate_config
 
-    report = validate_path(run.source, base=run.base)
+    report = validate_config(run.config, base=run.base, source=run.source)
     errors = [i for i in report.issues if i.severity == "error"]
     if errors:
         shown = "\n".join(f"  {i.rule}: {i.file or ''} {i.dataset or ''}: {i.message}" for i in errors[:10])
@@ -177,9 +179,9 @@ class Trainer:
         if state is None:
             return
         load_model_params(self.model, state.params, str(self.ckpt.dir.path))
-        blob = self.ckpt.decode_optimizer(state, str(self.ckpt.dir.path))
-        if blob is not None and self.optimizer is not None and self.ckpt.committed > 0:
-            self.optimizer.load_state_dict(blob)
+        if self.optimizer is not None and self.ckpt.committed > 0:
+            self.ckpt.restore_optimizer(self.optimizer, state, str(self.ckpt.dir.model_path(self.ckpt.committed)),
+                                        self.model.spec.relation_lr)
 
     def model_params(self) -> dict[str, np.ndarray]:
         params = {}
@@ -266,7 +268,7 @@ class Trainer:
         records = []
         total_edges = sum(self._chunk_length(step, b) for b in all_buckets(*self.cfg.bucket_grid()))
         reporter.iteration_started(str(step), self.scheduler.num_buckets, total_edges)
-        for bucket in run_pass(self.scheduler, step.index):
+        for rank, bucket in enumerate(run_pass(self.scheduler, step.index)):
             self.swap_to(bucket, step)
             bucket_started = time.perf_counter()
             bucket_stats, before, after = self.train_bucket(step, bucket, reporter)
@@ -274,8 +276,8 @@ class Trainer:
             if before is not None:
                 before_all.append(before)
                 after_all.append(after)
-            record = self._stats_record(step, bucket, bucket_stats, before, after)
-            records.append(record)
+            records.append(self._stats_record(step, step.index * self.scheduler.num_buckets + rank, bucket,
+                                              bucket_stats, before, after))
             reporter.bucket_done(f"  bucket {bucket}: {bucket_stats.count:,} edges in "
                                  f"{time.perf_counter() - bucket_started:.2f} s, loss "
                                  f"{bucket_stats.loss / max(bucket_stats.count, 1):.4g}"
@@ -288,12 +290,16 @@ class Trainer:
         last_of_epoch = (step.edge_path_idx == step.num_edge_paths - 1
                          and step.edge_chunk_idx == step.num_edge_chunks - 1)
         if interval and last_of_epoch and (step.epoch_idx + 1) % interval == 0:
-            snapshot = step.epoch_idx
+            snapshot = step.epoch_idx + 1  # epoch_{k}/ holds the state after k epochs, as in the original
         version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
                                    self.optimizer.state_dict() if self.optimizer is not None else None,
                                    step.info(), snapshot_epoch=snapshot)
+        chunk_before = _merged(before_all)
+        if chunk_before is not None:  # the original's per-iteration average of the held-out edges
+            records.append({**_iteration_keys(step), "index": (step.index + 1) * self.scheduler.num_buckets - 1,
+                            "eval_stats_chunk_avg": chunk_before.to_stats()})
         self.ckpt.dir.append_stats(records)
-        return IterationRecord(version, step, seconds, stats, _merged(before_all), _merged(after_all))
+        return IterationRecord(version, step, seconds, stats, chunk_before, _merged(after_all))
 
     def _chunk_length(self, step: IterationStep, bucket: Bucket) -> int:
         """Edges of the bucket's chunk in this iteration (bucket lengths read once per edge path)."""
@@ -304,20 +310,30 @@ class Trainer:
         start, end = chunk_bounds(self._bucket_lengths[key], step.num_edge_chunks, step.edge_chunk_idx)
         return end - start
 
-    def _stats_record(self, step: IterationStep, bucket: Bucket, stats: StepStats, before: Any,
+    @staticmethod
+    def _stats_record(step: IterationStep, index: int, bucket: Bucket, stats: StepStats, before: Any,
                       after: Any) -> dict[str, Any]:
+        """A bucket's line of training_stats.json, as the original writes it (pbgio.spec.stats);
+        pbgtrain's own facts go under the sibling key ``pbgtrain``, which the original ignores."""
         count = max(stats.count, 1)
         record: dict[str, Any] = {
-            "epoch_idx": step.epoch_idx, "edge_path_idx": step.edge_path_idx, "edge_chunk_idx": step.edge_chunk_idx,
-            "lhs_partition": bucket.lhs, "rhs_partition": bucket.rhs, "index": step.index,
+            "lhs_partition": bucket.lhs, "rhs_partition": bucket.rhs, "index": index,
             "stats": {"count": stats.count, "metrics": {
                 "loss": stats.loss / count, "reg": stats.reg / count,
                 "violators_lhs": stats.violators_lhs / count, "violators_rhs": stats.violators_rhs / count}},
         }
         if before is not None:
-            record["eval_stats_before"] = before.result().to_dict()
-            record["eval_stats_after"] = after.result().to_dict()
-        return record
+            results = {"before": before.result(), "after": after.result()}
+            for when, result in results.items():
+                record[f"eval_stats_{when}"] = result.to_stats()
+            record[EXTRA_KEY] = {"eval_protocol": results["before"].protocol.describe(),
+                                 **{f"eval_per_side_{when}": result.per_side_stats()
+                                    for when, result in results.items()}}
+        return {**record, **_iteration_keys(step)}
+
+
+def _iteration_keys(step: IterationStep) -> dict[str, int]:
+    return {"epoch_idx": step.epoch_idx, "edge_path_idx": step.edge_path_idx, "edge_chunk_idx": step.edge_chunk_idx}
 
 
 def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
@@ -341,6 +357,9 @@ def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
     with make_reporter(options.interactive, len(plan), start, cfg.verbose) as reporter:
         if cfg.background_io:
             reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
+        for issue in semantic_issues(cfg):  # once per run: what runs differently than one may think
+            if issue.severity == "warning":
+                reporter.log(f"note [{issue.rule}]: {issue.dataset}: {issue.message}")
         for step in plan.steps(start):
             record = trainer.run_iteration(step, reporter)
             result.iterations.append(record)

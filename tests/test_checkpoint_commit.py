@@ -24,6 +24,7 @@ from pbgio.checkpoint import (
 )
 from pbgio.config import ConfigSchema, load_config
 from pbgio.example import build_example
+from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad
 from pbgio.spec.checkpoint import expected_model_params
 from pbgio.validate import validate_path
 
@@ -33,12 +34,13 @@ def states(cfg: ConfigSchema, version: int, counts: dict[tuple[str, int], int]) 
     rng = np.random.default_rng(version)
     embeddings = {
         key: EmbeddingsState(rng.standard_normal((n, cfg.entity_dimension(key[0]))).astype(np.float32),
-                             b"PK\x03\x04" + bytes([version]) * 8)
+                             encode_row_adagrad(np.full(n, version, dtype=np.float32), lr=0.1))
         for key, n in counts.items()
     }
     params = {name: rng.standard_normal(shape).astype(np.float32)
               for name, shape in expected_model_params(cfg, None).items() if shape is not None}
-    return embeddings, ModelState(params, b"PK\x03\x04model")
+    sums = [np.full(p.shape, version, dtype=np.float32) for p in params.values()]
+    return embeddings, ModelState(params, encode_adagrad(sums, lr=0.1, steps=version))
 
 
 def metadata(cfg: ConfigSchema, iteration: int) -> FileMetadata:

@@ -67,7 +67,7 @@ IDS = [[0], [1, 4, 4], [8, 2, 3, 5, 6, 7, 0, 1, 2]]
 def test_bags_are_the_mean_of_the_exported_rows(built: Path, tmp_path: Path, add_global: bool) -> None:
     rows = exported(built, tmp_path, "doc", add_global)
     got = embed_bags(built, "doc", BAGS, add_global=add_global)
-    assert got.dtype == np.float32 and got.shape == (3, 4) and got.flags.c_contiguous
+    assert got.dtype == np.float32 and got.shape == (3, 6) and got.flags.c_contiguous
     want = np.stack([bag_mean(rows, ids) for ids in IDS])
     np.testing.assert_array_equal(got, want)  # bit for bit
     np.testing.assert_allclose(got, np.stack([rows[ids].mean(0) for ids in IDS]), rtol=1e-6, atol=1e-7)
@@ -88,7 +88,7 @@ def test_offsets_names_and_numpy_inputs_mix(built: Path) -> None:
     for bag in ([1, "w4", np.int64(4)], np.array([1, 4, 4]), (np.uint8(1), 4, np.str_("w4")),
                 np.array(["w1", "w4", "w4"])):
         np.testing.assert_array_equal(embed_bags(built, "doc", [bag]), want)
-    assert embed_bags(built, "doc", []).shape == (0, 4)
+    assert embed_bags(built, "doc", []).shape == (0, 6)
 
 
 def test_without_global_embeddings_in_the_config(tmp_path: Path) -> None:

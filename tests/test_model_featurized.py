@@ -141,22 +141,33 @@ def test_both_sides_featurized_sharing_one_table() -> None:
 
 
 @pytest.mark.parametrize(("negatives", "relation", "match"), [
-    (NegativeSampling(4, 10), RelationSpec("reads", "author", "doc"), "num_uniform_negs"),
-    (NegativeSampling(0, 0), RelationSpec("reads", "author", "doc"), "num_batch_negs"),
+    (NegativeSampling(0, 10), RelationSpec("reads", "author", "doc"), "num_batch_negs"),
     (SAME_BATCH, RelationSpec("reads", "author", "doc", all_negs=True), "all_negs"),
 ])
-def test_featurized_types_refuse_other_negatives(negatives: NegativeSampling, relation: RelationSpec,
-                                                 match: str) -> None:
+def test_featurized_types_refuse_what_the_original_cannot_run(negatives: NegativeSampling, relation: RelationSpec,
+                                                              match: str) -> None:
     with pytest.raises(ValueError, match=match):
         EmbeddingModel(ModelSpec({"author": 4, "doc": 4}, (relation,), train_negatives=negatives,
                                  featurized=frozenset({"doc"})))
+    # with the featurized side's negatives disabled, nothing is sampled there: the original runs it
+    disabled = dataclasses.replace(negatives, disable_rhs_negs=True)
+    EmbeddingModel(ModelSpec({"author": 4, "doc": 4}, (relation,), train_negatives=disabled,
+                             featurized=frozenset({"doc"})))
 
 
-def test_uniform_evaluation_negatives_are_refused_for_a_featurized_side() -> None:
-    model = _model(_spec())
-    tables = (EntityTable.random(4, 6), EntityTable.random(8, 6))
-    with pytest.raises(ValueError, match="same-batch negatives only"):
-        forward_batch(model, *tables, _batch(), NegativeSampling(4, 10), requires_grad=False)
+@pytest.mark.parametrize("share", [True, False])
+def test_uniform_negatives_are_skipped_on_the_featurized_side_only(share: bool) -> None:
+    """As the original's BATCH_UNIFORM mode: the plain lhs gets batch + uniform negatives, the
+    featurized rhs its same-batch bags only; the loss trains on both."""
+    negatives = NegativeSampling(num_batch_negs=3, num_uniform_negs=5, share_uniform_negs=share)
+    spec = dataclasses.replace(_spec(), train_negatives=negatives, eval_negatives=negatives)
+    model = _model(spec)
+    authors, features = EntityTable.random(4, 6, init_scale=0.3), EntityTable.random(8, 6, init_scale=0.3)
+    result = forward_batch(model, authors, features, _batch(), negatives, generator=torch.Generator().manual_seed(0))
+    assert result.scores.lhs_neg.shape == (6, 3 + 5)  # chunk of 3 batch negatives + 5 uniform
+    assert result.scores.rhs_neg.shape == (6, 3)  # the other bags of the chunk only
+    stats = train_step(model, authors, features, _batch(), None)
+    assert stats.count == 6 and stats.loss > 0
 
 
 def test_score_candidates_ranks_plain_entities_for_a_bag_and_refuses_ranking_bags() -> None:

@@ -48,10 +48,8 @@ def test_hogwild_delay_is_accepted_as_the_original_accepts_it(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("changes", "key"), [
-    ({"num_uniform_negs": 50}, "num_uniform_negs"),
-    ({"num_uniform_negs": 0, "num_batch_negs": 0}, "num_batch_negs"),
+    ({"num_uniform_negs": 10, "num_batch_negs": 0}, "num_batch_negs"),
     ({"num_uniform_negs": 0, "relations": [{"name": "r", "lhs": "e", "rhs": "e", "all_negs": True}]}, "all_negs"),
-    ({"num_uniform_negs": 0, "eval_fraction": 0.1, "eval_num_uniform_negs": 100}, "eval_num_uniform_negs"),
 ])
 def test_featurized_negative_rules_are_enforced_at_load(tmp_path: Path, changes: dict[str, object],
                                                         key: str) -> None:
@@ -62,14 +60,16 @@ def test_featurized_negative_rules_are_enforced_at_load(tmp_path: Path, changes:
     assert "featurized" in str(info.value)
 
 
-def test_featurized_types_load_with_same_batch_negatives(tmp_path: Path) -> None:
+@pytest.mark.parametrize("uniform", [0, 50])
+def test_featurized_types_load_with_same_batch_negatives(tmp_path: Path, uniform: int) -> None:
+    # with uniform negatives too, as the original trains them (skipped on the featurized side)
     path = tmp_path / "c.json"
     path.write_text(json.dumps(dict(RAW, entities={"e": {"num_partitions": 2, "featurized": True}},
-                                    num_uniform_negs=0, eval_num_uniform_negs=0)))
+                                    num_uniform_negs=uniform, eval_num_uniform_negs=uniform)))
     assert load_run_config(path).config.entities["e"].featurized
 def test_overrides_reach_nested_keys_lists_and_null() -> None:
     cfg = apply_overrides(RAW, ["entities.e.num_partitions=3", "relations.0.all_negs=true", "max_norm=null",
-                                "edge_paths=a, b", "lr=0.5"])
+                                "edge_paths=a,b", "lr=0.5"])
     assert isinstance(cfg, ConfigSchema)
     assert (cfg.entities["e"].num_partitions, cfg.relations[0].all_negs, cfg.max_norm, cfg.edge_paths, cfg.lr) == \
         (3, True, None, ["a", "b"], 0.5)

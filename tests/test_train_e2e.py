@@ -117,7 +117,8 @@ def test_kill_9_then_resume_completes_with_valid_checkpoints(tmp_path: Path) -> 
     assert ckpt.read_version() == 12
     report = validate_path(config)
     assert report.ok, report.issues
-    iterations = [s["index"] for s in ckpt.read_stats()]
+    buckets = 4  # the stats index counts buckets: iteration × buckets + rank in the pass
+    iterations = [s["index"] // buckets for s in ckpt.read_stats()]
     assert set(iterations) == set(range(12))
 
 
@@ -125,7 +126,7 @@ def test_init_path_warm_start_and_snapshots(tmp_path: Path) -> None:
     first = build_example(tmp_path / "first", num_edges=1000)
     fit(load_run_config(first, ["num_epochs=2", "checkpoint_preservation_interval=1"]), FitOptions())
     snapshots = sorted(p.name for p in (first.parent / "checkpoint").iterdir() if p.is_dir())
-    assert snapshots == ["epoch_0", "epoch_1"]
+    assert snapshots == ["epoch_1", "epoch_2"]  # the state after 1 and 2 epochs, named as the original
     source = CheckpointDir(first.parent / "checkpoint")
     trained = source.read_embeddings("user", 0).embeddings
 

@@ -42,16 +42,33 @@ def test_the_originals_featurized_sample_resumes_and_trains_without_conversion(s
     assert not np.array_equal(docs_v1, docs_v3)
 
 
-def test_evaluating_the_sample_takes_same_batch_candidates_only(sample: Path) -> None:
+def test_evaluating_the_sample_takes_same_batch_candidates_on_the_featurized_side(sample: Path) -> None:
     config = sample / "checkpoint" / "config.json"
-    with pytest.raises(ConfigError, match="eval_num_uniform_negs") as info:
-        evaluate_checkpoint(load_run_config(config, base=sample))
-    assert "config-featurized-eval-negs" in str(info.value)
-    run = load_run_config(config, ["eval_num_uniform_negs=0"], base=sample)
+    run = load_run_config(config, base=sample)
+    assert run.config.eval_num_uniform_negs == 1000  # as the original wrote it
+    result = evaluate_checkpoint(run)  # uniform candidates for the plain side only, as the original
+    assert result.metrics.count == 120
+    assert "20 batch + 1,000 uniform negatives (featurized sides: batch negatives only)" in str(result.metrics)
     with pytest.raises(ConfigError, match="--all-entities"):
         evaluate_checkpoint(run, EvalOptions(all_entities=True))
-    result = evaluate_checkpoint(run)
-    assert result.metrics.count == 120 and "20 batch negatives" in str(result.metrics)
+    with pytest.raises(ConfigError, match="eval_num_batch_negs") as info:
+        evaluate_checkpoint(load_run_config(config, ["eval_num_batch_negs=0"], base=sample))
+    assert "config-eval-batch-negs" in str(info.value)
+
+
+def test_uniform_negatives_train_the_plain_side_and_are_noted_once(sample: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The original trains a featurized config with num_uniform_negs > 0 (uniform negatives for
+    plain sides, same-batch ones for the featurized side); so does pbgtrain, saying so once."""
+    config = sample / "checkpoint" / "config.json"
+    run = load_run_config(config, ["num_epochs=3", "num_uniform_negs=10"], base=sample)
+    assert validate_path(config, base=sample).ok
+    result = fit(run, FitOptions(seed=0))
+    assert (result.start_version, result.final_version) == (1, 3)
+    out = capsys.readouterr()
+    notes = (out.out + out.err).count("[config-featurized-uniform-negs]")
+    assert notes == 1, out.out + out.err
+    assert validate_path(config, base=sample).ok
 
 
 def _partitioned_layout(root: Path, rhsd: bool = True) -> Path:
@@ -108,7 +125,9 @@ def test_partitioned_featurized_type_mixed_with_a_plain_type_in_one_edge_file(tm
     metrics = evaluate_checkpoint(run).metrics  # sampled: same-batch candidates, every bucket
     assert metrics.count == 1200 and "10 batch negatives" in str(metrics)
     stats = [json.loads(line) for line in (run.checkpoint_path / "training_stats.json").read_text().splitlines()]
-    assert {(s["lhs_partition"], s["rhs_partition"]) for s in stats} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    buckets = [s for s in stats if "lhs_partition" in s]  # the others: per-iteration eval averages
+    assert {(s["lhs_partition"], s["rhs_partition"]) for s in buckets} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert all("eval_stats_chunk_avg" in s for s in stats if s not in buckets)
 
 
 def test_missing_feature_datasets_are_a_precise_error_even_unvalidated(tmp_path: Path) -> None:

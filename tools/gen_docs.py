@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, plan_checkpoint
-from pbgio.config import ConfigSchema, EntitySchema, RelationSchema, config_json_schema
+from pbgio.config import FALSE_STRINGS, TRUE_STRINGS, ConfigSchema, EntitySchema, RelationSchema, config_json_schema
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR, naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -41,7 +41,9 @@ from pbgio.spec.checkpoint import (
 )
 from pbgio.spec.edges import EDGE_DATASETS, WRITE_CHUNK_ELEMENTS, chunk_bounds, data_name, offsets_name
 from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_text
+from pbgio.spec.optimizer import OPTIMIZER_SPECS, PAYLOAD_GLOBALS
 from pbgio.spec.rules import RULES
+from pbgio.spec.stats import EXTRA_KEY, EXTRA_MEANING, LINE_KEYS, STATS_OBJECT_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_DIR = "docs/format"
@@ -283,7 +285,7 @@ def checkpoint_md() -> str:
         (pattern(naming.model_file, v), f"group `{MODEL_GROUP}`: everything but the embeddings"),
         (pattern(naming.embeddings_file, "{type}", "{part}", v),
          f"dataset `{EMBEDDINGS_DATASET}`: float32, shape (count, dimension of the type)"),
-        (code(naming.TRAINING_STATS), "JSON lines, one object per trained bucket; appended, not versioned"),
+        (code(naming.TRAINING_STATS), "JSON lines, one object per trained bucket (see below); appended, not versioned"),
         (pattern(naming.snapshot_dir, "{k}/"),
          "a preserved version: absolute symlinks to its files and a real version file"),
     ])
@@ -345,8 +347,24 @@ entity type (of each side's type in dynamic mode):
 Both kinds of file may hold the dataset `{OPTIMIZER_DATASET}`: one-dimensional, dtype `|V1`,
 the raw bytes of `torch.save(optimizer.state_dict())`. Its first bytes are a zip header
 (`{TORCH_ZIP_MAGIC!r}`, current torch) or the legacy pickle magic (`{TORCH_LEGACY_MAGIC[:2]!r}…`,
-torch before 1.6). The dataset is absent when there is no optimizer state. pbgio reads and
-writes it as an opaque blob.
+torch before 1.6). The dataset is absent when there is no optimizer state. The original loads
+it with `torch.load` and resumes its optimizer from it, so the blob must name nothing but
+{", ".join(code(g) for g in sorted(PAYLOAD_GLOBALS))} (all allowed by
+`torch.load(weights_only=True)`; pbgio reads blobs without torch and never calls what a blob
+names) and hold what the optimizer reads at its next step:
+
+{_optimizer_tables()}""",
+        f"""## Training stats
+
+`{naming.TRAINING_STATS}` holds one JSON object per line, appended as training goes, never
+versioned. The original replays every line when it resumes: it reads `index` and hands each
+stats object to `Stats.from_dict`, which accepts exactly the keys
+{" and ".join(code(k) for k in STATS_OBJECT_KEYS)} (`count` an integer ≥ 0, `metrics` an
+object of numbers). The keys of a line:
+
+{table(("key", "value", "meaning"), [(code(k.name), "integer" if k.kind == "int" else "`{count, metrics}`",
+                                     k.meaning) for k in LINE_KEYS])}
+Other keys are ignored by the original; pbgtrain writes `{EXTRA_KEY}`: {EXTRA_MEANING}.
 """,
         f"""## Commit protocol
 
@@ -365,6 +383,17 @@ with the validated config on the keys that define the model:
 """,
         f"## Rules\n\n{rule_list('checkpoint')}",
     )
+
+
+def _optimizer_tables() -> str:
+    parts = []
+    for spec in OPTIMIZER_SPECS.values():
+        rows = [(f"`param_groups[0].{k.name}`", k.requirement, k.written) for k in spec.group_keys]
+        rows.append(("`param_groups[0].params`", spec.params, "the same"))
+        rows += [(f"`state[i].{k.name}`", k.requirement, "the trainer's accumulator") for k in spec.state_keys]
+        parts.append(f"**{spec.file} files: {spec.optimizer}** ({spec.why}).\n\n"
+                     + table(("key", "the original needs", "pbgtrain writes"), rows))
+    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------- config.md
@@ -415,10 +444,15 @@ the rules across keys listed at the end apply. The JSON Schema {CONFIG_SCHEMA_LI
 same keys; examples of valid and invalid configs are in
 [`schemas/examples/`](../../schemas/examples/).
 
-Unknown keys are errors (a mixedCase key gets a "did you mean" hint rather than the original's
-silent conversion). The schema is the canonical form, the one `config.json` is written in; the
-loader is a little more lenient, like the original: enum values in any case (`"DOT"`), numeric
-strings and `0`/`1`/`"yes"`/`"no"` where numbers or booleans are expected.
+The schema is the canonical form, the one `config.json` is written in. The loader reads values
+as the original reads them, no more and no less leniently: mixedCase keys (`numEpochs`) as
+snake_case, with the warning {rule_link("config-key-mixedcase")}; `0`/`1` and the strings
+{", ".join(f"`{v}`" for v in sorted(TRUE_STRINGS | FALSE_STRINGS))} (any case) for booleans; an
+integer where a number is expected; `bucket_order` in any case. It refuses, as the original
+does, unknown keys, a string or a fractional number for an integer (`"3"`, `3.0`), a string for
+a number, and `operator`, `comparator`, `loss_fn` or `regularizer` names in another case
+(`"DOT"`: the original looks them up exactly). The rules across keys refuse what the original
+cannot train and warn on what it trains differently than one may think (the list at the end).
 """,
         "## Top-level keys\n\n" + _fields_table(ConfigSchema, schema["properties"]),
         '<a id="entityschema"></a>\n\n## Entity types (`entities.{name}`)\n\n'

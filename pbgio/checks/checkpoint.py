@@ -14,7 +14,14 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
-from pbgio.h5 import attr_str, check_format_version, is_float32, open_h5
+from pbgio.h5 import attr_str, byte_dataset_file, check_format_version, is_float32, open_h5
+from pbgio.optimizer_state import (
+    accumulator_value_problem,
+    accumulators,
+    adagrad_problems,
+    read_state,
+    row_adagrad_problems,
+)
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -24,11 +31,10 @@ from pbgio.spec.checkpoint import (
     MODEL_GROUP,
     OPTIMIZER_DATASET,
     STATE_DICT_KEY_ATTR,
-    TORCH_LEGACY_MAGIC,
-    TORCH_ZIP_MAGIC,
     expected_model_params,
     public_to_private,
 )
+from pbgio.spec.stats import line_problems
 
 ROW_BLOCK_BYTES = 16 << 20
 
@@ -128,7 +134,10 @@ def _check_attrs(ctx: Context, file: Path, f: h5py.File, reference: dict[str, An
     _compare_configs(ctx, file, reference, found, "config.json", drift=True, dataset=CONFIG_JSON_ATTR)
 
 
-def _check_blob(ctx: Context, file: Path, f: h5py.File) -> None:
+def _check_blob(ctx: Context, file: Path, f: h5py.File, *, count: int | None = None,
+                shapes: list[tuple[int, ...] | None] | None = None, model: bool = False) -> None:
+    """The optimizer blob: a torch payload that loads safely, holding the state the original resumes
+    from (RowAdagrad of ``count`` rows for embeddings; Adagrad of ``shapes`` for the model)."""
     if OPTIMIZER_DATASET not in f:
         return
     ds = f[OPTIMIZER_DATASET]
@@ -136,10 +145,21 @@ def _check_blob(ctx: Context, file: Path, f: h5py.File) -> None:
         found = f"{ds.ndim}-D {ds.dtype}" if isinstance(ds, h5py.Dataset) else "a group"
         ctx.add("optimizer-blob", file, OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found {found}")
         return
-    head = ds[: len(TORCH_LEGACY_MAGIC)].tobytes()
-    if not (head.startswith(TORCH_ZIP_MAGIC) or head == TORCH_LEGACY_MAGIC):
-        ctx.add("optimizer-blob", file, OPTIMIZER_DATASET,
-                f"expected a torch.save payload (zip or legacy pickle), found bytes {head[:8]!r}")
+    try:
+        with byte_dataset_file(ds) as blob:
+            state = read_state(blob, ctx.display(file))
+            problems = adagrad_problems(state, shapes) if model else row_adagrad_problems(state, count)
+            if problems:
+                rule_id = "optimizer-state-model" if model else "optimizer-state-embeddings"
+                ctx.add(rule_id, file, OPTIMIZER_DATASET, problems[0])
+                return
+            for where, ref in accumulators(state):
+                problem = accumulator_value_problem(state, where, ref)
+                if problem:
+                    ctx.add("optimizer-state-values", file, OPTIMIZER_DATASET, problem)
+                    return
+    except FormatError as exc:
+        ctx.add_error(exc, file)
 
 
 def _with_open(ctx: Context, file: Path, check: Callable[[h5py.File], None]) -> None:
@@ -164,17 +184,19 @@ def _check_embeddings(ctx: Context, file: Path, f: h5py.File, etype: str, part: 
                       reference: dict[str, Any] | None) -> None:
     ctx.report.count_checked("embeddings files")
     _check_attrs(ctx, file, f, reference)
-    _check_blob(ctx, file, f)
     ds = f.get(EMBEDDINGS_DATASET)
     if not isinstance(ds, h5py.Dataset) or not is_float32(ds.dtype) or ds.ndim != 2:
         found = "none" if ds is None else (
             f"{ds.ndim}-D {ds.dtype}" if isinstance(ds, h5py.Dataset) else "a group")
         ctx.add("embeddings-dataset", file, EMBEDDINGS_DATASET,
                 f"expected a 2-D float32 dataset, found {found}")
+        _check_blob(ctx, file, f, count=None)
         return
     cfg = ctx.config
+    known = ctx.count(etype, part) if cfg is not None and etype in cfg.entities else None
+    _check_blob(ctx, file, f, count=known if known is not None else ds.shape[0])
     if cfg is not None and etype in cfg.entities:
-        count = ctx.count(etype, part)
+        count = known
         expected = (count if count is not None else ds.shape[0], cfg.entity_dimension(etype))
         if tuple(ds.shape) != expected:
             ctx.add("embeddings-shape", file, EMBEDDINGS_DATASET,
@@ -210,9 +232,9 @@ def _check_model_file(ctx: Context, file: Path, reference: dict[str, Any] | None
 def _check_model(ctx: Context, file: Path, f: h5py.File, reference: dict[str, Any] | None) -> None:
     ctx.report.count_checked("model files")
     _check_attrs(ctx, file, f, reference)
-    _check_blob(ctx, file, f)
     cfg = ctx.config
     expected = expected_model_params(cfg, ctx.dynamic_rel_count) if cfg is not None else None
+    _check_blob(ctx, file, f, model=True, shapes=None if expected is None else list(expected.values()))
     seen = set()
     group = f.get(MODEL_GROUP)
     for name, ds in _walk(group) if isinstance(group, h5py.Group) else ():
@@ -257,38 +279,55 @@ def _check_param(ctx: Context, file: Path, name: str, ds: Any,
 
 
 def _check_snapshots(ctx: Context, path: Path) -> None:
+    """Each ``epoch_{k}/`` is a loadable checkpoint: a version file and, for that version, the model
+    and every partition's embeddings, resolving to existing files (the original writes absolute
+    symlinks, which dangle once the directory moves or the linked version is deleted)."""
+    cfg = ctx.config
     for snap in sorted(p for p in path.iterdir() if p.is_dir() and naming.SNAPSHOT_DIR_RE.match(p.name)):
-        version_file = snap / naming.CHECKPOINT_VERSION
-        if not version_file.is_file():
-            ctx.add("checkpoint-snapshot-broken", snap, None,
-                    f"expected {naming.CHECKPOINT_VERSION} in the snapshot, found none")
+        ctx.report.count_checked("snapshots")
         for entry in sorted(snap.iterdir()):
             if entry.is_symlink() and not entry.exists():
                 ctx.add("checkpoint-snapshot-broken", entry, None,
                         f"expected the link to resolve, found it points to missing {entry.readlink()}")
+        try:
+            version = CheckpointDir(snap).read_version()
+        except FormatError as exc:
+            ctx.add_error(exc, snap / naming.CHECKPOINT_VERSION)
+            continue
+        if not (snap / naming.CHECKPOINT_VERSION).is_file() or version == 0:
+            ctx.add("checkpoint-snapshot-broken", snap, None,
+                    f"expected {naming.CHECKPOINT_VERSION} naming the preserved version, found "
+                    f"{'none' if not (snap / naming.CHECKPOINT_VERSION).is_file() else 'version 0'}")
+            continue
+        expected = [naming.model_file(version)]
+        if cfg is not None:
+            expected += [naming.embeddings_file(t, p, version)
+                         for t, e in cfg.entities.items() for p in range(e.num_partitions)]
+        missing = [name for name in expected if not (snap / name).is_symlink() and not (snap / name).exists()]
+        if missing:
+            ctx.add("checkpoint-snapshot-broken", snap / missing[0], None,
+                    f"expected this file of preserved version {version} in the snapshot, found none"
+                    + (f" (and {len(missing) - 1} more missing)" if len(missing) > 1 else ""))
 
 
 def _check_stats(ctx: Context, path: Path) -> None:
     if not path.is_file():
         return
-    rows: list[int] = []
-    first = ""
+    rows: dict[str, list[int]] = {}
+    first: dict[str, str] = {}
     with path.open(encoding="utf-8", errors="replace") as lines:
         for index, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                problems = line_problems(json.loads(line))
             except json.JSONDecodeError as exc:
-                value, problem = None, f"invalid JSON ({exc.msg})"
-            else:
-                problem = "" if isinstance(value, dict) else f"a JSON {type(value).__name__}"
-            if problem:
-                rows.append(index)
-                first = first or f"{problem} on line {index + 1}"
-    if rows:
-        ctx.add("training-stats-format", path, None, f"expected one JSON object per line, found {first}",
-                rows=tuple(rows[:5]), count=len(rows))
+                problems = [("training-stats-format", f"expected a JSON object, found invalid JSON ({exc.msg})")]
+            for rule_id, message in problems:
+                rows.setdefault(rule_id, []).append(index)
+                first.setdefault(rule_id, f"line {index + 1}: {message}")
+    for rule_id, found in rows.items():
+        ctx.add(rule_id, path, None, first[rule_id], rows=tuple(found[:5]), count=len(found))
 
 
 def check_checkpoint_file(ctx: Context, file: Path) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+from numpy.typing import NDArray
+
 from pbgio import entities
 from pbgio.checks import Context
 from pbgio.errors import FormatError, MissingArtifactError
@@ -36,20 +39,55 @@ def check_entity_dir(ctx: Context, entity_path: Path) -> None:
         except FormatError as exc:
             ctx.add_error(exc, path)
         ctx.report.count_checked("entity count files")
+    hashes: dict[str, dict[int, NDArray[np.int64]]] = {}
     for path in sorted(entity_path.glob("entity_names_*_*.json")):
         parsed = naming.parse_entity_names_file(path.name)
         if parsed:
-            _check_names(ctx, entity_path, *parsed)
+            names = _check_names(ctx, entity_path, *parsed)
+            if names is not None:
+                hashes.setdefault(parsed[0], {})[parsed[1]] = np.fromiter(
+                    (hash(n) for n in names), dtype=np.int64, count=len(names))
+    for etype, parts in sorted(hashes.items()):
+        if len(parts) > 1:
+            _check_names_across_partitions(ctx, entity_path, etype, parts)
     _check_relation_files(ctx, entity_path)
 
 
-def _check_names(ctx: Context, entity_path: Path, etype: str, part: int) -> None:
+def _check_names_across_partitions(ctx: Context, entity_path: Path, etype: str,
+                                   hashes: dict[int, NDArray[np.int64]]) -> None:
+    """A name in two partitions of a type: found through one hash per name (memory bounded by
+    8 bytes a name), confirmed on the strings of the partitions involved."""
+    keys = sorted(hashes)
+    all_hashes = np.concatenate([np.unique(hashes[p]) for p in keys])
+    values, counts = np.unique(all_hashes, return_counts=True)
+    suspects = set(values[counts > 1].tolist())
+    if not suspects:
+        return
+    seen: dict[str, int] = {}
+    repeated: list[tuple[str, int, int]] = []
+    for part in keys:
+        rows = np.flatnonzero(np.isin(hashes[part], list(suspects)))
+        names = entities.read_entity_names(entity_path, etype, part)
+        for row in rows.tolist():
+            name = names[row]
+            first = seen.setdefault(name, part)
+            if first != part:
+                repeated.append((name, first, part))
+    if repeated:
+        name, first, part = repeated[0]
+        ctx.add("entity-names-duplicate", entity_path / naming.entity_names_file(etype, part), None,
+                f"expected each name of {etype!r} in one partition, found {name!r} in partitions {first} "
+                f"and {part}" + (f" ({len(repeated)} names in all)" if len(repeated) > 1 else ""),
+                count=len(repeated))
+
+
+def _check_names(ctx: Context, entity_path: Path, etype: str, part: int) -> list[str] | None:
     path = entity_path / naming.entity_names_file(etype, part)
     try:
         names = entities.read_entity_names(entity_path, etype, part)
     except (FormatError, MissingArtifactError) as exc:
         ctx.add_error(exc, path)
-        return
+        return None
     ctx.report.count_checked("entity names files")
     count = ctx.counts.get((etype, part))
     if count is not None and len(names) != count:
@@ -61,6 +99,7 @@ def _check_names(ctx: Context, entity_path: Path, etype: str, part: int) -> None
         ctx.add("entity-names-duplicate", path, None,
                 f"expected unique names, found {len(dupes)} repeated, e.g. {dupes[0]!r}",
                 rows=tuple(first_rows[:5]), count=len(dupes))
+    return names
 
 
 def _check_relation_files(ctx: Context, entity_path: Path) -> None:

@@ -329,9 +329,9 @@ class _Planner:
             self.plan.changes.append(f"model parameter {old} → {new}{how}")
 
     def _featurized_negatives(self, raw: dict[str, Any]) -> None:
-        """Seed 002 today: featurized types take same-batch negatives only, so uniform sampling is
-        disabled globally. The legacy trainer skipped uniform negatives for featurized types
-        silently (and refused all_negs for them); make that explicit in the migrated config."""
+        """all_negs on a featurized side cannot run (the legacy trainer refused it, today's original
+        fails): it becomes false. Uniform negatives stay: the original skips them for featurized
+        types and keeps them for plain ones, and so does pbgtrain (a warning, not a change)."""
         entities = raw.get("entities")
         if not isinstance(entities, dict):
             return
@@ -339,12 +339,6 @@ class _Planner:
                       (True, 1, "1", "true", "True")}
         if not featurized:
             return
-        why = (f"entity types {sorted(featurized)} are featurized: same-batch negatives only (seed 002); the "
-               "legacy trainer skipped uniform negatives for them silently")
-        for key in ("num_uniform_negs", "eval_num_uniform_negs"):
-            if raw.get(key) not in (0, "0", None):
-                self.plan.changes.append(f"{key}: {raw[key]!r} → 0 ({why})")
-                raw[key] = 0
         for i, rel in enumerate(raw.get("relations") or []):
             if isinstance(rel, dict) and rel.get("all_negs") and {rel.get("lhs"), rel.get("rhs")} & featurized:
                 self.plan.changes.append(f"relations[{i}].all_negs: {rel['all_negs']!r} → False (a featurized side; "

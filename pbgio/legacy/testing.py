@@ -274,8 +274,8 @@ def write_legacy_layout(root: Path, spec: LegacySpec) -> LegacyTruth:
     legacy_config = _legacy_config(current, spec, num_rel_ids)
     expected_config = dict(current, entity_path="data/entities", edge_paths=["data/train_partitioned"],
                            checkpoint_path="checkpoint", init_path="init" if spec.init_dir else None)
-    if spec.featurized:  # the migration makes the legacy trainer's silent behaviour explicit (seed 002)
-        expected_config.update(num_uniform_negs=0, eval_num_uniform_negs=0, relations=[
+    if spec.featurized:  # the legacy trainer refused all_negs on a featurized side (uniform negatives stay)
+        expected_config.update(relations=[
             dict(r, all_negs=r["all_negs"] and "tag" not in (r["lhs"], r["rhs"])) for r in relations])
 
     # --- checkpoint

@@ -16,6 +16,8 @@ Every file name pbgio reads or writes is built and parsed here, nowhere else.
 ('model', None, None, 7)
 >>> entity_type_name_problem("../etc")
 'contains a path separator'
+>>> entity_type_name_portability("user:v1")
+"contains ':', which some file systems forbid"
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ LEGACY_MARKERS_RE = re.compile(
 )
 
 MAX_TYPE_NAME_BYTES = 200
-_FORBIDDEN_CHARS = set('<>:"|?*.')
+MAX_FILE_NAME_BYTES = 255
+_UNPORTABLE_CHARS = set('<>:"|?*')
 
 
 def entity_count_file(entity_type: str, part: int) -> str:
@@ -100,18 +103,32 @@ def is_legacy_marker(name: str) -> bool:
 
 
 def entity_type_name_problem(name: str) -> str | None:
-    """Why ``name`` is unsafe as part of a file name, or None when it is safe."""
+    """Why the original cannot use ``name`` as an entity type (rule ``entity-type-name-unsafe``),
+    or None: it must fit in its file names and its model's parameter names."""
     if not name:
         return "is empty"
-    if len(name.encode("utf-8")) > MAX_TYPE_NAME_BYTES:
-        return f"is longer than {MAX_TYPE_NAME_BYTES} bytes in UTF-8"
-    if "/" in name or "\\" in name:
+    if "/" in name:
         return "contains a path separator"
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return "contains a control character"
+    if "\0" in name:
+        return "contains a NUL character, which no file name can hold"
     if "." in name:
         return "contains a dot, which the model file's entities/{type}/global_embedding names cannot hold"
-    bad = sorted(_FORBIDDEN_CHARS.intersection(name))
+    longest = embeddings_file(name, 0, 999_999)  # its longest file name, versions up to 999999
+    if len(longest.encode("utf-8")) > MAX_FILE_NAME_BYTES:
+        return f"makes {longest[:40]}… longer than the {MAX_FILE_NAME_BYTES} bytes a file name may have"
+    return None
+
+
+def entity_type_name_portability(name: str) -> str | None:
+    """Why ``name``, usable by the original on Linux, is not portable across file systems (rule
+    ``entity-type-name-unportable``), or None."""
+    if len(name.encode("utf-8")) > MAX_TYPE_NAME_BYTES:
+        return f"is longer than {MAX_TYPE_NAME_BYTES} bytes in UTF-8"
+    if "\\" in name:
+        return "contains a backslash, a path separator on Windows"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "contains a control character"
+    bad = sorted(_UNPORTABLE_CHARS.intersection(name))
     if bad:
         return f"contains {''.join(bad)!r}, which some file systems forbid"
     if name != name.strip(" "):

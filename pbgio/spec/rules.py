@@ -49,10 +49,14 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "The directory is in the current layout, not the legacy .pt layout (migrate it with "
      "`pbgio convert --from legacy SRC DST`)."),
     ("entity-type-name-unsafe", "error", "config",
-     "An entity type name is usable in file names on every platform and in model dataset names: "
-     "not empty, at most 200 bytes, no path separator, control character, dot (the original maps "
-     "entities/{type}/global_embedding with [^./]+) or any of <>:\"|?*, and no leading or "
-     "trailing space."),
+     "An entity type name can be part of the layout's file names and of model dataset names, as "
+     "the original needs: not empty, no '/' or NUL (file names), no dot (the original's model "
+     "maps entities/{type}/global_embedding with [^./]+ and cannot register a dotted name), and "
+     "embeddings_{type}_0.v999999.h5 at most 255 bytes."),
+    ("entity-type-name-unportable", "warning", "config",
+     "An entity type name is portable across file systems: at most 200 bytes in UTF-8, no "
+     "backslash, control character or any of <>:\"|?*, no leading or trailing space (Linux, "
+     "and the original there, accept them; Windows and some object stores do not)."),
     # --- config ---------------------------------------------------------------------------
     ("config-unreadable", "error", "config", "The config file exists and is a JSON object."),
     ("config-schema", "error", "config",
@@ -73,18 +77,39 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "batch_size is a multiple of num_batch_negs when num_batch_negs > 0."),
     ("config-machines-partitions", "error", "config",
      "num_machines > 1 needs at least one entity type with more than one partition."),
-    ("config-featurized-uniform-negs", "error", "config",
-     "With a featurized entity type, num_uniform_negs is 0: featurized entities take same-batch "
-     "negatives only, so uniform sampling is disabled globally (seed 002)."),
+    ("config-key-mixedcase", "warning", "config",
+     "Keys are snake_case. The original converts legacy mixedCase keys (numEpochs -> num_epochs, in "
+     "the config, its entities and relations; a later key wins over an earlier one that converts "
+     "to the same name), and so does pbgio; config.json files are written in snake_case."),
+    ("config-unusual-value", "warning", "config",
+     "A value the original accepts but that rarely means what was intended: a negative "
+     "regularization_coef (it rewards large embeddings), a regularizer other than N3 while "
+     "regularization_coef is 0 (unused), a negative checkpoint_preservation_interval (the "
+     "original's epoch % interval keeps a snapshot every |interval| epochs), num_partition_servers "
+     "below -1 (the same as -1)."),
+    ("config-relation-dimensions", "error", "config",
+     "A relation's lhs and rhs entity types have the same dimension (the comparator compares their "
+     "embeddings; the original fails on the first batch otherwise)."),
+    ("config-no-negatives", "error", "config",
+     "num_batch_negs and num_uniform_negs are not both 0 while a relation has all_negs false (the "
+     "original's chunk size is then 0 and it fails with a division by zero)."),
+    ("config-eval-batch-negs", "error", "config",
+     "eval_num_batch_negs is an integer > 0: the original rounds its evaluation batch size up to "
+     "a multiple of it before training each bucket (eval_fraction 0 included) and fails on 0 or "
+     "null."),
+    ("config-featurized-uniform-negs", "warning", "config",
+     "With uniform negatives (num_uniform_negs, or eval_num_uniform_negs while evaluating, > 0), a "
+     "featurized side still takes same-batch negatives only: the original, and pbgtrain, skip "
+     "uniform sampling for it (a featurized type has no table to sample) while plain sides take "
+     "their uniform negatives (seed 002)."),
     ("config-featurized-batch-negs", "error", "config",
-     "With a featurized entity type, num_batch_negs > 0 (same-batch negatives are the only ones left)."),
+     "A featurized side whose negatives are enabled gets same-batch negatives: num_batch_negs > 0 "
+     "(eval_num_batch_negs > 0 to evaluate) unless its relation has all_negs. With 0 the original "
+     "samples uniform negatives only, which a featurized type cannot give, and fails."),
     ("config-featurized-all-negs", "error", "config",
-     "A relation whose lhs or rhs type is featurized has all_negs false (a featurized type has "
-     "features, not a list of entities to rank against)."),
-    ("config-featurized-eval-negs", "error", "config",
-     "With a featurized entity type and eval_fraction > 0, evaluation takes same-batch negatives "
-     "only: eval_num_uniform_negs (or num_uniform_negs when null) is 0 and eval_num_batch_negs (or "
-     "num_batch_negs when null) > 0."),
+     "A relation whose lhs or rhs type is featurized, with negatives enabled on that side, has "
+     "all_negs false (a featurized type has features, not a list of entities to rank against; the "
+     "original fails)."),
     ("config-logistic-cos", "warning", "config",
      "The logistic loss is not combined with the cos comparator (scores in [-1, 1] train poorly)."),
     # --- entities -------------------------------------------------------------------------
@@ -99,8 +124,9 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "entity_names_{type}_{part}.json is a JSON list of strings."),
     ("entity-names-count", "error", "entities",
      "An entity names file lists exactly as many names as the partition's count."),
-    ("entity-names-duplicate", "warning", "entities",
-     "Entity names are unique within a partition."),
+    ("entity-names-duplicate", "error", "entities",
+     "A name maps to one entity: names are unique within an entity type, across its partitions (export, "
+     "embedding and lookup by name would otherwise be ambiguous)."),
     ("dynamic-rel-count-missing", "error", "entities",
      "dynamic_rel_count.txt exists when dynamic_relations is true."),
     ("dynamic-rel-count-format", "error", "entities",
@@ -178,18 +204,40 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("checkpoint-stale-files", "warning", "checkpoint",
      "No files of versions other than the committed one, v0 and preserved snapshots remain "
      "(leftovers of an interrupted commit)."),
-    ("checkpoint-snapshot-broken", "warning", "checkpoint",
-     "Every epoch_{k}/ snapshot holds a version file and links that resolve to existing files."),
+    ("checkpoint-snapshot-broken", "error", "checkpoint",
+     "Every epoch_{k}/ snapshot is a loadable checkpoint: it holds a version file naming a version N > 0 "
+     "and, for N, the model file and the embeddings of every entity type and partition, as files or "
+     "links that resolve (the original writes absolute symlinks, which dangle when the directory "
+     "moves or the linked files are deleted)."),
     ("training-stats-format", "error", "checkpoint",
      "Each line of training_stats.json is a JSON object."),
+    ("training-stats-index", "error", "checkpoint",
+     "Each line of training_stats.json has an integer index >= 0 (the original reads it from every "
+     "line when it resumes)."),
+    ("training-stats-object", "error", "checkpoint",
+     "stats, eval_stats_before, eval_stats_after and eval_stats_chunk_avg, where a line has them, hold "
+     "exactly the keys count (an integer >= 0) and metrics (an object of numbers): the original's "
+     "Stats.from_dict refuses any other key, so extra facts go in sibling keys of the line."),
     ("embeddings-dataset", "error", "checkpoint",
      "An embeddings file holds a dataset `embeddings` of dtype float32 and two dimensions."),
     ("embeddings-shape", "error", "checkpoint",
      "The embeddings have shape (entity count, dimension of the type)."),
     ("embeddings-nonfinite", "error", "checkpoint", "Every embedding value is finite."),
     ("optimizer-blob", "error", "checkpoint",
-     "optimizer/state_dict, when present, is a one-dimensional opaque (|V1) blob holding a "
-     "torch.save payload (zip or legacy pickle)."),
+     "optimizer/state_dict, when present, is a one-dimensional opaque (|V1) blob holding a complete "
+     "torch.save payload (zip or legacy container) that names no global beyond the tensors, storages "
+     "and OrderedDict that torch.load(weights_only=True) allows."),
+    ("optimizer-state-embeddings", "error", "checkpoint",
+     "The optimizer state of an embeddings file is the original's RowAdagrad state of the partition: "
+     "one param group with lr >= 0, lr_decay 0, weight_decay 0 and params [0], and state[0]['sum'] a "
+     "float32 tensor of one accumulator per embedding row."),
+    ("optimizer-state-model", "error", "checkpoint",
+     "The optimizer state of a model file is the original's Adagrad state of the model parameters in "
+     "its parameter order: one param group with lr, lr_decay, weight_decay, eps and params [0 … P-1], "
+     "and for each parameter a 'step' and a float32 'sum' of the parameter's shape; {} when the model "
+     "has no parameters."),
+    ("optimizer-state-values", "error", "checkpoint",
+     "Every Adagrad accumulator ('sum') in an optimizer state is finite and non-negative."),
     ("model-param-name", "error", "checkpoint",
      "Every dataset under model/ is relations/{idx}/operator/{lhs|rhs}/{param} or "
      "entities/{type}/global_embedding, with an index, side, parameter and type the config has."),

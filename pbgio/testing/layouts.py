@@ -36,9 +36,9 @@ from pbgio.checkpoint import (
 )
 from pbgio.config import ConfigSchema, parse_config
 from pbgio.edges import EdgeBucket, FeatureLists, write_bucket
+from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
-    TORCH_ZIP_MAGIC,
     global_embedding_name,
     operator_param_name,
     param_shapes,
@@ -172,11 +172,6 @@ def checkpoint_metadata(config: ConfigSchema, version: int) -> FileMetadata:
     return FileMetadata(config_json=config.to_json(), iteration=iteration_info(config, version))
 
 
-def fake_torch_blob(payload: bytes = b"") -> bytes:
-    """Opaque optimizer-state bytes that look like a torch.save zip payload."""
-    return TORCH_ZIP_MAGIC + payload
-
-
 # --------------------------------------------------------------------------- writing
 
 
@@ -226,10 +221,12 @@ def _make_config(*, partitioned: bool, featurized: bool, dynamic: bool,
     user_parts = 2 if partitioned else 1
     ents: dict[str, dict[str, Any]] = {
         "user": {"num_partitions": user_parts},
-        "item": {"num_partitions": 1, "dimension": 6},
+        # A relation joins types of one dimension (the comparator compares them): item's own
+        # dimension differs from the global one only where item relates to item alone.
+        "item": {"num_partitions": 1, "dimension": 4 if dynamic else 6},
     }
     if featurized:
-        ents["doc"] = {"num_partitions": 1, "featurized": True}
+        ents["doc"] = {"num_partitions": 1, "featurized": True, "dimension": 4 if dynamic else 6}
     rels: list[dict[str, Any]]
     if dynamic:
         rels = [{"name": "interacts", "lhs": "user", "rhs": "doc" if featurized else "item",
@@ -237,7 +234,7 @@ def _make_config(*, partitioned: bool, featurized: bool, dynamic: bool,
     else:
         rels = [
             {"name": "follows", "lhs": "user", "rhs": "user", "operator": "translation"},
-            {"name": "likes", "lhs": "user", "rhs": "item", "operator": "diagonal", "weight": 0.5},
+            {"name": "likes", "lhs": "item", "rhs": "item", "operator": "diagonal", "weight": 0.5},
         ]
         if featurized:
             rels.append({"name": "describes", "lhs": "doc", "rhs": "item", "operator": "affine"})
@@ -274,11 +271,12 @@ def small_valid_layout(
 ) -> Layout:
     """A deterministic valid layout, rich enough for every mutation.
 
-    Static mode: ``user`` (2 partitions unless ``partitioned=False``), ``item`` (1 partition,
-    dimension 6) and, with ``featurized``, ``doc`` (featurized, 1 partition); relations
-    ``follows`` (user→user, translation), ``likes`` (user→item, diagonal) and ``describes``
-    (doc→item, affine). Dynamic mode: one relation ``interacts`` (user→doc, or user→item
-    without ``featurized``, affine) with 3 relation ids and no global embeddings.
+    Static mode: ``user`` (2 partitions unless ``partitioned=False``, dimension 4), ``item`` (1
+    partition, dimension 6) and, with ``featurized``, ``doc`` (featurized, 1 partition,
+    dimension 6); relations ``follows`` (user→user, translation), ``likes`` (item→item,
+    diagonal) and ``describes`` (doc→item, affine). Dynamic mode: every type has dimension 4;
+    one relation ``interacts`` (user→doc, or user→item without ``featurized``, affine) with 3
+    relation ids and no global embeddings.
 
     Bucket (1, 1) is empty with ``empty_bucket``; edges of unpartitioned types sit in
     partition 0 buckets. With ``checkpoint``, version 1 is committed (``snapshot`` adds an
@@ -380,7 +378,7 @@ def _random_checkpoint(rng: np.random.Generator, layout: Layout, *, version: int
     embeddings = {
         (t, p): EmbeddingsState(
             rng.standard_normal((layout.count(t, p), cfg.entity_dimension(t))).astype(np.float32),
-            fake_torch_blob(f"row-adagrad {t} {p}".encode()),
+            encode_row_adagrad(rng.uniform(0, 2, layout.count(t, p)).astype(np.float32), lr=cfg.lr),
         )
         for t, p in all_parts(cfg)
     }
@@ -388,7 +386,8 @@ def _random_checkpoint(rng: np.random.Generator, layout: Layout, *, version: int
         name: rng.standard_normal(shape).astype(np.float32)
         for name, shape in expected_params(cfg, layout.dynamic_rel_count).items()
     }
-    model = ModelState(params, fake_torch_blob(b"async-adagrad"))
+    sums = [rng.uniform(0, 2, value.shape).astype(np.float32) for value in params.values()]
+    model = ModelState(params, encode_adagrad(sums, lr=cfg.relation_lr or cfg.lr, steps=3) if sums else None)
     stats = [
         {"lhs_partition": lhs, "rhs_partition": rhs, "index": i,
          "stats": {"count": len(layout.buckets[cfg.edge_paths[0]][(lhs, rhs)]),

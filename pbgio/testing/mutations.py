@@ -32,6 +32,7 @@ import h5py
 import numpy as np
 
 from pbgio.config import ConfigSchema, parse_config
+from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -40,6 +41,8 @@ from pbgio.spec.checkpoint import (
     OPTIMIZER_DATASET,
     STATE_DICT_KEY_ATTR,
     TORCH_LEGACY_MAGIC,
+    expected_model_params,
+    public_to_private,
 )
 from pbgio.spec.rules import RULES
 from pbgio.testing.layouts import Layout, relation_types, small_valid_layout, write_layout
@@ -51,6 +54,7 @@ LAYOUTS: dict[str, Callable[[], Layout]] = {
     "default": small_valid_layout,
     "dynamic": functools.partial(small_valid_layout, dynamic=True),
     "snapshot": functools.partial(small_valid_layout, snapshot=True),
+    "plain": functools.partial(small_valid_layout, featurized=False),
 }
 """Named starting layouts (all valid); see :func:`pbgio.testing.layouts.small_valid_layout`."""
 
@@ -205,18 +209,45 @@ def _legacy_layout(root: Path) -> None:
     (directory / "x_1.pt.1").write_bytes(TORCH_LEGACY_MAGIC + b"embeddings")
 
 
-@mutates("entity-type-name-unsafe")
-def _entity_type_name_unsafe(root: Path) -> None:
-    bad = "item?"
-
+def _rename_type(root: Path, old: str, new: str, *, everywhere: bool = False) -> None:
+    """Rename entity type ``old`` in config.json; ``everywhere``: in its files, the checkpoint's
+    config copies and its model parameter names too (a consistent layout under the new name)."""
     def edit(data: dict[str, Any]) -> None:
-        data["entities"] = {(bad if k == "item" else k): v for k, v in data["entities"].items()}
+        data["entities"] = {(new if k == old else k): v for k, v in data["entities"].items()}
         for rel in data["relations"]:
             for side in ("lhs", "rhs"):
-                if rel[side] == "item":
-                    rel[side] = bad
+                if rel[side] == old:
+                    rel[side] = new
 
     _edit_config(root, edit)
+    if not everywhere:
+        return
+    ckpt = _checkpoint_dir(root)
+    with _json(ckpt / naming.CONFIG_JSON) as data:
+        edit(data)
+    for directory, prefixes in ((root / "entities", ("entity_count_", "entity_names_")), (ckpt, ("embeddings_",))):
+        for path in sorted(directory.iterdir()):
+            for prefix in prefixes:
+                if path.name.startswith(f"{prefix}{old}_"):
+                    path.rename(directory / f"{prefix}{new}_{path.name[len(prefix) + len(old) + 1:]}")
+    for path in sorted(ckpt.glob("*.h5")):
+        _edit_config_attr(path, edit)
+        with _h5(path) as f:
+            if f"model/entities/{old}" in f:
+                f.move(f"model/entities/{old}", f"model/entities/{new}")
+                for dataset in f[f"model/entities/{new}"].values():
+                    dataset.attrs[STATE_DICT_KEY_ATTR] = public_to_private(
+                        dataset.name.removeprefix(f"/{MODEL_GROUP}/"))
+
+
+@mutates("entity-type-name-unsafe")
+def _entity_type_name_unsafe(root: Path) -> None:
+    _rename_type(root, "item", "item.v1")
+
+
+@mutates("entity-type-name-unportable")
+def _entity_type_name_unportable(root: Path) -> None:
+    _rename_type(root, "item", "item?", everywhere=True)
 
 
 # --------------------------------------------------------------------------- config
@@ -272,6 +303,31 @@ def _config_batch_negs_divide(root: Path) -> None:
     _edit_config(root, lambda d: d.update(batch_size=1000, num_batch_negs=7))
 
 
+@mutates("config-key-mixedcase")
+def _config_key_mixedcase(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(numEpochs=d.pop("num_epochs")))
+
+
+@mutates("config-unusual-value")
+def _config_unusual_value(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(regularization_coef=-0.1))
+
+
+@mutates("config-relation-dimensions")
+def _config_relation_dimensions(root: Path) -> None:
+    _edit_config(root, lambda d: d["relations"][1].update(lhs="user"))  # likes: user (4) → item (6)
+
+
+@mutates("config-no-negatives", layout="plain")
+def _config_no_negatives(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(num_batch_negs=0, num_uniform_negs=0))
+
+
+@mutates("config-eval-batch-negs", layout="plain")
+def _config_eval_batch_negs(root: Path) -> None:
+    _edit_config(root, lambda d: d.update(eval_num_batch_negs=None))
+
+
 @mutates("config-featurized-uniform-negs")
 def _config_featurized_uniform_negs(root: Path) -> None:
     _edit_config(root, lambda d: d.update(num_uniform_negs=50))
@@ -279,7 +335,7 @@ def _config_featurized_uniform_negs(root: Path) -> None:
 
 @mutates("config-featurized-batch-negs")
 def _config_featurized_batch_negs(root: Path) -> None:
-    _edit_config(root, lambda d: d.update(num_batch_negs=0))
+    _edit_config(root, lambda d: d.update(num_batch_negs=0, num_uniform_negs=10))
 
 
 @mutates("config-featurized-all-negs")
@@ -289,11 +345,6 @@ def _config_featurized_all_negs(root: Path) -> None:
         next(r for r in data["relations"] if {r["lhs"], r["rhs"]} & featurized)["all_negs"] = True
 
     _edit_config(root, edit)
-
-
-@mutates("config-featurized-eval-negs")
-def _config_featurized_eval_negs(root: Path) -> None:
-    _edit_config(root, lambda d: d.update(eval_fraction=0.1, eval_num_uniform_negs=100))
 
 
 @mutates("config-machines-partitions")
@@ -621,6 +672,20 @@ def _training_stats_format(root: Path) -> None:
         out.write("[1, 2, 3]\n")
 
 
+@mutates("training-stats-index")
+def _training_stats_index(root: Path) -> None:
+    with (_ckpt(root) / naming.TRAINING_STATS).open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"stats": {"count": 3, "metrics": {"loss": 0.5}}}) + "\n")
+
+
+@mutates("training-stats-object")
+def _training_stats_object(root: Path) -> None:
+    # what pbgtrain wrote before 0.1: the protocol inside the stats object
+    line = {"index": 9, "eval_stats_after": {"count": 3, "metrics": {"mrr": 0.5}, "protocol": "raw"}}
+    with (_ckpt(root) / naming.TRAINING_STATS).open("a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
 @mutates("embeddings-dataset")
 def _embeddings_dataset(root: Path) -> None:
     with _h5(_embeddings(root, "user", 0)) as f:
@@ -643,6 +708,49 @@ def _embeddings_nonfinite(root: Path) -> None:
 def _optimizer_blob(root: Path) -> None:
     with _h5(_embeddings(root, "user", 0)) as f:
         _replace(f, OPTIMIZER_DATASET, np.frombuffer(b"not a torch payload", dtype="V1"))
+
+
+def _replace_blob(path: Path, blob: bytes) -> None:
+    with _h5(path) as f:
+        _replace(f, OPTIMIZER_DATASET, np.frombuffer(blob, dtype="V1"))
+
+
+@mutates("optimizer-state-embeddings")
+def _optimizer_state_embeddings(root: Path) -> None:
+    # what pbgtrain wrote before 0.1: a param group without lr_decay and weight_decay
+    import torch
+
+    count = len(_embeddings_array(root, "user", 0))
+    _replace_blob(_embeddings(root, "user", 0), encode_state_dict(
+        {"state": {0: {"sum": torch.zeros(count)}}, "param_groups": [{"lr": 0.01, "params": [0]}]}))
+
+
+@mutates("optimizer-state-model")
+def _optimizer_state_model(root: Path) -> None:
+    # the accumulators listed in another order than the original's parameter order
+    with _h5(_model(root)) as f:
+        shapes = [f[_param(name)].shape for name in _model_param_order(root)]
+    _replace_blob(_model(root), encode_adagrad([np.ones(s, np.float32) for s in reversed(shapes)], lr=0.01))
+
+
+@mutates("optimizer-state-values")
+def _optimizer_state_values(root: Path) -> None:
+    sums = np.ones(len(_embeddings_array(root, "item", 0)), np.float32)
+    sums[3] = np.nan
+    _replace_blob(_embeddings(root, "item", 0), encode_row_adagrad(sums, lr=0.01))
+
+
+def _embeddings_array(root: Path, etype: str, part: int) -> np.ndarray[Any, Any]:
+    with h5py.File(_embeddings(root, etype, part), "r") as f:
+        return np.asarray(f[EMBEDDINGS_DATASET][...])
+
+
+def _model_param_order(root: Path) -> list[str]:
+    cfg = _config(root)
+    dynamic = None
+    if cfg.dynamic_relations:
+        dynamic = int((_entities(root) / naming.DYNAMIC_REL_COUNT).read_text(encoding="utf-8"))
+    return list(expected_model_params(cfg, dynamic))
 
 
 def _param(name: str) -> str:

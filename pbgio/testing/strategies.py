@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from numpy.typing import NDArray
 
 from pbgio.checkpoint import EmbeddingsState, FileMetadata, IterationInfo, ModelState
 from pbgio.config import ConfigSchema, parse_config, semantic_issues
 from pbgio.edges import EdgeBucket, FeatureLists
+from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad
 from pbgio.spec.checkpoint import (
     BUCKET_ORDERS,
     COMPARATORS,
@@ -38,7 +40,8 @@ from pbgio.spec.checkpoint import (
     global_embedding_name,
     operator_param_name,
 )
-from pbgio.spec.naming import entity_type_name_problem
+from pbgio.spec.naming import entity_type_name_portability, entity_type_name_problem
+from pbgio.spec.stats import STATS_KEYS
 from pbgio.testing.layouts import (
     BucketKey,
     CheckpointLayout,
@@ -70,14 +73,16 @@ def _fold(name: str) -> str:
 
 
 def entity_type_names(max_size: int = 12) -> st.SearchStrategy[str]:
-    """Entity type names usable in file names: plain identifiers and odd but safe unicode."""
+    """Entity type names usable in file names everywhere: plain identifiers and odd but portable
+    unicode (neither rule ``entity-type-name-unsafe`` nor ``entity-type-name-unportable``)."""
     plain = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
     odd = st.text(
         st.characters(categories=("L", "M", "N", "Pc", "Pd", "Ps", "Pe", "Po", "S", "Zs"),
                       exclude_characters=_UNSAFE),
         min_size=1, max_size=max_size,
     )
-    return st.one_of(plain, odd).filter(lambda s: entity_type_name_problem(s) is None)
+    return st.one_of(plain, odd).filter(
+        lambda s: entity_type_name_problem(s) is None and entity_type_name_portability(s) is None)
 
 
 def relation_names() -> st.SearchStrategy[str]:
@@ -138,12 +143,20 @@ def configs(
         if not (ents[lhs].get("featurized") or ents[rhs].get("featurized")):
             rel["all_negs"] = draw(st.booleans())
         rels.append(rel)
-    for rel in rels:  # complex_diagonal joins types of even dimension
-        if rel["operator"] == "complex_diagonal":
-            for etype in (rel["lhs"], rel["rhs"]):
-                dim = ents[etype].get("dimension") or dimension
-                if dim % 2:
-                    ents[etype]["dimension"] = dim + 1
+    # A relation joins types of one dimension (even for complex_diagonal): the types a chain of
+    # relations connects share the largest dimension among them.
+    group = {t: {t} for t in types}
+    for rel in rels:
+        merged = group[rel["lhs"]] | group[rel["rhs"]]
+        for etype in merged:
+            group[etype] = merged
+    for members in {id(g): g for g in group.values()}.values():
+        dim = max(ents[t].get("dimension") or dimension for t in members)
+        if any(r["operator"] == "complex_diagonal" and r["lhs"] in members for r in rels) and dim % 2:
+            dim += 1
+        for etype in members:
+            if (ents[etype].get("dimension") or dimension) != dim:
+                ents[etype]["dimension"] = dim
     loss = draw(st.sampled_from(LOSSES))
     comparators = [c for c in COMPARATORS if not (loss == "logistic" and c == "cos")]
     any_featurized = any(e.get("featurized") for e in ents.values())
@@ -154,6 +167,7 @@ def configs(
     disabled = draw(st.sampled_from([(False, False), (True, False), (False, True)]))
     partitioned = any(e["num_partitions"] > 1 for e in ents.values())
     num_paths = draw(st.integers(1, max_edge_paths))
+    eval_fraction = draw(_finite(0.0, 1.0))
     data: dict[str, Any] = {
         "entities": ents,
         "relations": rels,
@@ -176,13 +190,13 @@ def configs(
         "workers": draw(st.none() | st.integers(1, 8)),
         "batch_size": batch_size,
         "num_batch_negs": batch_negs,
-        "num_uniform_negs": 0 if any_featurized else draw(st.integers(0, 100)),
+        "num_uniform_negs": 0 if any_featurized else draw(st.integers(0 if batch_negs else 1, 100)),
         "disable_lhs_negs": disabled[0],
         "disable_rhs_negs": disabled[1],
         "lr": draw(_finite(0.0, 1.0)),
         "relation_lr": draw(st.none() | _finite(0.0, 1.0)),
-        "eval_fraction": draw(_finite(0.0, 1.0)),
-        "eval_num_batch_negs": draw(st.none() | st.integers(1 if any_featurized else 0, 2000)),
+        "eval_fraction": eval_fraction,
+        "eval_num_batch_negs": draw(st.integers(1, 2000)),  # the original fails on 0 or null
         "eval_num_uniform_negs": 0 if any_featurized else draw(st.none() | st.integers(0, 2000)),
         "dynamic_relations": is_dynamic,
         "num_machines": draw(st.integers(1, 4)) if partitioned else 1,
@@ -209,11 +223,13 @@ def entity_name_lists(count: int) -> st.SearchStrategy[list[str]]:
 
 @st.composite
 def entity_names(draw: Draw, config: ConfigSchema, counts: dict[Part, int]) -> dict[Part, list[str]]:
-    """Names files for some plain (type, part)s."""
+    """Names files for some plain (type, part)s; a name belongs to one partition of its type."""
     names: dict[Part, list[str]] = {}
-    for (etype, part), count in counts.items():
-        if not config.entities[etype].featurized and draw(st.booleans()):
-            names[(etype, part)] = draw(entity_name_lists(count))
+    for etype, entity in config.entities.items():
+        parts = [p for p in range(entity.num_partitions) if not entity.featurized and draw(st.booleans())]
+        drawn = draw(entity_name_lists(sum(counts[(etype, p)] for p in parts)))
+        for p in parts:
+            names[(etype, p)], drawn = drawn[:counts[(etype, p)]], drawn[counts[(etype, p)]:]
     return names
 
 
@@ -338,25 +354,47 @@ def float32_arrays(shape: tuple[int, ...], *, finite: bool = True
 
 
 def optimizer_blobs() -> st.SearchStrategy[bytes | None]:
-    """Absent, or bytes that start like a torch.save payload (zip or legacy pickle)."""
+    """Absent, or opaque bytes that start like a torch.save payload (zip or legacy pickle): what
+    readers and writers must carry through unchanged, whatever it holds."""
     magic = st.sampled_from([TORCH_ZIP_MAGIC, TORCH_LEGACY_MAGIC])
     return st.none() | st.builds(lambda m, b: m + b, magic, st.binary(max_size=40))
+
+
+def _accumulators(shape: tuple[int, ...]) -> st.SearchStrategy[NDArray[np.float32]]:
+    return hnp.arrays(np.float32, shape, elements=st.floats(0, 1e6, width=32))
+
+
+@st.composite
+def row_adagrad_blobs(draw: Draw, count: int) -> bytes | None:
+    """Absent, or a valid RowAdagrad state of ``count`` rows (pbgio.spec.optimizer)."""
+    if draw(st.booleans()):
+        return None
+    return encode_row_adagrad(draw(_accumulators((count,))), lr=draw(st.floats(0, 1)))
+
+
+@st.composite
+def adagrad_blobs(draw: Draw, shapes: list[tuple[int, ...]]) -> bytes | None:
+    """Absent, or a valid Adagrad state of parameters of these shapes, in this order."""
+    if draw(st.booleans()):
+        return None
+    sums = [draw(_accumulators(shape)) for shape in shapes]
+    return encode_adagrad(sums, lr=draw(st.floats(0, 1)), steps=draw(st.integers(0, 1000)))
 
 
 @st.composite
 def embeddings_states(draw: Draw, count: int, dimension: int, *, finite: bool = True
                       ) -> EmbeddingsState:
     return EmbeddingsState(draw(float32_arrays((count, dimension), finite=finite)),
-                           draw(optimizer_blobs()))
+                           draw(row_adagrad_blobs(count)))
 
 
 @st.composite
 def model_states(draw: Draw, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
                  finite: bool = True) -> ModelState:
-    """Exactly the parameters ``config`` implies, with their shapes."""
-    params = {name: draw(float32_arrays(shape, finite=finite))
-              for name, shape in expected_params(config, num_dynamic_rels).items()}
-    return ModelState(params, draw(optimizer_blobs()))
+    """Exactly the parameters ``config`` implies, with their shapes, and a valid optimizer state."""
+    shapes = expected_params(config, num_dynamic_rels)
+    params = {name: draw(float32_arrays(shape, finite=finite)) for name, shape in shapes.items()}
+    return ModelState(params, draw(adagrad_blobs(list(shapes.values()))))
 
 
 @st.composite
@@ -405,15 +443,29 @@ def file_metadata(draw: Draw) -> FileMetadata:
     )
 
 
-def stats_records() -> st.SearchStrategy[list[dict[str, Any]]]:
-    """training_stats.json lines: small JSON objects."""
+def stats_objects() -> st.SearchStrategy[dict[str, Any]]:
+    """``{count, metrics}`` objects, as the original's Stats.from_dict accepts them."""
+    metrics = st.dictionaries(st.text(max_size=8), st.integers(-1000, 1000) | _finite(-1e6, 1e6), max_size=4)
+    return st.fixed_dictionaries({"count": st.integers(0, 10**6), "metrics": metrics})
+
+
+@st.composite
+def stats_records(draw: Draw) -> list[dict[str, Any]]:
+    """Valid training_stats.json lines: an index, some stats objects, and any sibling keys."""
     scalar = st.none() | st.booleans() | st.integers(-1000, 1000) | _finite(-1e6, 1e6) | st.text(max_size=5)
 
     def nest(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
 
-    value = st.recursive(scalar, nest, max_leaves=6)
-    return st.lists(st.dictionaries(st.text(max_size=8), value, max_size=4), max_size=3)
+    siblings = st.dictionaries(st.text(max_size=8).filter(lambda k: k not in (*STATS_KEYS, "index")),
+                               st.recursive(scalar, nest, max_leaves=6), max_size=3)
+    lines = []
+    for _ in range(draw(st.integers(0, 3))):
+        line = {**draw(siblings), "index": draw(st.integers(0, 10**6))}
+        for key in draw(st.lists(st.sampled_from(STATS_KEYS), unique=True, max_size=3)):
+            line[key] = draw(stats_objects())
+        lines.append(line)
+    return lines
 
 
 @st.composite

@@ -152,8 +152,11 @@ class EmbeddingModel(nn.Module):
         else:
             self.lhs_operators = nn.ModuleList()
             self.rhs_operators = nn.ModuleList([make_operator(r.operator, dims[r.rhs]) for r in spec.relations])
-        self.global_embs = nn.ParameterDict(
-            {f"emb_{name}": nn.Parameter(torch.zeros(dim)) for name, dim in dims.items()} if spec.global_emb else {})
+        # One by one, in the config's order of entity types: a plain dict given to ParameterDict is
+        # sorted, and the original's parameter order (which positions its optimizer state) is not.
+        self.global_embs = nn.ParameterDict()
+        for name, dim in dims.items() if spec.global_emb else ():
+            self.global_embs[f"emb_{name}"] = nn.Parameter(torch.zeros(dim))
 
     @classmethod
     def from_config(cls, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
@@ -173,17 +176,20 @@ class EmbeddingModel(nn.Module):
         unknown = sorted(spec.featurized - set(spec.entity_dimensions))
         if unknown:
             raise ValueError(f"featurized types {unknown} are not entity types")
-        if spec.featurized and (spec.train_negatives.num_uniform_negs > 0 or spec.train_negatives.num_batch_negs == 0):
-            raise ValueError(f"entity types {sorted(spec.featurized)} are featurized: they take same-batch negatives "
-                             f"only, so num_uniform_negs must be 0 (found {spec.train_negatives.num_uniform_negs}) "
-                             f"and num_batch_negs > 0 (found {spec.train_negatives.num_batch_negs})")
+        negatives = spec.train_negatives
         for rel in spec.relations:
-            for side in (rel.lhs, rel.rhs):
-                if side not in spec.entity_dimensions:
-                    raise ValueError(f"relation {rel.name!r} uses unknown entity type {side!r}")
-                if rel.all_negs and side in spec.featurized:
-                    raise ValueError(f"relation {rel.name!r} has all_negs, but {side!r} is featurized "
+            for side, etype in (("lhs", rel.lhs), ("rhs", rel.rhs)):
+                if etype not in spec.entity_dimensions:
+                    raise ValueError(f"relation {rel.name!r} uses unknown entity type {etype!r}")
+                if etype not in spec.featurized or getattr(negatives, f"disable_{side}_negs"):
+                    continue
+                # A featurized side takes same-batch negatives only (its uniform ones are skipped).
+                if rel.all_negs:
+                    raise ValueError(f"relation {rel.name!r} has all_negs, but {etype!r} is featurized "
                                      "(featurized types take same-batch negatives only)")
+                if negatives.num_batch_negs == 0:
+                    raise ValueError(f"entity type {etype!r} is featurized: it takes same-batch negatives only, "
+                                     "so num_batch_negs must be > 0 (found 0)")
             dl, dr = spec.entity_dimensions[rel.lhs], spec.entity_dimensions[rel.rhs]
             if dl != dr:
                 raise ValueError(f"relation {rel.name!r} compares {rel.lhs!r} (dimension {dl}) with "

@@ -31,14 +31,14 @@ def cubed_magnitudes(x: Tensor, complex_valued: bool) -> Tensor:
 
 
 class N3Regularizer:
-    """N3 with weight ``coef``; 0 disables it (``enabled`` is False)."""
+    """N3 with weight ``coef``; 0 disables it (``enabled`` is False), a negative one applies."""
 
     def __init__(self, coef: float) -> None:
         self.coef = coef
 
     @property
     def enabled(self) -> bool:
-        return self.coef > 0
+        return self.coef != 0  # a negative coefficient applies too, as in the original
 
     def embedding_term(self, embeddings: Sequence[Tensor], complex_valued: bool) -> Tensor:
         """Σ over the given embedding tensors of their cubed magnitudes (not yet × coef)."""

@@ -10,7 +10,9 @@ Negative scores of one side are laid out as ``[batch negatives (chunk_size) | un
 ``all_negs``, ``[every entity of the partition]``; ignored slots hold ``MASKED_SCORE``.
 
 A featurized side (the batch carries its feature bags) embeds each entity as the mean of its
-features and takes same-batch negatives only: the other bags of its chunk (seed 002).
+features and takes same-batch negatives only: the other bags of its chunk (seed 002). Its uniform
+negatives are skipped, as the original skips them, while a plain side of the same relation still
+takes its uniform negatives.
 """
 
 from __future__ import annotations
@@ -192,7 +194,7 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
         side_groups: list[Tensor | FeatureBags] = [batch.entities(side)]
         mode = plan.mode(side)
         if batch.bags(side) is not None:
-            _check_featurized_negatives(relation, side, mode, plan)
+            _check_featurized_negatives(relation, side, mode)
         elif mode is NegativeMode.ALL:
             side_groups.append(torch.arange(table.num_entities, device=table.device))
         elif plan.num_uniform_samples(side) > 0:
@@ -210,14 +212,17 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     return ForwardResult(scores, regularization(model, batch.rel, u_raw, v_raw), gathered, plan)
 
 
-def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode, plan: NegativePlan) -> None:
+def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode) -> None:
+    """A featurized side has no table to sample or list: it takes same-batch negatives only, and
+    its uniform negatives are skipped (as the original does); ``all_negs`` or uniform-only
+    sampling on it cannot run (the config rules refuse both before training)."""
     etype = getattr(relation, side)
     if mode is NegativeMode.ALL:
         raise ValueError(f"relation {relation.name!r} has all_negs, but its {side} type {etype!r} is featurized: "
                          "featurized entities take same-batch negatives only")
-    if plan.num_uniform_samples(side) > 0 or mode is NegativeMode.UNIFORM:
+    if mode is NegativeMode.UNIFORM:
         raise ValueError(f"the {side} type {etype!r} of relation {relation.name!r} is featurized: featurized "
-                         "entities take same-batch negatives only (set num_uniform_negs=0 and num_batch_negs > 0)")
+                         "entities take same-batch negatives only (set num_batch_negs > 0)")
 
 
 def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_raw: Tensor) -> Tensor | None:

@@ -1,0 +1,313 @@
+"""Read ``torch.save`` payloads without torch and without running pickled code.
+
+A payload is a pickle whose tensors point into raw storages: the zip container of torch ≥ 1.6
+(``*/data.pkl`` plus one ``*/data/{key}`` member per storage) or the legacy container before
+it (five pickles, then the storages back to back). :func:`read_payload` unpickles the object
+with an unpickler that knows only :data:`pbgio.spec.optimizer.PAYLOAD_GLOBALS` (anything else
+is a :class:`PayloadError` naming the global: nothing a payload names is imported or called)
+and returns it with :class:`TensorRef` leaves in place of tensors. A leaf's data is read only on
+request (:meth:`TorchPayload.array`, :meth:`TorchPayload.blocks`), after its size is checked
+against the bytes actually present, so a payload that claims a huge tensor allocates nothing.
+
+>>> import io, torch
+>>> buffer = io.BytesIO()
+>>> torch.save({"sum": torch.tensor([0.5, 2.0])}, buffer)
+>>> payload = read_payload(buffer.getvalue())
+>>> ref = payload.value["sum"]
+>>> ref.dtype, ref.shape, payload.array(ref).tolist()
+('float32', (2,), [0.5, 2.0])
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import zipfile
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio.spec.checkpoint import TORCH_LEGACY_MAGIC, TORCH_ZIP_MAGIC
+from pbgio.spec.optimizer import ORDERED_DICT, PAYLOAD_GLOBALS, REBUILD_TENSOR, STORAGE_DTYPES
+
+Container = Literal["zip", "legacy"]
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL_VERSION = 1001
+DEFAULT_BLOCK_ELEMENTS = 1 << 22
+
+
+class PayloadError(ValueError):
+    """The bytes are no readable ``torch.save`` payload, or name something not allowed."""
+
+
+@dataclass(frozen=True)
+class StorageRef:
+    """One raw storage of a payload: its key, element dtype and element count."""
+
+    key: str
+    dtype: str
+    numel: int
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor of a payload: a strided view into a storage (data read on request)."""
+
+    storage: StorageRef
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.storage.dtype
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    def extent(self) -> int:
+        """One past the last storage element the view touches (0 for an empty tensor)."""
+        if self.numel == 0:
+            return 0
+        return self.offset + 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride, strict=True))
+
+    def is_contiguous(self) -> bool:
+        if self.numel == 0:
+            return True
+        expected = 1
+        for n, s in zip(reversed(self.shape), reversed(self.stride), strict=True):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
+
+@dataclass
+class TorchPayload:
+    """The unpickled object (:class:`TensorRef` leaves) and access to its storages' bytes."""
+
+    value: Any
+    container: Container
+    _source: IO[bytes]
+    _locations: dict[str, tuple[str | int, np.dtype[Any]]]
+    _zip: zipfile.ZipFile | None = None
+
+    def array(self, ref: TensorRef) -> NDArray[Any]:
+        """The tensor's values as a new numpy array (bfloat16 is widened to float32)."""
+        if not ref.is_contiguous():
+            storage = np.concatenate(list(self._storage_blocks(ref.storage, 0, ref.storage.numel)))  # numel > 0
+            view = np.lib.stride_tricks.as_strided(
+                storage[ref.offset:], shape=ref.shape,
+                strides=tuple(s * storage.itemsize for s in ref.stride), writeable=False)
+            return np.array(view)
+        parts = list(self._storage_blocks(ref.storage, ref.offset, ref.numel))
+        flat = np.concatenate(parts) if parts else np.zeros(0, self._dtype(ref.storage))
+        return flat.reshape(ref.shape)
+
+    def blocks(self, ref: TensorRef, block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> Iterator[NDArray[Any]]:
+        """The values of a contiguous tensor in flat blocks (memory bounded by a block)."""
+        if not ref.is_contiguous():
+            yield self.array(ref).reshape(-1)
+            return
+        yield from self._storage_blocks(ref.storage, ref.offset, ref.numel, block_elements)
+
+    def _dtype(self, storage: StorageRef) -> np.dtype[Any]:
+        return self._locations[storage.key][1]
+
+    def _storage_blocks(self, storage: StorageRef, start: int, count: int,
+                        block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> Iterator[NDArray[Any]]:
+        where, dtype = self._locations[storage.key]
+        itemsize = dtype.itemsize
+        if self._zip is not None:
+            stream: IO[bytes] = self._zip.open(str(where))
+        else:
+            stream = self._source
+            stream.seek(int(where))
+        try:
+            _skip(stream, start * itemsize)
+            remaining = count
+            while remaining > 0:
+                n = min(remaining, block_elements)
+                raw = stream.read(n * itemsize)
+                if len(raw) != n * itemsize:
+                    raise PayloadError(f"storage {storage.key!r} ends early")
+                yield _widen(np.frombuffer(raw, dtype=dtype).copy(), storage.dtype)
+                remaining -= n
+        finally:
+            if self._zip is not None:
+                stream.close()
+
+
+def _skip(stream: IO[bytes], nbytes: int) -> None:
+    while nbytes > 0:
+        got = len(stream.read(min(nbytes, 1 << 20)))
+        if got == 0:
+            raise PayloadError("a storage ends early")
+        nbytes -= got
+
+
+def _widen(values: NDArray[Any], dtype: str) -> NDArray[Any]:
+    if dtype == "bfloat16":  # stored as the high 16 bits of a float32
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values
+
+
+def _numpy_dtype(name: str, little_endian: bool) -> np.dtype[Any]:
+    base = np.dtype(np.uint16) if name == "bfloat16" else np.dtype(name)
+    return base.newbyteorder("<" if little_endian else ">") if base.itemsize > 1 else base
+
+
+# --------------------------------------------------------------------------- unpickling
+
+
+@dataclass(frozen=True)
+class _StorageType:
+    dtype: str
+
+
+def _rebuild_tensor(storage: Any, offset: Any, shape: Any, stride: Any, *_rest: Any) -> TensorRef:
+    if not isinstance(storage, StorageRef):
+        raise PayloadError("a tensor refers to something that is not a storage")
+    if not (isinstance(offset, int) and isinstance(shape, tuple) and isinstance(stride, tuple)
+            and len(shape) == len(stride) and all(isinstance(v, int) and v >= 0 for v in (*shape, *stride))
+            and offset >= 0):
+        raise PayloadError(f"a tensor has a malformed offset/shape/stride {offset!r}, {shape!r}, {stride!r}")
+    ref = TensorRef(storage, offset, tuple(shape), tuple(stride))
+    if ref.extent() > storage.numel:
+        raise PayloadError(f"a tensor of shape {ref.shape} reaches past the {storage.numel} elements of "
+                           f"storage {storage.key!r}")
+    return ref
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Knows only the allowed globals; storages become :class:`StorageRef` objects."""
+
+    def __init__(self, file: IO[bytes], *, legacy: bool) -> None:
+        super().__init__(file)
+        self.legacy = legacy
+        self.storages: dict[str, StorageRef] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        qualified = f"{module}.{name}"
+        if qualified not in PAYLOAD_GLOBALS:
+            raise PayloadError(f"the payload names the global {qualified}, which is not allowed "
+                               f"(allowed: {', '.join(sorted(PAYLOAD_GLOBALS))})")
+        if qualified == ORDERED_DICT:
+            return OrderedDict
+        if qualified == REBUILD_TENSOR:
+            return _rebuild_tensor
+        return _StorageType(STORAGE_DTYPES[name])
+
+    def persistent_load(self, pid: Any) -> Any:
+        fields = 6 if self.legacy else 5
+        if not (isinstance(pid, tuple) and len(pid) == fields and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and isinstance(pid[4], int)
+                and pid[4] >= 0):
+            raise PayloadError(f"expected a storage reference ('storage', type, key, location, size), "
+                               f"found {str(pid)[:80]}")
+        if self.legacy and pid[5] is not None:
+            raise PayloadError("the payload holds a view of another storage, which optimizer states never do")
+        ref = StorageRef(pid[2], pid[1].dtype, pid[4])
+        known = self.storages.setdefault(ref.key, ref)
+        if known != ref:
+            raise PayloadError(f"storage {ref.key!r} is declared twice with different types or sizes")
+        return known
+
+
+def _unpickle(stream: IO[bytes], *, legacy: bool) -> tuple[Any, dict[str, StorageRef]]:
+    unpickler = _RestrictedUnpickler(stream, legacy=legacy)
+    try:
+        value = unpickler.load()
+    except PayloadError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            struct.error, RecursionError, MemoryError, OverflowError) as exc:
+        raise PayloadError(f"the pickle is unreadable ({type(exc).__name__}: {str(exc)[:120]})") from None
+    return value, unpickler.storages
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def read_payload(source: bytes | IO[bytes]) -> TorchPayload:
+    """Unpickle a ``torch.save`` payload (zip or legacy container); see the module doc.
+
+    ``source`` is the bytes, or a seekable binary file positioned anywhere (for large blobs,
+    e.g. a view of an HDF5 dataset, so that only the small pickle is read up front).
+    """
+    stream = io.BytesIO(source) if isinstance(source, bytes | bytearray) else source
+    stream.seek(0)
+    head = stream.read(len(TORCH_LEGACY_MAGIC))
+    stream.seek(0)
+    if head.startswith(TORCH_ZIP_MAGIC):
+        return _read_zip(stream)
+    if head == TORCH_LEGACY_MAGIC:
+        return _read_legacy(stream)
+    raise PayloadError(f"expected a torch.save payload (zip or legacy container), found bytes {head[:8]!r}")
+
+
+def _read_zip(stream: IO[bytes]) -> TorchPayload:
+    try:
+        archive = zipfile.ZipFile(stream)
+        members = {info.filename: info for info in archive.infolist()}
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise PayloadError(f"the zip container is unreadable ({exc})") from None
+    pickles = [name for name in members if name == "data.pkl" or name.endswith("/data.pkl")]
+    if len(pickles) != 1:
+        raise PayloadError(f"expected one data.pkl in the zip container, found {len(pickles)}")
+    prefix = pickles[0][: -len("data.pkl")]
+    try:
+        with archive.open(pickles[0]) as member:
+            value, storages = _unpickle(member, legacy=False)
+        order = members.get(f"{prefix}byteorder")
+        little = archive.read(order).decode("ascii", "replace") != "big" if order is not None else True
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise PayloadError(f"the zip container is unreadable ({exc})") from None
+    locations: dict[str, tuple[str | int, np.dtype[Any]]] = {}
+    for key, ref in storages.items():
+        name = f"{prefix}data/{key}"
+        dtype = _numpy_dtype(ref.dtype, little)
+        info = members.get(name)
+        if info is None:
+            raise PayloadError(f"storage {key!r} has no member {name} in the zip container")
+        if info.file_size != ref.numel * dtype.itemsize:
+            raise PayloadError(f"storage {key!r} claims {ref.numel} {ref.dtype} elements "
+                               f"({ref.numel * dtype.itemsize} bytes), its member holds {info.file_size}")
+        locations[key] = (name, dtype)
+    return TorchPayload(value, "zip", stream, locations, archive)
+
+
+def _read_legacy(stream: IO[bytes]) -> TorchPayload:
+    magic, _ = _unpickle(stream, legacy=True)
+    protocol, _ = _unpickle(stream, legacy=True)
+    sys_info, _ = _unpickle(stream, legacy=True)
+    if magic != LEGACY_MAGIC_NUMBER or protocol != LEGACY_PROTOCOL_VERSION or not isinstance(sys_info, dict):
+        raise PayloadError(f"expected the legacy container's header, found {magic!r}, {protocol!r}")
+    little = bool(sys_info.get("little_endian", True))
+    value, storages = _unpickle(stream, legacy=True)
+    keys, _ = _unpickle(stream, legacy=True)
+    if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)) or set(keys) != set(storages):
+        raise PayloadError("the legacy container's storage list does not match its tensors")
+    locations: dict[str, tuple[str | int, np.dtype[Any]]] = {}
+    for key in keys:
+        ref = storages[key]
+        dtype = _numpy_dtype(ref.dtype, little)
+        header = stream.read(8)
+        if len(header) != 8:
+            raise PayloadError(f"storage {key!r} is missing: the payload ends early")
+        (numel,) = struct.unpack("<q" if little else ">q", header)
+        if numel != ref.numel:
+            raise PayloadError(f"storage {key!r} claims {ref.numel} elements, its data says {numel}")
+        start = stream.tell()
+        end = stream.seek(0, io.SEEK_END)
+        if end - start < numel * dtype.itemsize:
+            raise PayloadError(f"storage {key!r} needs {numel * dtype.itemsize} bytes, {end - start} remain")
+        locations[key] = (start, dtype)
+        stream.seek(start + numel * dtype.itemsize)
+    return TorchPayload(value, "legacy", stream, locations)
