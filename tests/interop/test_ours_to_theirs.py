@@ -1,0 +1,184 @@
+"""Ours → theirs: what ``pbgio import`` + ``pbgtrain fit`` write, the original reads, loads,
+steps and keeps training; then ours resumes from what the original wrote (ping-pong).
+
+Per cell of the matrix (``interop_cells.CELLS``): import the generated edge lists with pbgio,
+train ``EPOCHS`` epochs with pbgtrain, then let the original's own readers and model look at
+the result (``original_driver.py inspect``), each check in its own test:
+
+* the checkpoint's ``config.json`` passes ``ConfigSchema.from_dict`` (and round-trips);
+* ``CheckpointManager.read`` gives every partition bit for bit as pbgio reads it;
+* ``make_model(config).load_state_dict(read_model(), strict=False)``: no missing/unexpected key;
+* the model optimizer state loads into ``AsyncAdagrad`` and steps, aligned with the parameters;
+* every partition's optimizer state loads into ``RowAdagrad`` and steps;
+* every ``training_stats.json`` line passes ``Stats.from_dict`` (as the trainer replays them);
+* every chunk of every bucket, and the entity counts and names, read the same;
+* ``torchbiggraph_train`` trains one more epoch from our checkpoint and commits a version; then
+  ``pbgio validate`` is clean, ``pbgtrain fit`` resumes one more epoch, and validate is clean.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interop_cells import CELLS, Cell
+from interop_checks import (
+    check_buckets_and_entities,
+    check_carried_over,
+    check_embedding_optimizers,
+    check_model,
+    check_model_optimizer,
+    check_partitions,
+    check_stats,
+)
+from interop_harness import (
+    Original,
+    OriginalFailed,
+    copy_tree,
+    failures_text,
+    ours_fit,
+    ours_import,
+    ours_validate,
+    rebase_config,
+    validation_message,
+    write_empty_edges,
+    write_json,
+)
+
+from pbgio.checkpoint import CheckpointDir
+from pbgio.config import parse_config
+from pbgio.entities import read_dynamic_rel_count
+from pbgtrain.model import EmbeddingModel
+
+pytestmark = pytest.mark.interop
+
+
+@dataclass
+class OursRun:
+    cell: Cell
+    root: Path
+    config: dict[str, Any]
+    config_path: Path
+    version: int
+    inspect: dict[str, Any]
+
+
+def prepare_ours(cell: Cell, root: Path) -> tuple[dict[str, Any], Path]:
+    """Import with pbgio and train with pbgtrain (a seed checkpoint first for the init_path cell)."""
+    train, test = cell.write_inputs(root)
+    import_config = write_json(root / "import.json", cell.config(root, edge_paths=("train", "test")))
+    ours_import(import_config, [train, test], weight_col=3 if cell.weighted else None)
+    init = None
+    if cell.init_path:
+        seed = write_json(root / "seed.json", cell.config(root, checkpoint="seed_checkpoint", num_epochs=1))
+        ours_fit(seed, seed=7)
+        init = root / "seed_checkpoint"
+    config = cell.config(root, init=init)
+    config_path = write_json(root / "config.json", config)
+    ours_fit(config_path)
+    return config, config_path
+
+
+@pytest.fixture(scope="module", params=CELLS, ids=[c.name for c in CELLS])
+def ours_run(request: pytest.FixtureRequest, original: Original,
+             tmp_path_factory: pytest.TempPathFactory) -> OursRun:
+    cell: Cell = request.param
+    root = tmp_path_factory.mktemp(f"o2t_{cell.name}")
+    config, config_path = prepare_ours(cell, root)
+    version = CheckpointDir(root / "checkpoint").read_version()
+    assert version == cell.epochs * cell.num_chunks
+    inspect = original.inspect(
+        config, root / "inspect", edge_paths=[str(root / "edges" / "train"), str(root / "edges" / "test")],
+        chunks=cell.num_chunks, extra_configs=[root / "checkpoint" / "config.json"])
+    return OursRun(cell, root, config, config_path, version, inspect)
+
+
+def test_checkpoint_config_json_accepted(ours_run: OursRun) -> None:
+    path = ours_run.root / "checkpoint" / "config.json"
+    got = ours_run.inspect["extra_configs"][str(path)]
+    assert got["ok"], f"ConfigSchema.from_dict refuses our {path.name}: {got.get('error')}"
+    ours = json.loads(path.read_text())
+    assert got["to_dict"] == ours, "the original would write this config.json differently"
+
+
+def test_partitions_read_bit_exact(ours_run: OursRun) -> None:
+    problems = check_partitions(ours_run.inspect, ours_run.config)
+    assert not problems, failures_text(problems)
+
+
+def test_model_state_loads(ours_run: OursRun) -> None:
+    problems = check_model(ours_run.inspect, ours_run.config)
+    assert not problems, failures_text(problems)
+
+
+def our_parameter_order(config: dict[str, Any]) -> list[str]:
+    cfg = parse_config(config)
+    num_dynamic = read_dynamic_rel_count(Path(config["entity_path"])) if cfg.dynamic_relations else None
+    return [name for name, _ in EmbeddingModel.from_config(cfg, num_dynamic).named_parameters()]
+
+
+def test_model_optimizer_loads_and_steps(ours_run: OursRun) -> None:
+    problems = check_model_optimizer(ours_run.inspect, our_parameter_order(ours_run.config))
+    assert not problems, failures_text(problems)
+
+
+def test_embedding_optimizers_load_and_step(ours_run: OursRun) -> None:
+    problems = check_embedding_optimizers(ours_run.inspect, ours_run.config)
+    assert not problems, failures_text(problems)
+
+
+def test_stats_lines_parse(ours_run: OursRun) -> None:
+    problems = check_stats(ours_run.inspect)
+    assert not problems, failures_text(problems)
+
+
+def test_buckets_and_entities_read_identically(ours_run: OursRun) -> None:
+    root = ours_run.root
+    problems = check_buckets_and_entities(
+        ours_run.inspect, ours_run.config, [str(root / "edges" / "train"), str(root / "edges" / "test")],
+        ours_run.cell.num_chunks)
+    assert not problems, failures_text(problems)
+
+
+def test_original_trains_on_then_ours_resumes(ours_run: OursRun, original: Original, tmp_path: Path) -> None:
+    """Ping-pong on a copy: ours (EPOCHS) → original (+1 epoch) → ours (+1 epoch), validate after each."""
+    cell, epochs, chunks = ours_run.cell, ours_run.cell.epochs, ours_run.cell.num_chunks
+    root = tmp_path / "pingpong"
+    copy_tree(ours_run.root, root)
+    config = rebase_config(ours_run.config, ours_run.root, root)
+    config_path = write_json(root / "config.json", config)
+    ckpt = CheckpointDir(root / "checkpoint")
+
+    original.cli("train", config, [], workdir=tmp_path / "run", overrides=[f"num_epochs={epochs + 1}"])
+    assert ckpt.read_version() == ours_run.version + chunks, \
+        f"torchbiggraph_train committed version {ckpt.read_version()}, expected {ours_run.version + chunks}"
+    report = ours_validate(config_path)
+    assert report.ok, "after the original trained on: " + validation_message(report)
+
+    ours_fit(config_path, [f"num_epochs={epochs + 2}"])
+    assert ckpt.read_version() == ours_run.version + 2 * chunks
+    report = ours_validate(config_path)
+    assert report.ok, "after pbgtrain resumed from the original's checkpoint: " + validation_message(report)
+    assert cell.name  # the cell ran end to end
+
+
+def test_original_warm_starts_from_our_checkpoint(original: Original, tmp_path: Path) -> None:
+    """init_path across implementations: the original starts a fresh run from our checkpoint. Over
+    an edge path of empty buckets nothing moves, so the version it commits must hold our
+    embeddings and model parameters bit for bit. (Not lr 0: the original takes the learning rate
+    from the loaded optimizer state, not from the config.)"""
+    cell = next(c for c in CELLS if c.init_path)
+    root = tmp_path / "cell"
+    config, _ = prepare_ours(cell, root)
+    empty = write_empty_edges(root / "edges" / "empty", config)
+    fresh = cell.config(root, checkpoint="theirs_from_ours", init=root / "checkpoint", num_epochs=1,
+                        eval_fraction=0.0, edge_paths=[str(empty)])
+    try:
+        original.cli("train", fresh, [], workdir=tmp_path / "run")
+    except OriginalFailed as exc:
+        pytest.fail(f"the original cannot start from our checkpoint as init_path:\n{exc}")
+    problems = check_carried_over(root / "checkpoint", root / "theirs_from_ours", config)
+    assert not problems, failures_text(problems)
