@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -239,8 +238,10 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` to a mistyped ``key``, or ``""``."""
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _unknown_key_message(loc: tuple[int | str, ...]) -> str:
@@ -249,12 +250,7 @@ def _unknown_key_message(loc: tuple[int | str, ...]) -> str:
     known: tuple[str, ...] = _ALL_KEYS.get(context[:1], ()) if context else CONFIG_KEYS
     if context[:1] == ("entities",):
         known = _ALL_KEYS[("entities",)]
-    guess = _snake(key) if _snake(key) in known else None
-    if guess is None:
-        close = difflib.get_close_matches(key, known, n=1)
-        guess = close[0] if close else None
-    hint = f" (did you mean {guess!r}?)" if guess else ""
-    return f"unknown key {key!r}{hint}"
+    return f"unknown key {key!r}{did_you_mean(key, known)}"
 
 
 _PYDANTIC_MESSAGES = {
@@ -359,12 +355,13 @@ def semantic_issues(cfg: ConfigSchema) -> list[Issue]:
             f"expected one of {list(REGULARIZERS)} with regularization_coef={cfg.regularization_coef}, "
             f"found {cfg.regularizer!r}")
     _unusual_values(cfg, add)
-    issues += featurized_negative_issues(cfg, cfg.num_batch_negs, cfg.num_uniform_negs,
-                                         ("num_batch_negs", "num_uniform_negs"), "to train")
+    issues += _featurized_negative_issues(cfg, cfg.num_batch_negs, cfg.num_uniform_negs,
+                                          ("num_batch_negs", "num_uniform_negs"), "to train")
     if cfg.eval_fraction > 0:
         seen = {i.rule for i in issues}  # one issue per rule when training and evaluation agree
-        issues += [i for i in featurized_negative_issues(
-            cfg, cfg.eval_num_batch_negs or 0, _eval_uniform_negs(cfg),
+        eval_uniform = cfg.num_uniform_negs if cfg.eval_num_uniform_negs is None else cfg.eval_num_uniform_negs
+        issues += [i for i in _featurized_negative_issues(
+            cfg, cfg.eval_num_batch_negs or 0, eval_uniform,
             ("eval_num_batch_negs", "eval_num_uniform_negs"), "to evaluate (eval_fraction > 0)")
             if i.rule not in seen]
     if cfg.loss_fn == "logistic" and cfg.comparator == "cos":
@@ -391,12 +388,8 @@ def _unusual_values(cfg: ConfigSchema, add: Callable[[str, str, str], None]) -> 
             f"expected -1, 0 or a positive count, found {cfg.num_partition_servers} (taken as -1)")
 
 
-def _eval_uniform_negs(cfg: ConfigSchema) -> int:
-    return cfg.num_uniform_negs if cfg.eval_num_uniform_negs is None else cfg.eval_num_uniform_negs
-
-
-def featurized_negative_issues(cfg: ConfigSchema, batch_negs: int, uniform_negs: int, keys: tuple[str, str],
-                               when: str) -> list[Issue]:
+def _featurized_negative_issues(cfg: ConfigSchema, batch_negs: int, uniform_negs: int, keys: tuple[str, str],
+                                when: str) -> list[Issue]:
     """Negatives of featurized sides (seed 002) with ``batch_negs`` same-batch and ``uniform_negs``
     uniform negatives (``keys`` name the two settings, ``when`` says when they apply): a
     featurized side has no table to sample or list, so it takes same-batch negatives only. The

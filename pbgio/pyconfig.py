@@ -44,7 +44,6 @@ that is not JSON or a bad override, each with the key it concerns.
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import os
 import signal
@@ -59,7 +58,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pbgio.config import ConfigSchema, parse_config, snake_case_keys
+from pbgio.config import ConfigSchema, did_you_mean, parse_config, snake_case_keys
 from pbgio.errors import ConfigError, Issue
 from pbgio.spec.rules import rule
 
@@ -336,9 +335,7 @@ def _override_type(keys: list[str]) -> tuple[Any, bool]:
         where = ".".join(keys[:i]) or "the config"
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             if key not in tp.model_fields:
-                close = difflib.get_close_matches(key, list(tp.model_fields), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise _BadOverride(f"{where} has no key {key!r}{hint}")
+                raise _BadOverride(f"{where} has no key {key!r}{did_you_mean(key, list(tp.model_fields))}")
             tp = tp.model_fields[key].annotation
         elif typing.get_origin(tp) is list:
             if not key.isdigit():

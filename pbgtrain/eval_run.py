@@ -208,8 +208,8 @@ def _rank_sampled(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityT
 
 
 def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: bool) -> None:
-    """Featurized entities are ranked against same-batch candidates only (seed 002): refuse the
-    rest with the setting to change."""
+    """Featurized entities have no table to rank against (seed 002): refuse ranking against all
+    entities, naming the option to drop (sampled evaluation is checked with the config)."""
     featurized = sorted(spec.featurized)
     if not featurized:
         return
@@ -219,4 +219,3 @@ def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: b
             f"expected sampled evaluation: entity types {featurized} are featurized, so their entities (bags of "
             "features) have no table to rank against; evaluate without --all-entities/--filter (same-batch "
             "candidates)")])
-

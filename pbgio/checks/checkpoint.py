@@ -194,10 +194,10 @@ def _check_embeddings(ctx: Context, file: Path, f: h5py.File, etype: str, part: 
         return
     cfg = ctx.config
     known = ctx.count(etype, part) if cfg is not None and etype in cfg.entities else None
-    _check_blob(ctx, file, f, count=known if known is not None else ds.shape[0])
+    rows = known if known is not None else ds.shape[0]  # the entity count, else the dataset's rows
+    _check_blob(ctx, file, f, count=rows)
     if cfg is not None and etype in cfg.entities:
-        count = known
-        expected = (count if count is not None else ds.shape[0], cfg.entity_dimension(etype))
+        expected = (rows, cfg.entity_dimension(etype))
         if tuple(ds.shape) != expected:
             ctx.add("embeddings-shape", file, EMBEDDINGS_DATASET,
                     f"expected shape {expected} (entity count x dimension of {etype!r}), "
@@ -294,10 +294,11 @@ def _check_snapshots(ctx: Context, path: Path) -> None:
         except FormatError as exc:
             ctx.add_error(exc, snap / naming.CHECKPOINT_VERSION)
             continue
-        if not (snap / naming.CHECKPOINT_VERSION).is_file() or version == 0:
+        has_version_file = (snap / naming.CHECKPOINT_VERSION).is_file()
+        if not has_version_file or version == 0:
             ctx.add("checkpoint-snapshot-broken", snap, None,
                     f"expected {naming.CHECKPOINT_VERSION} naming the preserved version, found "
-                    f"{'none' if not (snap / naming.CHECKPOINT_VERSION).is_file() else 'version 0'}")
+                    f"{'version 0' if has_version_file else 'none'}")
             continue
         expected = [naming.model_file(version)]
         if cfg is not None:

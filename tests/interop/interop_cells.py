@@ -140,6 +140,19 @@ class Cell:
         return bags[entity_type][i] if entity_type in bags else f"{entity_type}{i:03d}"
 
 
+@dataclass
+class CellRun:
+    """A cell trained (by pbgtrain or by the original): its directory, config, committed version,
+    and how the original's readers saw the result (``original_driver.py inspect``)."""
+
+    cell: Cell
+    root: Path
+    config: dict[str, Any]
+    config_path: Path
+    version: int
+    inspect: dict[str, Any]
+
+
 def _static(name: str, lhs: str, rhs: str, operator: str) -> dict[str, Any]:
     return {"name": name, "lhs": lhs, "rhs": rhs, "operator": operator}
 

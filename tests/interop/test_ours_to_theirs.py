@@ -19,12 +19,11 @@ the result (``original_driver.py inspect``), each check in its own test:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from interop_cells import CELLS, Cell
+from interop_cells import CELLS, Cell, CellRun
 from interop_checks import (
     check_buckets_and_entities,
     check_carried_over,
@@ -56,16 +55,6 @@ from pbgtrain.model import EmbeddingModel
 pytestmark = pytest.mark.interop
 
 
-@dataclass
-class OursRun:
-    cell: Cell
-    root: Path
-    config: dict[str, Any]
-    config_path: Path
-    version: int
-    inspect: dict[str, Any]
-
-
 def prepare_ours(cell: Cell, root: Path) -> tuple[dict[str, Any], Path]:
     """Import with pbgio and train with pbgtrain (a seed checkpoint first for the init_path cell)."""
     train, test = cell.write_inputs(root)
@@ -84,7 +73,7 @@ def prepare_ours(cell: Cell, root: Path) -> tuple[dict[str, Any], Path]:
 
 @pytest.fixture(scope="module", params=CELLS, ids=[c.name for c in CELLS])
 def ours_run(request: pytest.FixtureRequest, original: Original,
-             tmp_path_factory: pytest.TempPathFactory) -> OursRun:
+             tmp_path_factory: pytest.TempPathFactory) -> CellRun:
     cell: Cell = request.param
     root = tmp_path_factory.mktemp(f"o2t_{cell.name}")
     config, config_path = prepare_ours(cell, root)
@@ -93,10 +82,10 @@ def ours_run(request: pytest.FixtureRequest, original: Original,
     inspect = original.inspect(
         config, root / "inspect", edge_paths=[str(root / "edges" / "train"), str(root / "edges" / "test")],
         chunks=cell.num_chunks, extra_configs=[root / "checkpoint" / "config.json"])
-    return OursRun(cell, root, config, config_path, version, inspect)
+    return CellRun(cell, root, config, config_path, version, inspect)
 
 
-def test_checkpoint_config_json_accepted(ours_run: OursRun) -> None:
+def test_checkpoint_config_json_accepted(ours_run: CellRun) -> None:
     path = ours_run.root / "checkpoint" / "config.json"
     got = ours_run.inspect["extra_configs"][str(path)]
     assert got["ok"], f"ConfigSchema.from_dict refuses our {path.name}: {got.get('error')}"
@@ -104,12 +93,12 @@ def test_checkpoint_config_json_accepted(ours_run: OursRun) -> None:
     assert got["to_dict"] == ours, "the original would write this config.json differently"
 
 
-def test_partitions_read_bit_exact(ours_run: OursRun) -> None:
+def test_partitions_read_bit_exact(ours_run: CellRun) -> None:
     problems = check_partitions(ours_run.inspect, ours_run.config)
     assert not problems, failures_text(problems)
 
 
-def test_model_state_loads(ours_run: OursRun) -> None:
+def test_model_state_loads(ours_run: CellRun) -> None:
     problems = check_model(ours_run.inspect, ours_run.config)
     assert not problems, failures_text(problems)
 
@@ -120,22 +109,22 @@ def our_parameter_order(config: dict[str, Any]) -> list[str]:
     return [name for name, _ in EmbeddingModel.from_config(cfg, num_dynamic).named_parameters()]
 
 
-def test_model_optimizer_loads_and_steps(ours_run: OursRun) -> None:
+def test_model_optimizer_loads_and_steps(ours_run: CellRun) -> None:
     problems = check_model_optimizer(ours_run.inspect, our_parameter_order(ours_run.config))
     assert not problems, failures_text(problems)
 
 
-def test_embedding_optimizers_load_and_step(ours_run: OursRun) -> None:
+def test_embedding_optimizers_load_and_step(ours_run: CellRun) -> None:
     problems = check_embedding_optimizers(ours_run.inspect, ours_run.config)
     assert not problems, failures_text(problems)
 
 
-def test_stats_lines_parse(ours_run: OursRun) -> None:
+def test_stats_lines_parse(ours_run: CellRun) -> None:
     problems = check_stats(ours_run.inspect)
     assert not problems, failures_text(problems)
 
 
-def test_buckets_and_entities_read_identically(ours_run: OursRun) -> None:
+def test_buckets_and_entities_read_identically(ours_run: CellRun) -> None:
     root = ours_run.root
     problems = check_buckets_and_entities(
         ours_run.inspect, ours_run.config, [str(root / "edges" / "train"), str(root / "edges" / "test")],
@@ -143,7 +132,7 @@ def test_buckets_and_entities_read_identically(ours_run: OursRun) -> None:
     assert not problems, failures_text(problems)
 
 
-def test_original_trains_on_then_ours_resumes(ours_run: OursRun, original: Original, tmp_path: Path) -> None:
+def test_original_trains_on_then_ours_resumes(ours_run: CellRun, original: Original, tmp_path: Path) -> None:
     """Ping-pong on a copy: ours (EPOCHS) → original (+1 epoch) → ours (+1 epoch), validate after each."""
     cell, epochs, chunks = ours_run.cell, ours_run.cell.epochs, ours_run.cell.num_chunks
     root = tmp_path / "pingpong"

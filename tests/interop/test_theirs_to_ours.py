@@ -15,13 +15,12 @@ cells: the original has no importer for them, so ``pbgio import`` writes the lay
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from interop_cells import CELLS, Cell
+from interop_cells import CELLS, Cell, CellRun
 from interop_checks import check_buckets_and_entities, check_carried_over, check_model, check_partitions
 from interop_harness import (
     Original,
@@ -47,16 +46,6 @@ EXPORT_ATOL = 1e-9
 """The original writes ``%.9f`` (rounding error <= 5e-10); pbgio writes float32 exactly."""
 
 
-@dataclass
-class TheirsRun:
-    cell: Cell
-    root: Path
-    config: dict[str, Any]
-    config_path: Path
-    version: int
-    inspect: dict[str, Any]
-
-
 def prepare_theirs(cell: Cell, root: Path, original: Original) -> tuple[dict[str, Any], Path]:
     """Import (the original's importer, or pbgio's for featurized cells) and train with the original."""
     train, test = cell.write_inputs(root)
@@ -80,7 +69,7 @@ def prepare_theirs(cell: Cell, root: Path, original: Original) -> tuple[dict[str
 
 @pytest.fixture(scope="module", params=CELLS, ids=[c.name for c in CELLS])
 def theirs_run(request: pytest.FixtureRequest, original: Original,
-               tmp_path_factory: pytest.TempPathFactory) -> TheirsRun:
+               tmp_path_factory: pytest.TempPathFactory) -> CellRun:
     cell: Cell = request.param
     root = tmp_path_factory.mktemp(f"t2o_{cell.name}")
     config, config_path = prepare_theirs(cell, root, original)
@@ -89,17 +78,17 @@ def theirs_run(request: pytest.FixtureRequest, original: Original,
     inspect = original.inspect(config, root / "inspect",
                                edge_paths=[str(root / "edges" / "train"), str(root / "edges" / "test")],
                                chunks=cell.num_chunks)
-    return TheirsRun(cell, root, config, config_path, version, inspect)
+    return CellRun(cell, root, config, config_path, version, inspect)
 
 
-def test_validate_clean(theirs_run: TheirsRun) -> None:
+def test_validate_clean(theirs_run: CellRun) -> None:
     report = ours_validate(theirs_run.config_path)
     assert report.ok, validation_message(report)
     checkpoint = ours_validate(theirs_run.root / "checkpoint")
     assert checkpoint.ok, "the checkpoint directory alone: " + validation_message(checkpoint)
 
 
-def test_pbgio_reads_what_the_original_reads(theirs_run: TheirsRun) -> None:
+def test_pbgio_reads_what_the_original_reads(theirs_run: CellRun) -> None:
     root = theirs_run.root
     problems = check_partitions(theirs_run.inspect, theirs_run.config)
     problems += check_model(theirs_run.inspect, theirs_run.config)
@@ -154,12 +143,12 @@ def compare_exports(original: Original, config: dict[str, Any], config_path: Pat
     return problems
 
 
-def test_exports_match_on_the_original_checkpoint(theirs_run: TheirsRun, original: Original, tmp_path: Path) -> None:
+def test_exports_match_on_the_original_checkpoint(theirs_run: CellRun, original: Original, tmp_path: Path) -> None:
     problems = compare_exports(original, theirs_run.config, theirs_run.config_path, tmp_path / "export")
     assert not problems, failures_text(problems)
 
 
-def test_ours_resumes_then_exports_match(theirs_run: TheirsRun, original: Original, tmp_path: Path) -> None:
+def test_ours_resumes_then_exports_match(theirs_run: CellRun, original: Original, tmp_path: Path) -> None:
     root = tmp_path / "resumed"
     copy_tree(theirs_run.root, root)
     config = rebase_config(theirs_run.config, theirs_run.root, root)
