@@ -291,14 +291,16 @@ class Trainer:
                          and step.edge_chunk_idx == step.num_edge_chunks - 1)
         if interval and last_of_epoch and (step.epoch_idx + 1) % interval == 0:
             snapshot = step.epoch_idx + 1  # epoch_{k}/ holds the state after k epochs, as in the original
-        version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
-                                   self.optimizer.state_dict() if self.optimizer is not None else None,
-                                   step.info(), snapshot_epoch=snapshot)
         chunk_before = _merged(before_all)
         if chunk_before is not None:  # the original's per-iteration average of the held-out edges
             records.append({**_iteration_keys(step), "index": (step.index + 1) * self.scheduler.num_buckets - 1,
                             "eval_stats_chunk_avg": chunk_before.to_stats()})
+        # Stats first, then the commit, as the original orders them: a crash in between repeats the
+        # iteration's lines when it is trained again, but never loses those of a committed version.
         self.ckpt.dir.append_stats(records)
+        version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
+                                   self.optimizer.state_dict() if self.optimizer is not None else None,
+                                   step.info(), snapshot_epoch=snapshot)
         return IterationRecord(version, step, seconds, stats, chunk_before, _merged(after_all))
 
     def _chunk_length(self, step: IterationStep, bucket: Bucket) -> int:
