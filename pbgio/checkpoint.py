@@ -239,6 +239,20 @@ class CheckpointDir:
             check_format_version(f, path)
             return FileMetadata(attr_str(f, CONFIG_JSON_ATTR), IterationInfo.from_handle(f))
 
+    # ---- the shared-storage probe of a distributed run
+    def write_probe(self, token: str) -> None:
+        """Leave ``token`` where every trainer of a distributed run must be able to read it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(self.path / naming.SHARED_PROBE, token)
+
+    def read_probe(self) -> str | None:
+        """The probe's token, or None when this machine does not see it."""
+        path = self.path / naming.SHARED_PROBE
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    def remove_probe(self) -> None:
+        (self.path / naming.SHARED_PROBE).unlink(missing_ok=True)
+
     # ---- config and stats
     def write_config(self, config: ConfigSchema | str) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -39,6 +40,16 @@ from pbgtrain.model.tables import EntityTable
 PartitionKey = tuple[str, int]
 
 
+class WrittenPartitions(Protocol):
+    """The partitions written into the version being built: a set, or the store of a distributed run."""
+
+    def add(self, key: PartitionKey) -> None: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def clear(self) -> None: ...
+
+
 class TrainingCheckpoint:
     """Reads and writes the partitions and the model of one training run."""
 
@@ -50,7 +61,8 @@ class TrainingCheckpoint:
         self.seed = seed
         self.device = torch.device(device)
         self.committed = self.dir.read_version()
-        self._written: set[PartitionKey] = set()  # partitions already in version committed + 1
+        # Partitions already in version committed + 1 (in a distributed run: by any trainer).
+        self.written: WrittenPartitions = set()
         if self.committed > 0:
             check_same_model(self.dir, config)
 
@@ -77,7 +89,7 @@ class TrainingCheckpoint:
                            entity_type=entity_type, partition=part)
 
     def _source(self, entity_type: str, part: int) -> tuple[CheckpointDir, int] | None:
-        if (entity_type, part) in self._written:
+        if (entity_type, part) in self.written:
             return self.dir, self.committed + 1
         if self.committed > 0:
             return self.dir, self.committed
@@ -93,7 +105,7 @@ class TrainingCheckpoint:
         """Write a swapped-out partition into the version being built."""
         self.dir.write_embeddings(entity_type, part, self.committed + 1, self._embeddings_state(partition),
                                   self._metadata(iteration))
-        self._written.add((entity_type, part))
+        self.written.add((entity_type, part))
 
     def _embeddings_state(self, table: EntityTable) -> EmbeddingsState:
         return EmbeddingsState(table.weights.detach().cpu().numpy(),
@@ -137,9 +149,9 @@ class TrainingCheckpoint:
                iteration: IterationInfo, snapshot_epoch: int | None = None) -> int:
         """Write the rest of version committed+1 and commit it; returns the new version."""
         version = self.committed + 1
-        embeddings = {key: self._embeddings_state(p) for key, p in resident if key not in self._written}
+        embeddings = {key: self._embeddings_state(p) for key, p in resident if key not in self.written}
         for key in untouched:  # partitions no bucket of this iteration touched: carried over unchanged
-            if key not in self._written and key not in embeddings:
+            if key not in self.written and key not in embeddings:
                 source = self._source(*key)
                 if source is not None:
                     embeddings[key] = source[0].read_embeddings(key[0], key[1], source[1])
@@ -148,9 +160,13 @@ class TrainingCheckpoint:
                                     metadata=self._metadata(iteration), config=self.config,
                                     snapshot_epoch=snapshot_epoch):
             step.run()
-        self.committed = version
-        self._written.clear()
+        self.advance(version)
         return version
+
+    def advance(self, version: int) -> None:
+        """``version`` is committed (by this trainer, or by rank 0 of a distributed run)."""
+        self.committed = version
+        self.written.clear()
 
 
 def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:

@@ -9,6 +9,7 @@ Heavy modules (torch) are imported inside the commands so ``--help`` is instant.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,18 +67,52 @@ def fit(
     max_iterations: Annotated[int | None, typer.Option(
         help="Stop after committing this many iterations (edge chunks); run again to continue.")] = None,
     no_progress: NoProgress = False,
+    rank: Annotated[int | None, typer.Option(
+        "--rank", help="This trainer's rank (0 … num_machines-1) in a distributed run whose trainers meet at the "
+        "config's distributed_init_method, as in the original. Not needed under torchrun.")] = None,
+    peer_timeout: Annotated[float, typer.Option(
+        help="Distributed runs: seconds without a sign of life from another trainer before every trainer "
+        "stops with an error naming it.")] = 60.0,
 ) -> None:
-    """Train: resume from the latest committed checkpoint, commit one version per edge chunk."""
+    """Train: resume from the latest committed checkpoint, commit one version per edge chunk.
+
+    Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
+    the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
+    """
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
 
     run = _load(config, param, base)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
-                         max_iterations=max_iterations)
-    with exit_codes(on_interrupt=lambda: _interrupted_fit(run)):
-        result = run_fit(run, options)
+                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout)
+    distributed = rank is not None or _under_torchrun()
+    if distributed:
+        _stop_on_sigterm()
+    try:
+        with exit_codes(on_interrupt=lambda: _interrupted_fit(run)):
+            result = run_fit(run, options)
+    except typer.Exit as stop:
+        if distributed:  # leave now: a lost peer can leave gloo's threads waiting at interpreter exit
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(stop.exit_code)
+        raise
     typer.echo(result.summary())
+
+
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+
+
+def _stop_on_sigterm() -> None:
+    """torchrun stops its workers with SIGTERM (on Ctrl-C, or when one fails): stop as on Ctrl-C."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _interrupted_fit(run: Any) -> None:

@@ -12,8 +12,8 @@ same-batch negatives only) are pbgio config rules, checked when the config is pa
 >>> cfg = apply_overrides(raw, ["num_epochs=3", "relations.0.operator=translation", "edge_paths=a,b"])
 >>> cfg.num_epochs, cfg.relations[0].operator, cfg.edge_paths
 (3, 'translation', ['a', 'b'])
->>> unsupported_settings(cfg.model_copy(update={"num_machines": 2}))
-['num_machines=2: distributed training is not supported by pbgtrain yet; use num_machines=1']
+>>> unsupported_settings(cfg.model_copy(update={"num_partition_servers": 2}))  # doctest: +ELLIPSIS
+['num_partition_servers=2: pbgtrain runs no partition servers; partitions move through the ...']
 """
 
 from __future__ import annotations
@@ -32,12 +32,9 @@ from pbgio.validate import infer_base
 
 MAX_EDGES_PER_CHUNK_DEFAULT = 1_000_000_000
 
-# Keys of distributed training and their single-machine defaults: any other value is refused.
-_DISTRIBUTED_DEFAULTS: dict[str, Any] = {
-    "num_machines": 1,
-    "num_partition_servers": -1,
-    "distributed_init_method": None,
-    "distributed_tree_init_order": True,
+# Keys that tune the original's partition servers, which pbgtrain does not run (partitions move
+# through the checkpoint directory): any value but the default is refused, saying so.
+_PARTITION_SERVER_TUNING: dict[str, Any] = {
     "num_groups_for_partition_server": 16,
     "num_groups_per_sharded_partition_server": 1,
     "partition_shard_size": 250,
@@ -45,7 +42,8 @@ _DISTRIBUTED_DEFAULTS: dict[str, Any] = {
 
 
 # Where each key of the schema acts in pbgtrain (the training guide's table is checked against it).
-# Keys of distributed training and half_precision are refused unless left at their defaults.
+# half_precision, and the tuning of the original's partition servers, are refused unless left at
+# their defaults.
 KEY_EFFECTS: dict[str, str] = {
     "entities": "entity types; num_partitions splits a type into partitions, dimension overrides the "
                 "global one, featurized makes its entities bags of features (mean of feature embeddings; "
@@ -73,12 +71,19 @@ KEY_EFFECTS: dict[str, str] = {
     "when evaluating", "background_io": "deprecated: a warning, no effect (as in the original)",
     "verbose": "> 0 prints a line per bucket", "dynamic_relations": "one operator set indexed by relation id; "
     "mixed-relation batches", "num_gpus": "1 trains on CUDA (same as --device cuda); more is refused",
-    "hogwild_delay": "no effect: it only delays workers of machines other than the first (as in the original, "
-                     "any value is accepted)",
+    "hogwild_delay": "seconds each bucket of the first epoch waits on trainers of rank > 0 of a distributed "
+                     "run (as in the original; no effect on one machine)",
     "half_precision": "refused when true",
-    **{key: "refused unless left at its default (distributed training)" for key in (
-        "num_machines", "num_partition_servers", "distributed_init_method", "distributed_tree_init_order",
-        "num_groups_for_partition_server", "num_groups_per_sharded_partition_server", "partition_shard_size")},
+    "num_machines": "trainers of a distributed run (pbgtrain fit --rank R on each; under torchrun, 1 or "
+                    "torchrun's world size)",
+    "distributed_init_method": "where the trainers of a --rank run meet: tcp://HOST:PORT of rank 0, or "
+                               "file:///shared/path (torchrun brings its own)",
+    "distributed_tree_init_order": "first pass of a distributed run: a bucket needs a side already trained, "
+                                   "so that partitions start in one embedding space",
+    "num_partition_servers": "-1 or 0: partitions move through the shared checkpoint directory; a positive "
+                             "count (external partition servers) is refused",
+    **{key: "refused unless left at its default (it tunes the original's partition servers)"
+       for key in _PARTITION_SERVER_TUNING},
 }
 
 
@@ -145,13 +150,14 @@ def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "<config>"
 def unsupported_settings(cfg: ConfigSchema) -> list[str]:
     """Messages for settings this trainer cannot honour (empty when all are supported)."""
     problems = []
-    for key, default in _DISTRIBUTED_DEFAULTS.items():
+    if cfg.num_partition_servers > 0:  # < -1 is the same as -1, as in the original (pbgio warns)
+        problems.append(f"num_partition_servers={cfg.num_partition_servers}: pbgtrain runs no partition servers; "
+                        "partitions move through the shared checkpoint directory; use -1 or 0")
+    for key, default in _PARTITION_SERVER_TUNING.items():
         value = getattr(cfg, key)
-        if key == "num_partition_servers" and value < -1:
-            continue  # the same as -1, as in the original (pbgio warns: config-unusual-value)
         if value != default:
-            problems.append(f"{key}={value}: distributed training is not supported by pbgtrain yet; "
-                            f"use {key}={default}")
+            problems.append(f"{key}={value}: it tunes the original's partition servers, which pbgtrain does "
+                            f"not run (partitions move through the checkpoint directory); use {key}={default}")
     if cfg.half_precision:
         problems.append("half_precision=true: half-precision training is not supported; "
                         "remove it (training runs in float32)")

@@ -16,9 +16,10 @@ from typing import Any, TextIO
 class Reporter:
     """Plain-text reporting (also the base of the rich one)."""
 
-    def __init__(self, stream: TextIO | None = None, verbose: int = 0) -> None:
+    def __init__(self, stream: TextIO | None = None, verbose: int = 0, prefix: str = "") -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
+        self.prefix = prefix  # "[rank R] " in a distributed run
 
     def __enter__(self) -> Reporter:
         return self
@@ -28,7 +29,7 @@ class Reporter:
         return None
 
     def log(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
+        print("\n".join(self.prefix + line for line in message.splitlines()), file=self.stream, flush=True)
 
     def iteration_started(self, description: str, num_buckets: int, num_edges: int) -> None:
         if self.verbose:
@@ -94,5 +95,9 @@ class RichReporter(Reporter):
         self.log(line)
 
 
-def make_reporter(interactive: bool, total_iterations: int, done_iterations: int, verbose: int) -> Reporter:
-    return RichReporter(total_iterations, done_iterations, verbose) if interactive else Reporter(verbose=verbose)
+def make_reporter(interactive: bool, total_iterations: int, done_iterations: int, verbose: int,
+                  prefix: str = "") -> Reporter:
+    """Bars on a terminal, else plain lines (each starting with ``prefix``)."""
+    if interactive:
+        return RichReporter(total_iterations, done_iterations, verbose)
+    return Reporter(verbose=verbose, prefix=prefix)

@@ -13,8 +13,11 @@ bucket is trained exactly once, in the ``bucket_order`` of the config, as the or
 - ``outside_in``: the same layers, last layer first.
 
 The training loop asks a :class:`BucketScheduler` for buckets (``new_pass``,
-``acquire`` until None, ``release`` after each). :class:`SingleMachineScheduler` is the
-one implementation; the protocol is the seam where a distributed lock server would go.
+``acquire`` until None, ``release`` after each, ``hand_back`` of the partitions it saved).
+:class:`SingleMachineScheduler` serves one trainer;
+:class:`pbgtrain.distributed.scheduler.LockServerScheduler` serves many, with the original's
+lock-server invariant, decided by :func:`choose_bucket`: a trainer gets a bucket only if no
+other trainer holds one of its partitions, preferring the bucket that moves the fewest rows.
 
 >>> sched = SingleMachineScheduler(2, 2, "inside_out", seed=0)
 >>> sched.new_pass(0)
@@ -36,7 +39,7 @@ Only the partitions that change between buckets are swapped; unpartitioned types
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, get_args
 
@@ -170,19 +173,38 @@ def ordered_buckets(order: str, nparts_lhs: int, nparts_rhs: int, rng: np.random
 # --------------------------------------------------------------------------- schedulers
 
 
+class Wait:
+    """What ``acquire`` returns when buckets are left but each needs a partition another
+    trainer holds: save and hand back what you hold, then ask again."""
+
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+WAIT = Wait()
+
+
 class BucketScheduler(Protocol):
-    """Hands out the buckets of one pass; the seam for distributed scheduling.
+    """Hands out the buckets of one pass; the seam between one trainer and many.
 
     ``new_pass(i)`` starts pass ``i`` (the iteration index, so that a resumed run sees the
-    same order); ``acquire()`` returns the next bucket to train, or None when the pass has
-    none left for this trainer; ``release(bucket)`` reports it trained.
+    same order); ``acquire()`` returns the next bucket to train (its place in the pass is
+    then ``position``), :data:`WAIT`, or None when the pass has none left for this trainer;
+    ``release(bucket)`` reports it trained. The partitions of a released bucket stay locked
+    by this trainer (so that its next bucket may reuse them) until ``hand_back`` says they
+    are saved where the next holder will read them.
     """
 
     def new_pass(self, pass_idx: int) -> None: ...
 
-    def acquire(self) -> Bucket | None: ...
+    def acquire(self) -> Bucket | Wait | None: ...
+
+    @property
+    def position(self) -> int: ...
 
     def release(self, bucket: Bucket) -> None: ...
+
+    def hand_back(self, keys: Iterable[PartitionKey]) -> None: ...
 
 
 class SingleMachineScheduler:
@@ -221,7 +243,7 @@ class SingleMachineScheduler:
         self._next = 0
         self._released = 0
 
-    def acquire(self) -> Bucket | None:
+    def acquire(self) -> Bucket | Wait | None:
         if self._held is not None:
             raise RuntimeError(f"bucket {self._held} is still held; one machine trains one bucket at a time")
         if self._next >= len(self._plan):
@@ -235,6 +257,14 @@ class SingleMachineScheduler:
             raise RuntimeError(f"released bucket {bucket}, but the bucket held is {self._held}")
         self._held = None
         self._released += 1
+
+    @property
+    def position(self) -> int:
+        """The place of the last acquired bucket in the pass (0-based)."""
+        return self._next - 1
+
+    def hand_back(self, keys: Iterable[PartitionKey]) -> None:
+        """Nothing to do: no other trainer waits for these partitions."""
 
     def upcoming(self) -> Bucket | None:
         """The bucket the next ``acquire`` returns (for prefetching its edges), or None."""
@@ -257,8 +287,54 @@ def run_pass(scheduler: BucketScheduler, pass_idx: int) -> Iterator[Bucket]:
     """
     scheduler.new_pass(pass_idx)
     while (bucket := scheduler.acquire()) is not None:
+        if isinstance(bucket, Wait):
+            raise RuntimeError("run_pass serves a scheduler that never waits (one trainer)")
         yield bucket
         scheduler.release(bucket)
+
+
+# --------------------------------------------------------------------------- many trainers
+
+
+def choose_bucket(order: Sequence[Bucket], done: Iterable[Bucket], locks: Mapping[PartitionKey, int], rank: int,
+                  layout: PartitionLayout, rows: Mapping[str, int],
+                  initialized: Iterable[PartitionKey] | None = None) -> Bucket | None:
+    """The bucket trainer ``rank`` should train next, or None when none may be taken now.
+
+    A bucket may be taken when it is not ``done`` and none of its partitions is locked by
+    another rank (``locks``: partition → rank); with ``initialized`` (the first pass of a
+    ``distributed_tree_init_order`` run) one of its sides must also be initialized already,
+    unless nothing is, as in the original's lock server. Among those, the one whose switch
+    from the partitions ``rank`` holds moves the fewest rows (``rows``: average rows of a
+    partition per entity type) wins, ties going to the earliest in the pass ``order``.
+
+    >>> layout = PartitionLayout(frozenset({"n"}), frozenset({"n"}))
+    >>> order = all_buckets(2, 2)
+    >>> choose_bucket(order, [Bucket(0, 0)], {("n", 0): 0}, 1, layout, {"n": 10}) is None  # all need n/0…
+    False
+    >>> choose_bucket(order, [Bucket(0, 0)], {("n", 0): 0}, 1, layout, {"n": 10})  # …but (1, 1)
+    Bucket(lhs=1, rhs=1)
+    >>> choose_bucket(order, [Bucket(0, 0)], {("n", 0): 0}, 0, layout, {"n": 10})  # rank 0 keeps n/0
+    Bucket(lhs=0, rhs=1)
+    """
+    done = set(done)
+    init = None if initialized is None else set(initialized)
+    held = {key for key, owner in locks.items() if owner == rank}
+    best: tuple[int, int] | None = None
+    chosen = None
+    for position, bucket in enumerate(order):
+        if bucket in done:
+            continue
+        needed = layout.partitions(bucket)
+        if any(locks.get(key, rank) != rank for key in needed):
+            continue
+        if init and not (all((t, bucket.lhs) in init for t in layout.lhs_types)
+                         or all((t, bucket.rhs) in init for t in layout.rhs_types)):
+            continue
+        cost = sum(rows.get(t, 0) for t, _ in needed ^ held)
+        if best is None or (cost, position) < best:
+            best, chosen = (cost, position), bucket
+    return chosen
 
 
 # --------------------------------------------------------------------------- partition swapping

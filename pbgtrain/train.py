@@ -15,10 +15,11 @@ HOGWILD processes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,7 +49,19 @@ from pbgtrain.model import (
 )
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.reporting import Reporter, make_reporter
-from pbgtrain.schedule import Bucket, PartitionLayout, SingleMachineScheduler, all_buckets, plan_swap, run_pass
+from pbgtrain.schedule import (
+    Bucket,
+    BucketScheduler,
+    PartitionLayout,
+    SingleMachineScheduler,
+    Wait,
+    all_buckets,
+    plan_swap,
+)
+
+if TYPE_CHECKING:
+    from pbgtrain.distributed.cluster import Cluster
+    from pbgtrain.distributed.coordination import Coordination
 
 EVAL_BATCH_SIZE_DEFAULT = 1000
 
@@ -63,6 +76,8 @@ class FitOptions:
     interactive: bool = False
     max_seconds: float | None = None
     max_iterations: int | None = None
+    rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
+    peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
 
 
 @dataclass
@@ -88,6 +103,7 @@ class FitResult:
     total_iterations: int
     iterations: list[IterationRecord] = field(default_factory=list)
     stopped_early: bool = False
+    movement: list[dict[str, Any]] = field(default_factory=list)  # per rank, distributed runs (rank 0)
 
     def summary(self) -> str:
         if not self.iterations:
@@ -129,8 +145,10 @@ def _merged(accumulators: list[RankingAccumulator]) -> RankingMetrics | None:
     return total.result()
 
 
-def resolve_device(requested: str | None, run: RunConfig) -> torch.device:
+def resolve_device(requested: str | None, run: RunConfig, cluster: Cluster | None = None) -> torch.device:
     device = torch.device(requested or default_device(run.config))
+    if cluster is not None and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per local trainer
     if device.type == "cuda" and not torch.cuda.is_available():
         raise FormatError(Issue("config-schema", "error", run.source, "num_gpus",
                                 f"expected a CUDA device for {device}, found none available "
@@ -151,14 +169,40 @@ def _validate_inputs(run: RunConfig) -> None:
                                 f"training:\n{shown}{more}"))
 
 
-class Trainer:
-    """Holds the state of one run: model, optimizer, resident partitions, checkpoint."""
+@dataclass
+class MovementStats:
+    """Partition traffic and waiting of one trainer (reported by the benchmark)."""
 
-    def __init__(self, run: RunConfig, options: FitOptions) -> None:
+    bytes_saved: int = 0
+    bytes_loaded: int = 0
+    partitions_saved: int = 0
+    partitions_loaded: int = 0
+    seconds_waiting: float = 0.0  # asking for a bucket, and waiting for one
+
+    def add_table(self, table: EntityTable, saved: bool) -> None:
+        size = table.weights.numel() * table.weights.element_size() + table.adagrad_sum.numel() * 4
+        if saved:
+            self.bytes_saved += size
+            self.partitions_saved += 1
+        else:
+            self.bytes_loaded += size
+            self.partitions_loaded += 1
+
+
+class Trainer:
+    """Holds the state of one run: model, optimizer, resident partitions, checkpoint.
+
+    With a :class:`~pbgtrain.distributed.cluster.Cluster` it is one trainer of many: buckets
+    come from the lock server, partitions move through the checkpoint directory, and the
+    shared state is kept in agreement (:mod:`pbgtrain.distributed`).
+    """
+
+    def __init__(self, run: RunConfig, options: FitOptions, cluster: Cluster | None = None) -> None:
         self.run = run
         self.cfg = cfg = run.config
         self.options = options
-        self.device = resolve_device(options.device, run)
+        self.cluster = cluster
+        self.device = resolve_device(options.device, run, cluster)
         self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
                        for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
@@ -168,10 +212,24 @@ class Trainer:
                                        device=self.device)
         self._restore_model()
         self.layout = PartitionLayout.from_config(cfg)
-        self.scheduler = SingleMachineScheduler.from_config(cfg, seed=options.seed)
         self.resident: dict[PartitionKey, EntityTable] = {}
         self.generator = torch.Generator(device=self.device)
         self._bucket_lengths: dict[tuple[str, int, int], int] = {}
+        self.movement = MovementStats()
+        self.coordination: Coordination | None = None
+        self.scheduler: BucketScheduler = SingleMachineScheduler.from_config(cfg, seed=options.seed)
+        self.shared_update: Any = contextlib.nullcontext()  # held while a step updates the shared state
+        if cluster is not None:
+            from pbgtrain.distributed.coordination import Coordination
+
+            self.coordination = Coordination(cluster, self)
+            self.scheduler = self.coordination.scheduler
+            self.shared_update = self.coordination.sync.lock
+
+    @property
+    def num_buckets(self) -> int:
+        lhs, rhs = self.cfg.bucket_grid()
+        return lhs * rhs
 
     # ---- model state
     def _restore_model(self) -> None:
@@ -194,11 +252,21 @@ class Trainer:
 
     # ---- partitions
     def swap_to(self, bucket: Bucket | None, step: IterationStep) -> None:
+        """Make exactly ``bucket``'s partitions resident (none for None), plus the unpartitioned
+        types: evicted partitions are saved into the version being built and handed back to
+        the scheduler (another trainer may take them now)."""
         swap = plan_swap(self.resident, bucket, self.layout)
         for key in swap.evict:
-            self.ckpt.save(key[0], key[1], self.resident.pop(key), step.info())
+            table = self.resident.pop(key)
+            self.ckpt.save(key[0], key[1], table, step.info())
+            self.movement.add_table(table, saved=True)
+        self.scheduler.hand_back(swap.evict)
         for key in swap.load:
             self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
+            self.movement.add_table(self.resident[key], saved=False)
+        self.load_unpartitioned()
+
+    def load_unpartitioned(self) -> None:
         for key in self.layout.always_resident():
             if key not in self.resident and key in self.counts:
                 self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
@@ -213,6 +281,8 @@ class Trainer:
         edges_np = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
         edges = BucketEdges.from_bucket(edges_np, self.device, str(path))
         key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
+        if self.rank > 0 and step.epoch_idx == 0 and cfg.hogwild_delay > 0:
+            time.sleep(cfg.hogwild_delay)  # as the original: trainers other than rank 0 start late in epoch 0
         prepared = prepare_chunk(edges_np.rel, key=key, eval_fraction=cfg.eval_fraction, batch_size=cfg.batch_size,
                                  dynamic=cfg.dynamic_relations,
                                  shuffle_seed=key.shuffle_seed(self.options.seed, step.epoch_idx))
@@ -226,9 +296,10 @@ class Trainer:
                 rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
                 relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
                 batch = edges.batch(idx, rel_of, *self.model.spec.featurized_sides(relation))
-                step_stats = train_step(self.model, self.table(relation.lhs, bucket, "lhs"),
-                                        self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
-                                        generator=self.generator)
+                with self.shared_update:
+                    step_stats = train_step(self.model, self.table(relation.lhs, bucket, "lhs"),
+                                            self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
+                                            generator=self.generator)
                 stats = stats + step_stats
                 reporter.edges_done(len(idx), step_stats.loss / max(step_stats.count, 1))
         after = self.evaluate(held, edges, bucket) if len(held) else None
@@ -260,6 +331,28 @@ class Trainer:
         return acc
 
     # ---- one iteration
+    def buckets_of_pass(self, step: IterationStep) -> Any:
+        """Yield ``(bucket, position)`` as the scheduler grants them; while it says WAIT, hold nothing."""
+        self.scheduler.new_pass(step.index)
+        delay = 0.01
+        while True:
+            asked = time.perf_counter()
+            granted = self.scheduler.acquire()
+            if isinstance(granted, Wait):
+                self.swap_to(None, step)  # save and hand back what we hold, so nobody waits for us
+                if self.cluster is not None:
+                    self.cluster.check()
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                self.movement.seconds_waiting += time.perf_counter() - asked
+                continue
+            self.movement.seconds_waiting += time.perf_counter() - asked
+            delay = 0.01
+            if granted is None:
+                return
+            yield granted, self.scheduler.position
+            self.scheduler.release(granted)
+
     def run_iteration(self, step: IterationStep, reporter: Reporter) -> IterationRecord:
         started = time.perf_counter()
         stats = StepStats()
@@ -267,17 +360,23 @@ class Trainer:
         after_all: list[Any] = []
         records = []
         total_edges = sum(self._chunk_length(step, b) for b in all_buckets(*self.cfg.bucket_grid()))
-        reporter.iteration_started(str(step), self.scheduler.num_buckets, total_edges)
-        for rank, bucket in enumerate(run_pass(self.scheduler, step.index)):
+        reporter.iteration_started(str(step), self.num_buckets, total_edges)
+        if self.coordination is not None:
+            self.load_unpartitioned()
+            self.coordination.iteration_started()
+        for bucket, position in self.buckets_of_pass(step):
             self.swap_to(bucket, step)
-            bucket_started = time.perf_counter()
+            bucket_started, wall_started = time.perf_counter(), time.time()
             bucket_stats, before, after = self.train_bucket(step, bucket, reporter)
             stats = stats + bucket_stats
             if before is not None:
                 before_all.append(before)
                 after_all.append(after)
-            records.append(self._stats_record(step, step.index * self.scheduler.num_buckets + rank, bucket,
-                                              bucket_stats, before, after))
+            record = self._stats_record(step, step.index * self.num_buckets + position, bucket, bucket_stats,
+                                        before, after)
+            record[EXTRA_KEY] = {**record.get(EXTRA_KEY, {}), "rank": self.rank, "trained_from": wall_started,
+                                 "trained_until": time.time()}
+            records.append(record)
             reporter.bucket_done(f"  bucket {bucket}: {bucket_stats.count:,} edges in "
                                  f"{time.perf_counter() - bucket_started:.2f} s, loss "
                                  f"{bucket_stats.loss / max(bucket_stats.count, 1):.4g}"
@@ -291,17 +390,26 @@ class Trainer:
                          and step.edge_chunk_idx == step.num_edge_chunks - 1)
         if interval and last_of_epoch and (step.epoch_idx + 1) % interval == 0:
             snapshot = step.epoch_idx + 1  # epoch_{k}/ holds the state after k epochs, as in the original
+        if self.coordination is not None:
+            version, stats = self.coordination.commit(step, records, stats, snapshot)
+            return IterationRecord(version, step, time.perf_counter() - started, stats)
         chunk_before = _merged(before_all)
         if chunk_before is not None:  # the original's per-iteration average of the held-out edges
-            records.append({**_iteration_keys(step), "index": (step.index + 1) * self.scheduler.num_buckets - 1,
+            records.append({**_iteration_keys(step), "index": (step.index + 1) * self.num_buckets - 1,
                             "eval_stats_chunk_avg": chunk_before.to_stats()})
         # Stats first, then the commit, as the original orders them: a crash in between repeats the
         # iteration's lines when it is trained again, but never loses those of a committed version.
         self.ckpt.dir.append_stats(records)
         version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
-                                   self.optimizer.state_dict() if self.optimizer is not None else None,
-                                   step.info(), snapshot_epoch=snapshot)
+                                   self.optimizer_state(), step.info(), snapshot_epoch=snapshot)
         return IterationRecord(version, step, seconds, stats, chunk_before, _merged(after_all))
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.cluster is None else self.cluster.rank
+
+    def optimizer_state(self) -> dict[str, Any] | None:
+        return self.optimizer.state_dict() if self.optimizer is not None else None
 
     def _chunk_length(self, step: IterationStep, bucket: Bucket) -> int:
         """Edges of the bucket's chunk in this iteration (bucket lengths read once per edge path)."""
@@ -339,27 +447,64 @@ def _iteration_keys(step: IterationStep) -> dict[str, int]:
 
 
 def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
-    """Train ``run`` from its latest committed checkpoint to the end of the plan (or ``max_seconds``)."""
+    """Train ``run`` from its latest committed checkpoint to the end of the plan (or ``max_seconds``).
+
+    When this process is one trainer of a distributed run (torchrun's environment, or
+    ``options.rank`` with ``num_machines`` > 1) it joins the others first; see
+    :mod:`pbgtrain.distributed`.
+    """
+    from pbgtrain.distributed.cluster import resolve_launch
+
     options = options or FitOptions()
+    launch = resolve_launch(num_machines=run.config.num_machines, init_method=run.config.distributed_init_method,
+                            rank=options.rank, env=os.environ)
+    if launch is None:
+        return _fit(run, options, None)
+    from pbgtrain.distributed.cluster import PEER_TIMEOUT_DEFAULT, Cluster
+
+    with Cluster(launch, peer_timeout=options.peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
+            cluster.translating_interrupts():
+        return _fit(run, options, cluster)
+
+
+def default_threads(cfg: Any, env: Any = os.environ) -> int:
+    """``workers``, else the cores split evenly among the trainers started on this machine."""
+    if cfg.workers:
+        return int(cfg.workers)
+    local_trainers = max(int(env.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+    return max((os.cpu_count() or 1) // local_trainers, 1)
+
+
+def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitResult:
     cfg = run.config
-    torch.set_num_threads(cfg.workers or os.cpu_count() or 1)
+    torch.set_num_threads(default_threads(cfg))
     keep_freed_memory()
-    if options.validate:
+    rank = 0 if cluster is None else cluster.rank
+    if options.validate and rank == 0:
         _validate_inputs(run)
     first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
         if cfg.num_edge_chunks is None else []
     plan = IterationPlan.from_config(cfg, first_bucket_sizes)
-    trainer = Trainer(run, options)
-    remove_uncommitted(trainer.ckpt.dir)
+    if cluster is not None:
+        cluster.barrier("validated")
+    trainer = Trainer(run, options, cluster)
+    if rank == 0:
+        remove_uncommitted(trainer.ckpt.dir)
+    if trainer.coordination is not None:
+        trainer.coordination.run_started()
     start = trainer.ckpt.committed
     result = FitResult(start, start, len(plan))
     if start >= len(plan):
         return result
     started = time.perf_counter()
-    with make_reporter(options.interactive, len(plan), start, cfg.verbose) as reporter:
-        if cfg.background_io:
+    reporter_of_rank = make_reporter(options.interactive and rank == 0, len(plan), start, cfg.verbose,
+                                     prefix="" if cluster is None else f"[rank {rank}] ")
+    with reporter_of_rank as reporter:
+        if trainer.coordination is not None:
+            reporter = trainer.coordination.run_wide(reporter)
+        if cfg.background_io and rank == 0:
             reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
-        for issue in semantic_issues(cfg):  # once per run: what runs differently than one may think
+        for issue in semantic_issues(cfg) if rank == 0 else ():  # once per run: what runs differently
             if issue.severity == "warning":
                 reporter.log(f"note [{issue.rule}]: {issue.dataset}: {issue.message}")
         for step in plan.steps(start):
@@ -375,7 +520,12 @@ def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
             out_of_time = options.max_seconds is not None and time.perf_counter() - started > options.max_seconds
             out_of_iterations = options.max_iterations is not None and \
                 len(result.iterations) >= options.max_iterations
-            if (out_of_time or out_of_iterations) and record.version < len(plan):
+            stop = (out_of_time or out_of_iterations) and record.version < len(plan)
+            if trainer.coordination is not None:  # every rank stops after the same version: rank 0's call
+                stop = trainer.coordination.agree_to_stop(record.version, stop)
+            if stop:
                 result.stopped_early = True
                 break
+    if trainer.coordination is not None:
+        trainer.coordination.run_finished(result)
     return result

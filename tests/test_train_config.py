@@ -9,7 +9,7 @@ import pytest
 
 from pbgio.config import CONFIG_KEYS, ConfigSchema
 from pbgio.errors import ConfigError
-from pbgtrain.config import _DISTRIBUTED_DEFAULTS, KEY_EFFECTS, apply_overrides, load_run_config
+from pbgtrain.config import _PARTITION_SERVER_TUNING, KEY_EFFECTS, apply_overrides, load_run_config
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "training.md"
 RAW = {"entities": {"e": {"num_partitions": 1}}, "relations": [{"name": "r", "lhs": "e", "rhs": "e"}],
@@ -24,20 +24,27 @@ def test_every_key_is_documented_in_code_and_guide() -> None:
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    *[(k, v) for k, v in {"num_machines": 2, "num_partition_servers": 0, "distributed_init_method": "tcp://x:1",
-                          "distributed_tree_init_order": False, "num_groups_for_partition_server": 4,
+    *[(k, v) for k, v in {"num_partition_servers": 2, "num_groups_for_partition_server": 4,
                           "num_groups_per_sharded_partition_server": 2, "partition_shard_size": 10}.items()],
     ("half_precision", True), ("num_gpus", 2),
 ])
 def test_unsupported_settings_are_refused_with_the_key(tmp_path: Path, key: str, value: object) -> None:
-    assert key in _DISTRIBUTED_DEFAULTS or key in ("half_precision", "num_gpus")
+    assert key in _PARTITION_SERVER_TUNING or key in ("half_precision", "num_gpus", "num_partition_servers")
     raw = dict(RAW, **{key: value})
-    if key == "num_machines":
-        raw["entities"] = {"e": {"num_partitions": 2}}
     path = tmp_path / "c.json"
     path.write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match=key):
         load_run_config(path)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("num_machines", 2), ("num_partition_servers", 0), ("num_partition_servers", -1),
+    ("distributed_init_method", "tcp://x:1"), ("distributed_tree_init_order", False)])
+def test_distributed_settings_are_accepted(tmp_path: Path, key: str, value: object) -> None:
+    raw = dict(RAW, entities={"e": {"num_partitions": 2}}, **{key: value})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(raw))
+    assert getattr(load_run_config(path).config, key) == value
 
 
 def test_hogwild_delay_is_accepted_as_the_original_accepts_it(tmp_path: Path) -> None:

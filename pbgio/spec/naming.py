@@ -35,6 +35,7 @@ DYNAMIC_REL_COUNT = "dynamic_rel_count.txt"
 DYNAMIC_REL_NAMES = "dynamic_rel_names.json"
 CHECKPOINT_VERSION = "checkpoint_version.txt"
 CONFIG_JSON = "config.json"
+SHARED_PROBE = ".pbg-shared-probe"  # written and removed by the first trainer of a distributed run
 TRAINING_STATS = "training_stats.json"
 
 # Names that mark the legacy (.pt era) layout; see pbgio.legacy for migration.

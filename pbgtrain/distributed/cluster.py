@@ -1,0 +1,242 @@
+"""The trainers of a distributed run: who they are, how they meet, and how they fail together.
+
+A run of ``W`` trainers is one ``torch.distributed`` process group (gloo) plus its c10d store.
+Rank and world size come from torchrun's environment (``RANK``, ``WORLD_SIZE``, rendezvous at
+``MASTER_ADDR:MASTER_PORT``) or, as in the original, from ``--rank`` with ``num_machines`` and
+``distributed_init_method`` of the config (:func:`resolve_launch`).
+
+Everything the trainers coordinate goes through the store: the bucket locks
+(:mod:`pbgtrain.distributed.scheduler`), barriers, per-iteration stats, and the *watchdog*:
+each rank bumps its heartbeat counter every second, and a background thread on every rank
+watches the others. A rank whose counter stops for ``peer_timeout`` seconds (killed, stopped,
+its machine gone) or that posts an abort (it failed, or was interrupted) makes every other
+rank stop: the watchdog interrupts the main thread, which raises :class:`PeerFailure` naming
+the rank. Waits are polling loops, so they are always interruptible; no rank waits forever.
+
+>>> resolve_launch(num_machines=1, init_method=None, rank=None, env={}) is None
+True
+>>> resolve_launch(num_machines=2, init_method="tcp://10.0.0.1:30050", rank=1, env={})
+Launch(rank=1, world_size=2, init_method='tcp://10.0.0.1:30050', source='--rank')
+>>> resolve_launch(num_machines=1, init_method=None, rank=None,
+...                env={"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"})
+Launch(rank=3, world_size=4, init_method='env://', source='torchrun')
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pbgio.errors import PbgioError
+
+PEER_TIMEOUT_DEFAULT = 60.0
+HEARTBEAT_SECONDS = 1.0
+POLL_SECONDS = 0.02
+STORE_PREFIX = "pbgtrain"
+
+
+class DistributedError(PbgioError):
+    """A distributed run cannot start or go on (a launch mistake, or a lost peer)."""
+
+
+class PeerFailure(DistributedError):
+    """Another rank died, hung, failed or was interrupted; this rank stops too."""
+
+    def __init__(self, rank: int | None, reason: str) -> None:
+        self.rank = rank
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process stands in a distributed run."""
+
+    rank: int
+    world_size: int
+    init_method: str
+    source: str  # "torchrun" or "--rank"
+
+
+def resolve_launch(*, num_machines: int, init_method: str | None, rank: int | None,
+                   env: Mapping[str, str]) -> Launch | None:
+    """The launch of this process, or None for a single-process run.
+
+    ``--rank`` (``rank``) takes ``num_machines`` trainers meeting at ``distributed_init_method``,
+    as the original. Without it, torchrun's ``RANK``/``WORLD_SIZE`` give the rank and the number
+    of trainers and the rendezvous is torchrun's (``env://``); the config's ``num_machines``
+    must then be 1 or that number.
+    """
+    if rank is not None:
+        if not 0 <= rank < num_machines:
+            raise DistributedError(f"--rank {rank}: expected a rank in [0, {num_machines}) "
+                                   f"(num_machines={num_machines} in the config)")
+        if num_machines == 1:
+            return None
+        if not init_method:
+            raise DistributedError(f"num_machines={num_machines} with --rank needs distributed_init_method "
+                                   "in the config (e.g. tcp://HOST:PORT of rank 0, or file:///shared/path); "
+                                   "or launch with torchrun")
+        return Launch(rank, num_machines, init_method, "--rank")
+    world = env.get("WORLD_SIZE")
+    if world is not None and "RANK" in env:
+        world_size, env_rank = int(world), int(env["RANK"])
+        if num_machines not in (1, world_size):
+            raise DistributedError(f"torchrun started {world_size} trainer(s) but the config says "
+                                   f"num_machines={num_machines}; make them agree (or set num_machines=1 "
+                                   "to let torchrun decide)")
+        if world_size == 1:
+            return None
+        return Launch(env_rank, world_size, "env://", "torchrun")
+    if num_machines > 1:
+        raise DistributedError(f"num_machines={num_machines}: start each trainer with --rank R "
+                               f"(0 … {num_machines - 1}), or launch with torchrun")
+    return None
+
+
+class Cluster:
+    """This rank's handle on the run: the store, barriers, heartbeats and the watchdog.
+
+    Use as a context manager: it joins the process group on enter and leaves it on exit,
+    posting an abort for the others when it leaves because of an error.
+    """
+
+    def __init__(self, launch: Launch, *, peer_timeout: float = PEER_TIMEOUT_DEFAULT) -> None:
+        self.launch = launch
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        self.peer_timeout = peer_timeout
+        self.store: Any = None
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self.failure: PeerFailure | None = None
+        self._barriers: dict[str, int] = {}
+        self._leaving = False
+
+    # ---- lifecycle
+    def __enter__(self) -> Cluster:
+        import torch.distributed as dist
+        from torch.distributed.rendezvous import rendezvous
+
+        timeout = timedelta(seconds=max(self.peer_timeout, 30.0))
+        store, rank, world_size = next(rendezvous(self.launch.init_method, self.rank, self.world_size,
+                                                       timeout=timeout))
+        if (rank, world_size) != (self.rank, self.world_size):
+            raise DistributedError(f"the rendezvous gave rank {rank} of {world_size}, expected "
+                                   f"{self.rank} of {self.world_size}")
+        store.set_timeout(timeout)
+        self.store = dist.PrefixStore(STORE_PREFIX, store)  # type: ignore[attr-defined]
+        group_store = dist.PrefixStore(f"{STORE_PREFIX}/pg", store)  # type: ignore[attr-defined]
+        dist.init_process_group("gloo", store=group_store, rank=self.rank,
+                                world_size=self.world_size, timeout=timeout)
+        self._heartbeat()
+        self._watchdog = threading.Thread(target=self._watch, name="pbgtrain-watchdog", daemon=True)
+        self._watchdog.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        self._leaving = True
+        if exc is not None and not isinstance(exc, PeerFailure):
+            reason = ("was interrupted" if isinstance(exc, KeyboardInterrupt)
+                      else f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
+            self.post_abort(f"rank {self.rank} {reason}")
+        self._stop.set()
+        if exc is None:
+            import torch.distributed as dist
+
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+
+    # ---- failure handling
+    def post_abort(self, reason: str) -> None:
+        """Tell every rank to stop (best effort: the store may be gone with rank 0)."""
+        with contextlib.suppress(Exception):
+            self.store.compare_set("abort", "", reason)
+
+    def _heartbeat(self) -> None:
+        self.store.add(f"heartbeat/{self.rank}", 1)
+
+    def _watch(self) -> None:
+        """Heartbeat, and stop the main thread when a peer aborted or went silent."""
+        last_seen: dict[int, tuple[int, float]] = {}
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self._heartbeat()
+                aborted = self.store.check(["abort"]) and self.store.get("abort").decode()
+                if aborted:
+                    self._fail(None, f"stopping: {aborted}")
+                    return
+                now = time.monotonic()
+                for peer in range(self.world_size):
+                    if peer == self.rank:
+                        continue
+                    beats = int(self.store.add(f"heartbeat/{peer}", 0))
+                    seen = last_seen.get(peer)
+                    if seen is None or seen[0] != beats:
+                        last_seen[peer] = (beats, now)
+                    elif now - seen[1] > self.peer_timeout:
+                        self.post_abort(f"rank {peer} stopped responding")
+                        self._fail(peer, f"rank {peer} stopped responding: no heartbeat for "
+                                         f"{self.peer_timeout:.0f} s (killed, hung, or its machine is gone)")
+                        return
+            except Exception as exc:  # the store is gone: rank 0 (which serves it) died
+                if self._stop.is_set():
+                    return
+                self._fail(0, f"lost the run's coordinator (the store served by rank 0 or torchrun): {exc}"
+                           .splitlines()[0])
+                return
+
+    def _fail(self, rank: int | None, reason: str) -> None:
+        if self._leaving:
+            return
+        self.failure = PeerFailure(rank, reason)
+        _thread.interrupt_main()
+
+    def check(self) -> None:
+        """Raise the failure the watchdog saw, if any."""
+        if self.failure is not None:
+            raise self.failure
+
+    @contextlib.contextmanager
+    def translating_interrupts(self) -> Iterator[None]:
+        """Turn the watchdog's interrupt of the main thread into its :class:`PeerFailure`."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+
+    # ---- waiting
+    def wait_until(self, ready: Callable[[], bool], what: str) -> None:
+        """Poll ``ready`` until it holds (interruptible; the watchdog bounds how long)."""
+        delay = POLL_SECONDS
+        while not ready():
+            self.check()
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def barrier(self, name: str) -> None:
+        """Wait until every rank reached the barrier ``name`` (reusable: each use is a new round)."""
+        round_ = self._barriers.get(name, 0)
+        self._barriers[name] = round_ + 1
+        key = f"barrier/{name}/{round_}"
+        self.store.add(key, 1)
+        self.wait_until(lambda: int(self.store.add(key, 0)) >= self.world_size, f"barrier {name}")
+
+    # ---- small shared values
+    def publish(self, key: str, value: str) -> None:
+        self.store.set(key, value)
+
+    def fetch(self, key: str) -> str:
+        """The value of ``key``, waiting until some rank publishes it."""
+        self.wait_until(lambda: bool(self.store.check([key])), key)
+        return bytes(self.store.get(key)).decode()
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self.store.add(key, amount))
