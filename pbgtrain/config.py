@@ -61,7 +61,9 @@ KEY_EFFECTS: dict[str, str] = {
     "checkpoint_preservation_interval": "keep an epoch_{k}/ snapshot every this many epochs",
     "num_epochs": "passes over all edge paths", "num_edge_chunks": "chunks per bucket (one iteration each)",
     "max_edges_per_chunk": "sets num_edge_chunks when it is null",
-    "bucket_order": "random, affinity, inside_out or outside_in", "workers": "torch threads (default: all cores)",
+    "bucket_order": "random, affinity, inside_out or outside_in",
+    "workers": "torch threads (default: the machine's cores, split evenly among the trainers of a distributed "
+               "run on it)",
     "batch_size": "edges per batch", "num_batch_negs": "same-batch negatives (chunk size)",
     "num_uniform_negs": "uniform negatives from the current partition (0 with a featurized type)",
     "disable_lhs_negs": "no lhs negatives", "disable_rhs_negs": "no rhs negatives",
@@ -72,7 +74,7 @@ KEY_EFFECTS: dict[str, str] = {
     "verbose": "> 0 prints a line per bucket", "dynamic_relations": "one operator set indexed by relation id; "
     "mixed-relation batches", "num_gpus": "1 trains on CUDA (same as --device cuda); more is refused",
     "hogwild_delay": "seconds each bucket of the first epoch waits on trainers of rank > 0 of a distributed "
-                     "run (as in the original; no effect on one machine)",
+                     "run (as in the original; no effect in a single-process run)",
     "half_precision": "refused when true",
     "num_machines": "trainers of a distributed run (pbgtrain fit --rank R on each; under torchrun, 1 or "
                     "torchrun's world size)",

@@ -103,7 +103,7 @@ class FitResult:
     total_iterations: int
     iterations: list[IterationRecord] = field(default_factory=list)
     stopped_early: bool = False
-    movement: list[dict[str, Any]] = field(default_factory=list)  # per rank, distributed runs (rank 0)
+    movement: list[dict[str, Any]] = field(default_factory=list)  # per rank (rank 0's result; one entry alone)
 
     def summary(self) -> str:
         if not self.iterations:
@@ -467,17 +467,21 @@ def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
         return _fit(run, options, cluster)
 
 
-def default_threads(cfg: Any, env: Any = os.environ) -> int:
-    """``workers``, else the cores split evenly among the trainers started on this machine."""
+def default_threads(cfg: Any, local_trainers: int = 1) -> int:
+    """``workers``, else the cores split evenly among the trainers on this machine.
+
+    >>> from types import SimpleNamespace
+    >>> default_threads(SimpleNamespace(workers=3), 4), default_threads(SimpleNamespace(workers=None), 10**6)
+    (3, 1)
+    """
     if cfg.workers:
         return int(cfg.workers)
-    local_trainers = max(int(env.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
-    return max((os.cpu_count() or 1) // local_trainers, 1)
+    return max((os.cpu_count() or 1) // max(local_trainers, 1), 1)
 
 
 def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitResult:
     cfg = run.config
-    torch.set_num_threads(default_threads(cfg))
+    torch.set_num_threads(default_threads(cfg, 1 if cluster is None else cluster.local_world_size))
     keep_freed_memory()
     rank = 0 if cluster is None else cluster.rank
     if options.validate and rank == 0:
@@ -528,4 +532,6 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
                 break
     if trainer.coordination is not None:
         trainer.coordination.run_finished(result)
+    else:
+        result.movement = [{"rank": 0, **vars(trainer.movement)}]
     return result

@@ -51,8 +51,10 @@ LINE_KEYS: tuple[LineKey, ...] = (
 )
 STATS_KEYS = tuple(key.name for key in LINE_KEYS if key.kind == "stats")
 EXTRA_MEANING = ("pbgtrain's own facts, ignored by the original: `eval_protocol` (how the held-out "
-                 "edges were ranked) and `eval_per_side_before` / `eval_per_side_after` (the metrics of "
-                 "each side, as `{count, metrics}`)")
+                 "edges were ranked), `eval_per_side_before` / `eval_per_side_after` (the metrics of "
+                 "each side, as `{count, metrics}`), and on bucket lines `rank` (the trainer that trained "
+                 "the bucket; 0 in a single-process run) with `trained_from` / `trained_until` (its "
+                 "wall-clock training window, Unix seconds)")
 
 
 def _is_int(value: Any) -> bool:

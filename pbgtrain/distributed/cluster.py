@@ -117,15 +117,32 @@ class Cluster:
         self.failure: PeerFailure | None = None
         self._barriers: dict[str, int] = {}
         self._leaving = False
+        self.local_world_size = 1  # trainers on this machine (known once joined)
 
     # ---- lifecycle
     def __enter__(self) -> Cluster:
+        from torch.distributed import DistError
+
+        timeout = timedelta(seconds=max(self.peer_timeout, 30.0))
+        try:
+            self._join(timeout)
+        except DistError as exc:
+            raise DistributedError(
+                f"the {self.world_size} trainers did not all meet at {self.launch.init_method} within "
+                f"{timeout.total_seconds():.0f} s (rank {self.rank}): {str(exc).splitlines()[0]}") from None
+        self._watchdog = threading.Thread(target=self._watch, name="pbgtrain-watchdog", daemon=True)
+        self._watchdog.start()
+        return self
+
+    def _join(self, timeout: timedelta) -> None:
+        """Rendezvous, join the process group, and learn how many trainers share this machine."""
+        import socket
+
         import torch.distributed as dist
         from torch.distributed.rendezvous import rendezvous
 
-        timeout = timedelta(seconds=max(self.peer_timeout, 30.0))
         store, rank, world_size = next(rendezvous(self.launch.init_method, self.rank, self.world_size,
-                                                       timeout=timeout))
+                                                  timeout=timeout))
         if (rank, world_size) != (self.rank, self.world_size):
             raise DistributedError(f"the rendezvous gave rank {rank} of {world_size}, expected "
                                    f"{self.rank} of {self.world_size}")
@@ -135,9 +152,9 @@ class Cluster:
         dist.init_process_group("gloo", store=group_store, rank=self.rank,
                                 world_size=self.world_size, timeout=timeout)
         self._heartbeat()
-        self._watchdog = threading.Thread(target=self._watch, name="pbgtrain-watchdog", daemon=True)
-        self._watchdog.start()
-        return self
+        self.store.set(f"host/{self.rank}", socket.gethostname())
+        hosts = [bytes(self.store.get(f"host/{r}")).decode() for r in range(self.world_size)]
+        self.local_world_size = hosts.count(hosts[self.rank])
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         self._leaving = True
@@ -187,8 +204,7 @@ class Cluster:
             except Exception as exc:  # the store is gone: rank 0 (which serves it) died
                 if self._stop.is_set():
                     return
-                self._fail(0, f"lost the run's coordinator (the store served by rank 0 or torchrun): {exc}"
-                           .splitlines()[0])
+                self._fail(0, self._store_lost(exc))
                 return
 
     def _fail(self, rank: int | None, reason: str) -> None:
@@ -204,13 +220,30 @@ class Cluster:
 
     @contextlib.contextmanager
     def translating_interrupts(self) -> Iterator[None]:
-        """Turn the watchdog's interrupt of the main thread into its :class:`PeerFailure`."""
+        """Turn the watchdog's interrupt of the main thread into its :class:`PeerFailure`, and a
+        lost store into one naming its server."""
+        from torch.distributed import DistError
+
         try:
             yield
         except KeyboardInterrupt:
             if self.failure is not None:
                 raise self.failure from None
             raise
+        except DistError as exc:
+            if self.failure is not None:
+                raise self.failure from None
+            try:
+                aborted = self.store.check(["abort"]) and bytes(self.store.get("abort")).decode()
+            except Exception:
+                raise PeerFailure(0, self._store_lost(exc)) from None
+            raise PeerFailure(None, f"stopping: {aborted}" if aborted else
+                              f"lost contact with another trainer: {str(exc).splitlines()[0]}") from None
+
+    def _store_lost(self, exc: BaseException) -> str:
+        server = "torchrun's agent" if self.launch.source == "torchrun" else "rank 0"
+        return (f"lost the run's store, served by {server} (killed, or its machine is gone): "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
     # ---- waiting
     def wait_until(self, ready: Callable[[], bool], what: str) -> None:

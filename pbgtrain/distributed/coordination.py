@@ -70,6 +70,9 @@ class Coordination:
         self.cluster = cluster
         self.trainer = trainer
         cfg = trainer.cfg
+        if cfg.bucket_grid() == (1, 1):
+            raise DistributedError("distributed training needs more than one bucket: give an entity type "
+                                   "num_partitions > 1 (with one bucket, one trainer would do all the work)")
         rows = {etype: round(mean(trainer.counts[(etype, p)] for p in range(entity.num_partitions)))
                 for etype, entity in cfg.entities.items()}
         self.scheduler = LockServerScheduler(cluster, *cfg.bucket_grid(), cfg.bucket_order, trainer.layout, rows,

@@ -5,6 +5,9 @@ state of pass ``i`` (buckets done, partition locks, partitions initialized) is o
 under ``sched/{i}``, read and written only while holding the store mutex ``sched/mutex``
 (taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.schedule.choose_bucket`.
 
+Passes do not overlap: a trainer starts pass ``i+1`` only after the commit barrier of pass
+``i``, by which time every trainer has handed back everything.
+
 Why no trainer can deadlock: a trainer holds locks only while it trains, saves or chooses
 (all finite); a trainer that finds no bucket (``WAIT``) first hands back everything it holds
 and then asks again, so it waits holding nothing. A lost trainer (holding the mutex or locks)

@@ -13,7 +13,7 @@ one trainer). A background thread on each rank runs rounds in lockstep with the 
 
 The sum of the changes is what one trainer would have applied in sequence (the original's
 parameter server adds the updates too). A round starts every ``period`` seconds: at least
-one second, and ten times the time the buffer takes to reduce at 100 MB/s, so the all-reduce
+a quarter second, and ten times the time the buffer takes to reduce at 100 MB/s, so the all-reduce
 costs about a tenth of the time at most; that period (the same on every rank, from the size of
 the shared state) is the staleness bound. When a rank has trained its last bucket of the
 iteration it says so in the buffer; the round in which all ranks have said so sets every copy
@@ -34,7 +34,7 @@ from torch import Tensor
 
 from pbgtrain.distributed.cluster import Cluster, DistributedError
 
-MIN_PERIOD = 1.0
+MIN_PERIOD = 0.25
 ASSUMED_BYTES_PER_SECOND = 100e6
 MAX_SHARE = 0.1  # of wall time spent in the all-reduce
 
@@ -43,7 +43,7 @@ def round_period(num_values: int) -> float:
     """Seconds between rounds for a shared state of ``num_values`` floats.
 
     >>> round_period(1000), round_period(500_000_000)
-    (1.0, 200.0)
+    (0.25, 200.0)
     """
     return max(MIN_PERIOD, num_values * 4 / ASSUMED_BYTES_PER_SECOND / MAX_SHARE)
 
@@ -121,18 +121,16 @@ class SharedStateSync:
         self._done.set()
         thread = self._thread
         assert thread is not None
-        waited_for_watchdog = None
-        while thread.is_alive() or (self._error is not None and waited_for_watchdog is None):
+        while thread.is_alive():
             thread.join(timeout=0.2)
             self.cluster.check()
-            if self._error is not None and not thread.is_alive():
-                # A peer is gone: give the watchdog its timeout to name it, then report what gloo said.
-                waited_for_watchdog = waited_for_watchdog or time.monotonic()
-                if time.monotonic() - waited_for_watchdog > self.cluster.peer_timeout + 5:
-                    break
-                time.sleep(0.2)
         self._thread = None
         if self._error is not None:
+            # A peer is gone: give the watchdog its timeout to name it, then report what gloo said.
+            deadline = time.monotonic() + self.cluster.peer_timeout + 5
+            while time.monotonic() < deadline:
+                self.cluster.check()
+                time.sleep(0.2)
             raise DistributedError(f"the all-reduce of the shared parameters failed: {self._error}"
                                    .splitlines()[0])
 
