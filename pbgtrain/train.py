@@ -86,7 +86,7 @@ class IterationRecord:
 
     version: int
     step: IterationStep
-    seconds: float
+    seconds: float  # the iteration's wall time, its commit included (in a distributed run, its barriers too)
     train: StepStats
     eval_before: RankingMetrics | None = None
     eval_after: RankingMetrics | None = None
@@ -338,15 +338,16 @@ class Trainer:
         while True:
             asked = time.perf_counter()
             granted = self.scheduler.acquire()
+            self.movement.seconds_waiting += time.perf_counter() - asked
             if isinstance(granted, Wait):
                 self.swap_to(None, step)  # save and hand back what we hold, so nobody waits for us
                 if self.cluster is not None:
                     self.cluster.check()
+                slept = time.perf_counter()
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-                self.movement.seconds_waiting += time.perf_counter() - asked
+                self.movement.seconds_waiting += time.perf_counter() - slept
                 continue
-            self.movement.seconds_waiting += time.perf_counter() - asked
             delay = 0.01
             if granted is None:
                 return
@@ -383,7 +384,6 @@ class Trainer:
                                  + (f", eval {_format_metrics(after.result().values())}" if after is not None
                                     else ""))
         self.swap_to(None, step)
-        seconds = time.perf_counter() - started
         snapshot = None
         interval = self.cfg.checkpoint_preservation_interval
         last_of_epoch = (step.edge_path_idx == step.num_edge_paths - 1
@@ -402,7 +402,7 @@ class Trainer:
         self.ckpt.dir.append_stats(records)
         version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
                                    self.optimizer_state(), step.info(), snapshot_epoch=snapshot)
-        return IterationRecord(version, step, seconds, stats, chunk_before, _merged(after_all))
+        return IterationRecord(version, step, time.perf_counter() - started, stats, chunk_before, _merged(after_all))
 
     @property
     def rank(self) -> int:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pbgtrain.train import FitResult, Trainer
 
 PROGRESS_PUSH_SECONDS = 0.5
+STATS_LINES_PER_KEY = 500  # a bucket's line is at most a few KB
 
 
 class StoreWritten:
@@ -129,14 +130,13 @@ class Coordination:
         cluster, trainer = self.cluster, self.trainer
         version = step.version
         self.sync.finish()
-        cluster.publish(f"stats/{version}/{cluster.rank}", json.dumps(records))
+        self._post_stats(version, records)
         cluster.barrier("written")
         if cluster.rank != 0:
             cluster.barrier("committed")
             trainer.ckpt.advance(version)
             return version, local
-        lines = [line for r in range(cluster.world_size)
-                 for line in json.loads(cluster.fetch(f"stats/{version}/{r}"))]
+        lines = [line for r in range(cluster.world_size) for line in self._take_stats(version, r)]
         lines.sort(key=lambda line: line["index"])
         average = chunk_average(lines)
         if average is not None:
@@ -147,6 +147,23 @@ class Coordination:
                             trainer.optimizer_state(), step.info(), snapshot_epoch=snapshot)
         cluster.barrier("committed")
         return version, run_totals(lines)
+
+    def _post_stats(self, version: int, records: list[dict[str, Any]]) -> None:
+        """This rank's stats lines, in pieces well under the store's 8 MiB limit on a value."""
+        pieces = [records[i:i + STATS_LINES_PER_KEY] for i in range(0, len(records), STATS_LINES_PER_KEY)]
+        for i, piece in enumerate(pieces):
+            self.cluster.publish(f"stats/{version}/{self.cluster.rank}/{i}", json.dumps(piece))
+        self.cluster.publish(f"stats/{version}/{self.cluster.rank}", str(len(pieces)))
+
+    def _take_stats(self, version: int, rank: int) -> list[dict[str, Any]]:
+        """Rank ``rank``'s stats lines, removed from the store (which keeps no history)."""
+        key = f"stats/{version}/{rank}"
+        lines = []
+        for i in range(int(self.cluster.fetch(key))):
+            lines += json.loads(self.cluster.fetch(f"{key}/{i}"))
+            self.cluster.store.delete_key(f"{key}/{i}")
+        self.cluster.store.delete_key(key)
+        return lines
 
     def agree_to_stop(self, version: int, stop: bool) -> bool:
         """Rank 0's decision to stop after ``version``, for every rank."""
