@@ -464,7 +464,9 @@ def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
 
     with Cluster(launch, peer_timeout=options.peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
             cluster.translating_interrupts():
-        return _fit(run, options, cluster)
+        result = _fit(run, options, cluster)
+        cluster.leave()
+        return result
 
 
 def default_threads(cfg: Any, local_trainers: int = 1) -> int:

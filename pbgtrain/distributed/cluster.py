@@ -169,6 +169,13 @@ class Cluster:
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
 
+    def leave(self) -> None:
+        """Meet the others one last time, then stop watching them: from here on, rank 0 (which may
+        serve the store) can exit without the others taking it for a failure."""
+        self.barrier("leaving")
+        self._leaving = True
+        self._stop.set()
+
     # ---- failure handling
     def post_abort(self, reason: str) -> None:
         """Tell every rank to stop (best effort: the store may be gone with rank 0)."""

@@ -79,6 +79,7 @@ class Coordination:
         self.scheduler = LockServerScheduler(cluster, *cfg.bucket_grid(), cfg.bucket_order, trainer.layout, rows,
                                              seed=trainer.options.seed, tree_init=cfg.distributed_tree_init_order)
         trainer.ckpt.written = StoreWritten(cluster, trainer.ckpt)
+        trainer.load_unpartitioned()  # part of the shared state, whose size sets the rounds' period
         self.sync = SharedStateSync(cluster, self.shared_tensors)
 
     # ---- the shared state
@@ -116,7 +117,6 @@ class Coordination:
         cluster.barrier("started")
         if cluster.rank == 0:
             ckpt.dir.remove_probe()
-        self.trainer.load_unpartitioned()
         self.sync.agree()
 
     def iteration_started(self) -> None:
@@ -181,7 +181,6 @@ class Coordination:
         cluster.publish(f"finished/{cluster.rank}", json.dumps(mine))
         if cluster.rank == 0:
             result.movement = [json.loads(cluster.fetch(f"finished/{r}")) for r in range(cluster.world_size)]
-        cluster.barrier("finished")
 
     # ---- progress
     def run_wide(self, reporter: Reporter) -> Reporter:
