@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import torch
@@ -54,19 +54,12 @@ def flatten(tensors: list[Tensor]) -> Tensor:
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
 
 
-def add_flat_(tensors: list[Tensor], flat: Tensor) -> None:
+def pieces(tensors: list[Tensor], flat: Tensor) -> Iterator[tuple[Tensor, Tensor]]:
+    """Each tensor with its piece of ``flat`` (as :func:`flatten` laid them out), shaped like it."""
     offset = 0
     for t in tensors:
         n = t.numel()
-        t.add_(flat[offset:offset + n].view(t.shape).to(t.device, t.dtype))
-        offset += n
-
-
-def copy_flat_(tensors: list[Tensor], flat: Tensor) -> None:
-    offset = 0
-    for t in tensors:
-        n = t.numel()
-        t.copy_(flat[offset:offset + n].view(t.shape).to(t.device, t.dtype))
+        yield t, flat[offset:offset + n].view(t.shape).to(t.device, t.dtype)
         offset += n
 
 
@@ -103,7 +96,8 @@ class SharedStateSync:
         current = self.tensors()
         flat = flatten(current)
         dist.broadcast(flat, src=0, group=self.group)
-        copy_flat_(current, flat)
+        for tensor, piece in pieces(current, flat):
+            tensor.copy_(piece)
 
     def start(self) -> None:
         """Start the rounds of an iteration."""
@@ -153,10 +147,11 @@ class SharedStateSync:
                 total, all_done = buffer[:-1], int(buffer[-1].item()) == self.cluster.world_size
                 base.add_(total)
                 with self.lock:
-                    if all_done:
-                        copy_flat_(tensors, base)
-                    else:
-                        add_flat_(tensors, total.sub_(delta))
+                    for tensor, piece in pieces(tensors, base if all_done else total.sub_(delta)):
+                        if all_done:
+                            tensor.copy_(piece)
+                        else:
+                            tensor.add_(piece)
                 if all_done:
                     return
         except BaseException as exc:  # a peer is gone; the main thread reports it
