@@ -8,9 +8,10 @@ The bucket's edge chunk is read through pbgio, ``eval_fraction`` of it is held o
 before and after training on the bucket), the rest is shuffled and batched (seed 004), and each
 batch takes one :func:`~pbgtrain.model.train_step`. At the end of the iteration the version is
 committed (:class:`~pbgtrain.checkpointing.TrainingCheckpoint`) and a line is appended to
-``training_stats.json``. Parallelism: one process; torch's intra-op threads (``workers``, default
-all cores) run the batched matrix products of a whole batch at once, instead of the original's
-HOGWILD processes.
+``training_stats.json``. Parallelism: in each process, torch's intra-op threads (``workers``,
+default the machine's cores split among its trainers) run the batched matrix products of a whole
+batch at once, instead of the original's HOGWILD processes; several processes, on one machine or
+many, train together as a distributed run (:mod:`pbgtrain.distributed`).
 """
 
 from __future__ import annotations
