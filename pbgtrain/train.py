@@ -364,7 +364,6 @@ class Trainer:
         total_edges = sum(self._chunk_length(step, b) for b in all_buckets(*self.cfg.bucket_grid()))
         reporter.iteration_started(str(step), self.num_buckets, total_edges)
         if self.coordination is not None:
-            self.load_unpartitioned()
             self.coordination.iteration_started()
         for bucket, position in self.buckets_of_pass(step):
             self.swap_to(bucket, step)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from pbgtrain.distributed.cluster import Cluster, DistributedError
-from pbgtrain.distributed.scheduler import LockServerScheduler
+from pbgtrain.distributed.scheduler import LockServerScheduler, partition_key_text
 from pbgtrain.distributed.shared import SharedStateSync
 from pbgtrain.model import StepStats
 from pbgtrain.reporting import Reporter
@@ -52,7 +52,7 @@ class StoreWritten:
         self.ckpt = ckpt
 
     def _key(self, key: PartitionKey) -> str:
-        return f"written/{self.ckpt.committed + 1}/{key[0]}\x00{key[1]}"
+        return f"written/{self.ckpt.committed + 1}/{partition_key_text(key)}"
 
     def add(self, key: PartitionKey) -> None:
         self.cluster.store.set(self._key(key), "1")

@@ -36,7 +36,8 @@ from pbgtrain.schedule import (
 MUTEX = "sched/mutex"
 
 
-def _key(key: PartitionKey) -> str:
+def partition_key_text(key: PartitionKey) -> str:
+    """A partition's name in store keys and values (entity type names may hold any printable text)."""
     return f"{key[0]}\x00{key[1]}"
 
 
@@ -100,9 +101,9 @@ class LockServerScheduler:
             if bucket is None:
                 return state, WAIT
             needed = self.layout.partitions(bucket)
-            state["locks"].update({_key(k): me for k in needed})
+            state["locks"].update({partition_key_text(k): me for k in needed})
             if state["initialized"] is not None:
-                state["initialized"] = sorted(set(state["initialized"]) | {_key(k) for k in needed})
+                state["initialized"] = sorted(set(state["initialized"]) | {partition_key_text(k) for k in needed})
             state["done"].append([bucket.lhs, bucket.rhs])
             return state, (bucket, len(done))
 
@@ -125,7 +126,7 @@ class LockServerScheduler:
 
     def hand_back(self, keys: Iterable[PartitionKey]) -> None:
         """Unlock ``keys`` (they are saved where their next holder reads them)."""
-        wanted = {_key(k) for k in keys if k[0] not in self.layout.unpartitioned}
+        wanted = {partition_key_text(k) for k in keys if k[0] not in self.layout.unpartitioned}
         if not wanted:
             return
         me = self.cluster.rank
