@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
@@ -31,6 +32,7 @@ from pbgtrain.model import (
     score_candidates,
     train_step,
 )
+from pbgtrain.model.kernels import masked_batch_dot
 from pbgtrain.model.negatives import all_negatives_mask, batch_negatives_mask
 
 OPERATOR_NAMES = ["none", "diagonal", "translation", "linear", "affine", "complex_diagonal"]
@@ -469,3 +471,24 @@ def test_max_norm_renormalises_looked_up_rows_in_place() -> None:
                   spec.train_negatives, requires_grad=False)
     torch.testing.assert_close(table.weights[0], torch.tensor([0.6, 0.8]), atol=1e-6, rtol=0)
     torch.testing.assert_close(table.weights[1:], weights[1:])  # in norm, and not looked up
+
+
+@pytest.mark.parametrize(("num_pos", "chunk"), [(12, 4), (10, 4), (7, 7), (5, 3), (1, 1)])
+def test_masked_batch_dot_matches_masked_fill_of_the_chunked_product(num_pos: int, chunk: int) -> None:
+    """The fused kernel (dot/cos batch negatives) gives masked_fill's scores and gradients:
+    the masked entries (own positive, padding past the batch) score MASKED_SCORE and pass no gradient."""
+    gen = torch.Generator().manual_seed(num_pos)
+    q = torch.randn(num_pos, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    p = torch.randn(num_pos, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(num_pos, chunk, generator=gen, dtype=torch.float64)
+    chunks = -(-num_pos // chunk)
+    pad = (0, 0, 0, chunks * chunk - num_pos)
+    reference = torch.bmm(F.pad(q, pad).view(chunks, chunk, 5), F.pad(p, pad).view(chunks, chunk, 5).transpose(1, 2))
+    reference = reference.masked_fill(batch_negatives_mask(num_pos, chunk), MASKED_SCORE).view(-1, chunk)[:num_pos]
+    fused = masked_batch_dot(q, p, chunk, MASKED_SCORE)
+    assert torch.equal(fused, reference)
+    expected = torch.autograd.grad((reference * upstream).sum(), (q, p))
+    found = torch.autograd.grad((fused * upstream).sum(), (q, p))
+    for e, f in zip(expected, found, strict=True):
+        torch.testing.assert_close(f, e)
+    assert torch.autograd.gradcheck(lambda a, b: masked_batch_dot(a, b, chunk, MASKED_SCORE), (q, p))

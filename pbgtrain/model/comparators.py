@@ -29,6 +29,9 @@ class Comparator:
     """Base comparator: dot product."""
 
     name = "dot"
+    #: ``all_pairs`` is a plain matrix product of the prepared embeddings (scoring may then use
+    #: the fused kernels of :mod:`pbgtrain.model.kernels`)
+    all_pairs_is_dot = True
 
     def prepare(self, x: Tensor) -> Tensor:
         return x
@@ -67,6 +70,7 @@ class L2Comparator(Comparator):
     """−‖a − b‖, with the squared distance clamped at 1e-30 before the square root."""
 
     name = "l2"
+    all_pairs_is_dot = False
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return -(a - b).square().sum(-1).clamp_min(L2_CLAMP).sqrt()
@@ -79,6 +83,7 @@ class SquaredL2Comparator(Comparator):
     """−‖a − b‖²."""
 
     name = "squared_l2"
+    all_pairs_is_dot = False
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return -(a - b).square().sum(-1)
@@ -89,6 +94,8 @@ class SquaredL2Comparator(Comparator):
 
 class BiasedComparator(Comparator):
     """Coordinate 0 of each side is added to the score; the base sees coordinates 1:."""
+
+    all_pairs_is_dot = False
 
     def __init__(self, base: Comparator) -> None:
         self.base = base

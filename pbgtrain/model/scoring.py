@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator
 from pbgtrain.model.inputs import EdgeBatch, FeatureBags
+from pbgtrain.model.kernels import masked_batch_dot, pad_rows
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
 from pbgtrain.model.negatives import (
@@ -111,10 +111,6 @@ def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_typ
     return _SideView(pos, v, u, adjust_lhs), _SideView(pos, u, v, adjust_rhs)
 
 
-def _pad_rows(x: Tensor, rows: int) -> Tensor:
-    return x if x.shape[0] == rows else F.pad(x, (0, 0, 0, rows - x.shape[0]))
-
-
 def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None, mode: NegativeMode,
                     plan: NegativePlan, pos_ids: Tensor) -> tuple[Tensor, ...]:
     """Column blocks [B, K_i] of one side's negative scores; ``candidates`` are the prepared
@@ -132,9 +128,11 @@ def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None,
     padded = chunk * num_chunks
     parts: list[Tensor] = []
     chunked_query: Tensor | None = None
-    if mode is NegativeMode.BATCH_UNIFORM:
-        chunked_query = _pad_rows(query, padded).view(num_chunks, chunk, dim)
-        chunked_pos = _pad_rows(view.positives, padded).view(num_chunks, chunk, dim)
+    if mode is NegativeMode.BATCH_UNIFORM and cmp.all_pairs_is_dot:
+        parts.append(masked_batch_dot(query, view.positives, chunk, MASKED_SCORE))
+    elif mode is NegativeMode.BATCH_UNIFORM:
+        chunked_query = pad_rows(query, padded).view(num_chunks, chunk, dim)
+        chunked_pos = pad_rows(view.positives, padded).view(num_chunks, chunk, dim)
         batch = cmp.all_pairs(chunked_query, chunked_pos)
         mask = batch_negatives_mask(num_pos, chunk, device=query.device)
         parts.append(batch.masked_fill(mask, MASKED_SCORE).view(padded, chunk)[:num_pos])
@@ -143,7 +141,7 @@ def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None,
             parts.append(cmp.all_pairs(query, candidates))
         else:
             if chunked_query is None:
-                chunked_query = _pad_rows(query, padded).view(num_chunks, chunk, dim)
+                chunked_query = pad_rows(query, padded).view(num_chunks, chunk, dim)
             per_chunk = cmp.all_pairs(chunked_query, candidates.view(num_chunks, -1, dim))
             parts.append(per_chunk.view(padded, -1)[:num_pos])
     return tuple(parts)
