@@ -367,3 +367,61 @@ def iter_buckets(edge_dir: Path) -> Iterator[tuple[int, int, Path]]:
         if parsed:
             found.append((*parsed, p))
     yield from sorted(found)
+
+
+# --------------------------------------------------------------------------- bounds of what was read
+
+def check_bounds(edges: EdgeBucket, path: Path, *, first_row: int, num_relations: int,
+                 lhs_limits: NDArray[np.int64], rhs_limits: NDArray[np.int64],
+                 lhs_featurized: NDArray[np.bool_] | None = None,
+                 rhs_featurized: NDArray[np.bool_] | None = None) -> None:
+    """Raise the first edge of ``edges`` (read from ``path``, file row ``first_row`` onwards)
+    whose rel, entity or feature id lies outside its table, as a :class:`FormatError` naming the
+    file, dataset, row and rule (``edge-rel-range``, ``edge-lhs-range``, ``edge-rhs-range``,
+    ``edge-feature-range``). ``lhs_limits[r]`` is the row count of relation ``r``'s lhs table in
+    this bucket (entities, or features of a featurized side), likewise ``rhs_limits``;
+    ``lhs_featurized[r]`` says that side is featurized (its plain ids are not row offsets and its
+    feature bags are checked instead, when present). A trainer
+    calls this on every bucket it reads, so a bad id never reaches an indexing kernel.
+
+    >>> bucket = EdgeBucket(rel=np.array([0, 0]), lhs=np.array([1, 5]), rhs=np.array([0, 0]))
+    >>> check_bounds(bucket, Path("edges_0_0.h5"), first_row=10, num_relations=1,
+    ...              lhs_limits=np.array([3]), rhs_limits=np.array([3]))
+    Traceback (most recent call last):
+    pbgio.errors.FormatError: edges_0_0.h5: lhs: row 11: expected 0 <= lhs < 3 ..., found 5 [edge-lhs-range]
+    """
+    if len(edges) == 0:
+        return
+    rel = edges.rel
+    bad = (rel < 0) | (rel >= num_relations)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise FormatError(rule("edge-rel-range").issue(
+            str(path), "rel", f"expected 0 <= rel < {num_relations}, found {rel[i]}", rows=(first_row + i,),
+            count=int(bad.sum())))
+    sides: tuple[tuple[Side, NDArray[np.int64], NDArray[np.bool_] | None], ...] = (
+        ("lhs", lhs_limits, lhs_featurized), ("rhs", rhs_limits, rhs_featurized))
+    for side, limits, featurized in sides:
+        bags = edges.features(side)
+        if bags is None:
+            ids = edges.lhs if side == "lhs" else edges.rhs
+            limit = limits[rel]
+            bad = (ids < 0) | (ids >= limit)
+            if featurized is not None:
+                bad &= ~featurized[rel]
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise FormatError(rule(f"edge-{side}-range").issue(
+                    str(path), side, f"expected 0 <= {side} < {limit[i]} (the row count of its table), "
+                    f"found {ids[i]}", rows=(first_row + i,), count=int(bad.sum())))
+            continue
+        sizes = np.diff(bags.offsets)
+        limit = np.repeat(limits[rel], sizes)
+        bad = (bags.data < 0) | (bags.data >= limit)
+        if bad.any():
+            i = int(np.argmax(bad))
+            edge = first_row + int(np.searchsorted(bags.offsets, i, side="right")) - 1
+            raise FormatError(rule("edge-feature-range").issue(
+                str(path), data_name(side), f"expected 0 <= feature id < {limit[i]} (the feature count of "
+                f"its type), found {bags.data[i]} in the features of edge row {edge}", rows=(edge,),
+                count=int(bad.sum())))

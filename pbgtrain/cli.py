@@ -41,6 +41,9 @@ Device = Annotated[str | None, typer.Option(
 BaseOption = Annotated[Path | None, typer.Option(
     "--base", help="Directory relative paths in the config resolve against (default: the config's directory; "
     "for a .py config, the current directory).")]
+PrecisionOption = Annotated[str | None, typer.Option(
+    "--precision", help="Matrix products in fp32 (the reference), tf32 (CUDA tensor cores) or bf16; embeddings "
+    "and optimizer state stay float32 (default: bf16 when the config sets half_precision, else fp32).")]
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
 
 
@@ -59,6 +62,7 @@ def fit(
     config: ConfigArg,
     param: Overrides = None,
     device: Device = None,
+    precision: PrecisionOption = None,
     seed: Annotated[int, typer.Option(help="Seed of initialization, shuffling and sampling.")] = 0,
     base: BaseOption = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validating the input layout.")] = False,
@@ -85,7 +89,7 @@ def fit(
     run = _load(config, param, base)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
-                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout)
+                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()

@@ -42,8 +42,7 @@ _PARTITION_SERVER_TUNING: dict[str, Any] = {
 
 
 # Where each key of the schema acts in pbgtrain (the training guide's table is checked against it).
-# half_precision, and the tuning of the original's partition servers, are refused unless left at
-# their defaults.
+# The tuning of the original's partition servers is refused unless left at its defaults.
 KEY_EFFECTS: dict[str, str] = {
     "entities": "entity types; num_partitions splits a type into partitions, dimension overrides the "
                 "global one, featurized makes its entities bags of features (mean of feature embeddings; "
@@ -75,7 +74,8 @@ KEY_EFFECTS: dict[str, str] = {
     "mixed-relation batches", "num_gpus": "1 trains on CUDA (same as --device cuda); more is refused",
     "hogwild_delay": "seconds each bucket of the first epoch waits on trainers of rank > 0 of a distributed "
                      "run (as in the original; no effect in a single-process run)",
-    "half_precision": "refused when true",
+    "half_precision": "true trains with bf16 matrix products (float32 embeddings and optimizer state); "
+                      "the same as --precision bf16",
     "num_machines": "trainers of a distributed run (pbgtrain fit --rank R on each; under torchrun, 1 or "
                     "torchrun's world size)",
     "distributed_init_method": "where the trainers of a --rank run meet: tcp://HOST:PORT of rank 0, or "
@@ -160,9 +160,6 @@ def unsupported_settings(cfg: ConfigSchema) -> list[str]:
         if value != default:
             problems.append(f"{key}={value}: it tunes the original's partition servers, which pbgtrain does "
                             f"not run (partitions move through the checkpoint directory); use {key}={default}")
-    if cfg.half_precision:
-        problems.append("half_precision=true: half-precision training is not supported; "
-                        "remove it (training runs in float32)")
     if cfg.num_gpus > 1:
         problems.append(f"num_gpus={cfg.num_gpus}: pbgtrain trains on one device; use num_gpus=1 "
                         "(or --device cuda)")

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from pbgio.checkpoint import CheckpointDir
-from pbgio.edges import read_bucket
+from pbgio.edges import check_bounds, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
@@ -41,7 +41,10 @@ from pbgtrain.schedule import Bucket, PartitionLayout, all_buckets
 from pbgtrain.train import add_negative_scores, resolve_device
 
 ALL_ENTITIES_BATCH = 500
-"""Edges scored at once against all entities (a [batch, entities] score matrix per side)."""
+"""Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""
+SCORE_MATRIX_BUDGET = 1 << 25
+"""Score-matrix elements per side at once (128 MiB of float32): with millions of candidates the
+all-entities batch shrinks so memory stays bounded, on a GPU as on a CPU."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class CheckpointReader:
         state = self.dir.read_model(self.version)
         load_model_params(self.model, state.params, str(self.dir.model_path(self.version)))
         self.model.eval()
+        self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
+                       for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         self._tables: dict[tuple[str, int], EntityTable] = {}
 
     def table(self, entity_type: str, part: int) -> EntityTable:
@@ -125,6 +130,9 @@ def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> E
             edges = read_bucket(path)
             if not len(edges):
                 continue
+            spec = reader.model.spec
+            check_bounds(edges, path, first_row=0, **layout.id_limits(cfg.relations, reader.counts, bucket,
+                                                                      spec.num_dynamic_rels, spec.featurized))
             needed = {(r.lhs, layout.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
                      {(r.rhs, layout.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
             reader.keep_only(needed)
@@ -175,11 +183,21 @@ def _filter_index(filter_paths: list[Path], bucket: Bucket) -> FilterIndex:
     return FilterIndex.from_edges(*parts)
 
 
+def all_entities_batch(num_candidates: int) -> int:
+    """Edges ranked at once against ``num_candidates`` entities (bounded by :data:`SCORE_MATRIX_BUDGET`).
+
+    >>> all_entities_batch(14_541), all_entities_batch(4_800_000), all_entities_batch(10**9)
+    (500, 6, 1)
+    """
+    return max(1, min(ALL_ENTITIES_BATCH, SCORE_MATRIX_BUDGET // max(num_candidates, 1)))
+
+
 @torch.no_grad()
 def _rank_all(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
               lhs: torch.Tensor, rel: int | torch.Tensor, rhs: torch.Tensor, filter_index: FilterIndex | None) -> None:
-    for start in range(0, len(lhs), ALL_ENTITIES_BATCH):
-        end = start + ALL_ENTITIES_BATCH
+    rows = all_entities_batch(max(lhs_t.num_entities, rhs_t.num_entities))
+    for start in range(0, len(lhs), rows):
+        end = start + rows
         b_lhs, b_rhs = lhs[start:end], rhs[start:end]
         b_rel: int | torch.Tensor = rel if isinstance(rel, int) else rel[start:end]
         for side in acc.protocol.sides:

@@ -20,6 +20,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,7 +28,7 @@ import torch
 
 from pbgio.checkpoint import remove_uncommitted
 from pbgio.config import semantic_issues
-from pbgio.edges import bucket_length, read_bucket
+from pbgio.edges import EdgeBucket, bucket_length, check_bounds, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
@@ -44,11 +45,13 @@ from pbgtrain.model import (
     EmbeddingModel,
     EntityTable,
     StepStats,
+    StepTotals,
+    add_train_step,
     eval_step,
     keep_freed_memory,
-    train_step,
 )
 from pbgtrain.model.model import make_relation_optimizer
+from pbgtrain.model.precision import Precision, check_precision, precision_scope
 from pbgtrain.reporting import Reporter, make_reporter
 from pbgtrain.schedule import (
     Bucket,
@@ -65,6 +68,8 @@ if TYPE_CHECKING:
     from pbgtrain.distributed.coordination import Coordination
 
 EVAL_BATCH_SIZE_DEFAULT = 1000
+PROGRESS_EVERY = 32
+"""Batches between two reads of the running loss from the device (the progress bar's loss)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class FitOptions:
     max_iterations: int | None = None
     rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
     peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
+    precision: str | None = None  # fp32, tf32 or bf16 (default: bf16 with half_precision, else fp32)
 
 
 @dataclass
@@ -147,14 +153,44 @@ def _merged(accumulators: list[RankingAccumulator]) -> RankingMetrics | None:
 
 
 def resolve_device(requested: str | None, run: RunConfig, cluster: Cluster | None = None) -> torch.device:
-    device = torch.device(requested or default_device(run.config))
+    """The device to run on: ``requested`` (``--device``), else the config's (``num_gpus``); a CUDA
+    device that is not usable here is a one-line :class:`ConfigError`."""
+    try:
+        device = torch.device(requested or default_device(run.config))
+    except RuntimeError as exc:
+        raise _option_error(run, "--device", f"expected cpu, cuda or cuda:N, found {requested!r} ({exc})") from None
     if cluster is not None and device.type == "cuda" and device.index is None:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per local trainer
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FormatError(Issue("config-schema", "error", run.source, "num_gpus",
-                                f"expected a CUDA device for {device}, found none available "
-                                "(train with --device cpu)"))
+    if device.type == "cuda":
+        why = _cuda_unusable(device)
+        if why:
+            where = f"--device {requested}" if requested else f"num_gpus={run.config.num_gpus}"
+            raise _option_error(run, where, f"{why}; train with --device cpu")
     return device
+
+
+def _cuda_unusable(device: torch.device) -> str | None:
+    """Why ``device`` cannot run CUDA kernels here (None when it can)."""
+    if not torch.cuda.is_available():
+        built = "this torch build has no CUDA support" if torch.version.cuda is None else \
+            "no usable CUDA GPU is visible (driver, CUDA_VISIBLE_DEVICES)"
+        return f"no CUDA device: {built}"
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        return f"{device} does not exist: {count} CUDA device(s) are visible"
+    return None
+
+
+def resolve_precision(requested: str | None, run: RunConfig) -> Precision:
+    """``requested`` (``--precision``), else bf16 when the config sets half_precision, else fp32."""
+    try:
+        return check_precision(requested or ("bf16" if run.config.half_precision else "fp32"))
+    except ValueError as exc:
+        raise _option_error(run, "--precision", str(exc)) from None
+
+
+def _option_error(run: RunConfig, where: str, message: str) -> FormatError:
+    return FormatError(Issue("config-schema", "error", run.source, where, message))
 
 
 def _validate_inputs(run: RunConfig) -> None:
@@ -204,6 +240,7 @@ class Trainer:
         self.options = options
         self.cluster = cluster
         self.device = resolve_device(options.device, run, cluster)
+        self.precision = resolve_precision(options.precision, run)
         self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
                        for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
@@ -280,6 +317,7 @@ class Trainer:
         cfg = self.cfg
         path = self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
         edges_np = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
+        self._check_bounds(edges_np, path, step, bucket)
         edges = BucketEdges.from_bucket(edges_np, self.device, str(path))
         key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
         if self.rank > 0 and step.epoch_idx == 0 and cfg.hogwild_delay > 0:
@@ -291,20 +329,41 @@ class Trainer:
         held = prepared.held_out.eval_idx.to(self.device)
         before = self.evaluate(held, edges, bucket) if len(held) else None
         stats = StepStats()
+        with precision_scope(self.precision, self.device):
+            stats = self._train_batches(prepared, edges, bucket, reporter)
+        after = self.evaluate(held, edges, bucket) if len(held) else None
+        return stats, before, after
+
+    def _train_batches(self, prepared: Any, edges: BucketEdges, bucket: Bucket, reporter: Reporter) -> StepStats:
+        """One step per batch of the chunk; the sums stay on the device, read back every
+        :data:`PROGRESS_EVERY` batches (the progress bar's loss) and at the end."""
+        cfg = self.cfg
+        totals = StepTotals()
+        shown, loss_shown = StepStats(), 0.0
         for batches in prepared.worker_batches:
             for k, idx in enumerate(batches):
-                idx = idx.to(self.device)
+                idx = idx.to(self.device, non_blocking=True)
                 rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
                 relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
                 batch = edges.batch(idx, rel_of, *self.model.spec.featurized_sides(relation))
                 with self.shared_update:
-                    step_stats = train_step(self.model, self.table(relation.lhs, bucket, "lhs"),
-                                            self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
-                                            generator=self.generator)
-                stats = stats + step_stats
-                reporter.edges_done(len(idx), step_stats.loss / max(step_stats.count, 1))
-        after = self.evaluate(held, edges, bucket) if len(held) else None
-        return stats, before, after
+                    add_train_step(totals, self.model, self.table(relation.lhs, bucket, "lhs"),
+                                   self.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
+                                   generator=self.generator)
+                if totals.steps % PROGRESS_EVERY == 0:
+                    now = totals.result()
+                    loss_shown = (now.loss - shown.loss) / max(now.count - shown.count, 1)
+                    shown = now
+                reporter.edges_done(len(idx), loss_shown)
+        return totals.result()
+
+    def _check_bounds(self, edges: EdgeBucket, path: Path, step: IterationStep, bucket: Bucket) -> None:
+        """Every id of the bucket inside its table, checked before anything is indexed with it (an
+        out-of-range id would be a device-side assert on a GPU): a pbgio error naming file and row."""
+        limits = self.layout.id_limits(self.cfg.relations, self.counts, bucket, self.model.spec.num_dynamic_rels,
+                                       self.model.spec.featurized)
+        first_row, _ = chunk_bounds(self._chunk_bucket_length(step, bucket), step.num_edge_chunks, step.edge_chunk_idx)
+        check_bounds(edges, path, first_row=first_row, **limits)
 
     def eval_protocol(self) -> EvalProtocol:
         neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
@@ -412,13 +471,17 @@ class Trainer:
         return self.optimizer.state_dict() if self.optimizer is not None else None
 
     def _chunk_length(self, step: IterationStep, bucket: Bucket) -> int:
-        """Edges of the bucket's chunk in this iteration (bucket lengths read once per edge path)."""
+        """Edges of the bucket's chunk in this iteration."""
+        start, end = chunk_bounds(self._chunk_bucket_length(step, bucket), step.num_edge_chunks, step.edge_chunk_idx)
+        return end - start
+
+    def _chunk_bucket_length(self, step: IterationStep, bucket: Bucket) -> int:
+        """Edges of the whole bucket file (lengths read once per edge path)."""
         key = (step.edge_path, bucket.lhs, bucket.rhs)
         if key not in self._bucket_lengths:
             self._bucket_lengths[key] = bucket_length(self.run.path(step.edge_path)
                                                       / naming.bucket_file(bucket.lhs, bucket.rhs))
-        start, end = chunk_bounds(self._bucket_lengths[key], step.num_edge_chunks, step.edge_chunk_idx)
-        return end - start
+        return self._bucket_lengths[key]
 
     @staticmethod
     def _stats_record(step: IterationStep, index: int, bucket: Bucket, stats: StepStats, before: Any,

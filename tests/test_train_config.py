@@ -26,10 +26,10 @@ def test_every_key_is_documented_in_code_and_guide() -> None:
 @pytest.mark.parametrize(("key", "value"), [
     *[(k, v) for k, v in {"num_partition_servers": 2, "num_groups_for_partition_server": 4,
                           "num_groups_per_sharded_partition_server": 2, "partition_shard_size": 10}.items()],
-    ("half_precision", True), ("num_gpus", 2),
+    ("num_gpus", 2),
 ])
 def test_unsupported_settings_are_refused_with_the_key(tmp_path: Path, key: str, value: object) -> None:
-    assert key in _PARTITION_SERVER_TUNING or key in ("half_precision", "num_gpus", "num_partition_servers")
+    assert key in _PARTITION_SERVER_TUNING or key in ("num_gpus", "num_partition_servers")
     raw = dict(RAW, **{key: value})
     path = tmp_path / "c.json"
     path.write_text(json.dumps(raw))

@@ -21,7 +21,7 @@ from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, p
 from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
 from pbgtrain.model.regularizers import N3Regularizer
 from pbgtrain.model.scoring import ForwardResult, Scores, forward_batch, score_candidates
-from pbgtrain.model.step import EvalResult, StepStats, batch_loss, eval_step, train_step
+from pbgtrain.model.step import EvalResult, StepStats, StepTotals, add_train_step, batch_loss, eval_step, train_step
 from pbgtrain.model.tables import EntityTable, row_adagrad_
 
 __all__ = [
@@ -46,6 +46,8 @@ __all__ = [
     "RelationSpec",
     "Scores",
     "StepStats",
+    "StepTotals",
+    "add_train_step",
     "batch_loss",
     "eval_step",
     "forward_batch",

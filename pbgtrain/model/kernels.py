@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pbgtrain.model.precision import autocast_state, full_precision
+
 
 class _ComplexMultiply(torch.autograd.Function):
     @staticmethod
@@ -94,12 +96,13 @@ class _MaskedBatchDot(torch.autograd.Function):
         padded = num_chunks * chunk
         q = pad_rows(query, padded).view(num_chunks, chunk, dim)
         p = pad_rows(positives, padded).view(num_chunks, chunk, dim)
-        scores = torch.bmm(q, p.transpose(1, 2))
+        scores = full_precision(torch.bmm(q, p.transpose(1, 2)))  # masked in float32 (exact MASKED_SCORE)
         scores.diagonal(dim1=1, dim2=2).fill_(masked)
         if padded > num_pos:
             scores[-1, :, chunk - (padded - num_pos):] = masked
         ctx.save_for_backward(q, p)
         ctx.num_pos = num_pos
+        ctx.autocast = autocast_state(query)
         return scores.view(padded, chunk)[:num_pos]
 
     @staticmethod
@@ -110,10 +113,11 @@ class _MaskedBatchDot(torch.autograd.Function):
         g = pad_rows(grad, num_chunks * chunk).view(num_chunks, chunk, chunk)
         own = g.diagonal(dim1=1, dim2=2).unsqueeze(-1)  # [C, S, 1]: the masked entries' gradient
         dq = dp = None
-        if ctx.needs_input_grad[0]:
-            dq = torch.bmm(g, p).sub_(own * p).view(-1, dim)[:num_pos]
-        if ctx.needs_input_grad[1]:
-            dp = torch.bmm(g.transpose(1, 2), q).sub_(own * q).view(-1, dim)[:num_pos]
+        with torch.autocast(g.device.type, dtype=ctx.autocast or torch.bfloat16, enabled=ctx.autocast is not None):
+            if ctx.needs_input_grad[0]:
+                dq = full_precision(torch.bmm(g, p)).sub_(own * p).view(-1, dim)[:num_pos]
+            if ctx.needs_input_grad[1]:
+                dp = full_precision(torch.bmm(g.transpose(1, 2), q)).sub_(own * q).view(-1, dim)[:num_pos]
         return dq, dp, None, None
 
 

@@ -36,6 +36,7 @@ from pbgtrain.model.negatives import (
     plan_negatives,
     sample_uniform,
 )
+from pbgtrain.model.precision import full_precision
 from pbgtrain.model.tables import EntityTable
 
 SIDES = ("lhs", "rhs")
@@ -93,8 +94,8 @@ def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_typ
     if isinstance(rel, Tensor):
         g_op, h_op = model.dynamic_operators()
         u, v = cmp.prepare(u_raw), cmp.prepare(v_raw)
-        hv = cmp.prepare(h_op(v_raw, rel))
-        gu = cmp.prepare(g_op(u_raw, rel))
+        hv = cmp.prepare(full_precision(h_op(v_raw, rel)))
+        gu = cmp.prepare(full_precision(g_op(u_raw, rel)))
         return (_SideView(cmp.pair(u, hv), hv, u, cmp.prepare),
                 _SideView(cmp.pair(gu, v), gu, v, cmp.prepare))
     op = model.static_operator(rel)
@@ -104,7 +105,7 @@ def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_typ
         return cmp.prepare(x if g_lhs is None else x + g_lhs)
 
     def adjust_rhs(x: Tensor) -> Tensor:
-        return cmp.prepare(op(x if g_rhs is None else x + g_rhs))
+        return cmp.prepare(full_precision(op(x if g_rhs is None else x + g_rhs)))
 
     u, v = adjust_lhs(u_raw), adjust_rhs(v_raw)
     pos = cmp.pair(u, v)
@@ -121,7 +122,7 @@ def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None,
         return ()
     if mode is NegativeMode.ALL:
         assert candidates is not None
-        scores = cmp.all_pairs(query, candidates)
+        scores = full_precision(cmp.all_pairs(query, candidates))
         rows = torch.arange(num_pos, device=query.device)
         return (scores.index_put((rows, pos_ids), scores.new_full((), MASKED_SCORE)),)
     chunk, num_chunks = plan.chunk_size, plan.num_chunks
@@ -133,16 +134,16 @@ def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None,
     elif mode is NegativeMode.BATCH_UNIFORM:
         chunked_query = pad_rows(query, padded).view(num_chunks, chunk, dim)
         chunked_pos = pad_rows(view.positives, padded).view(num_chunks, chunk, dim)
-        batch = cmp.all_pairs(chunked_query, chunked_pos)
+        batch = full_precision(cmp.all_pairs(chunked_query, chunked_pos))
         mask = batch_negatives_mask(num_pos, chunk, device=query.device)
         parts.append(batch.masked_fill(mask, MASKED_SCORE).view(padded, chunk)[:num_pos])
     if candidates is not None and candidates.shape[0] > 0:
         if plan.share_uniform:
-            parts.append(cmp.all_pairs(query, candidates))
+            parts.append(full_precision(cmp.all_pairs(query, candidates)))
         else:
             if chunked_query is None:
                 chunked_query = pad_rows(query, padded).view(num_chunks, chunk, dim)
-            per_chunk = cmp.all_pairs(chunked_query, candidates.view(num_chunks, -1, dim))
+            per_chunk = full_precision(cmp.all_pairs(chunked_query, candidates.view(num_chunks, -1, dim)))
             parts.append(per_chunk.view(padded, -1)[:num_pos])
     return tuple(parts)
 
@@ -271,5 +272,5 @@ def score_candidates(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: E
     view = views[SIDES.index(side)]
     cand = view.adjust(rows[SIDES.index(side)][1].view(*cand_ids.shape, -1))
     if cand.dim() == 2:
-        return view.pos, model.comparator.all_pairs(view.query, cand)
-    return view.pos, model.comparator.all_pairs(view.query.unsqueeze(1), cand).squeeze(1)
+        return view.pos, full_precision(model.comparator.all_pairs(view.query, cand))
+    return view.pos, full_precision(model.comparator.all_pairs(view.query.unsqueeze(1), cand).squeeze(1))

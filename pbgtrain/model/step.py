@@ -24,7 +24,9 @@ from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation
 from pbgtrain.model.scoring import Scores, forward_batch
 from pbgtrain.model.tables import EntityTable
 
-__all__ = ["EvalResult", "StepStats", "batch_loss", "eval_step", "make_relation_optimizer", "train_step"]
+__all__ = ["EvalResult", "StepStats", "StepTotals", "add_train_step", "batch_loss", "eval_step",
+           "make_relation_optimizer",
+           "train_step"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,38 @@ class StepStats:
     def __add__(self, other: StepStats) -> StepStats:
         return StepStats(self.loss + other.loss, self.reg + other.reg, self.count + other.count,
                          self.violators_lhs + other.violators_lhs, self.violators_rhs + other.violators_rhs)
+
+
+class StepTotals:
+    """Sums of training steps kept on their device, read back only by :meth:`result`: the batch
+    loop never waits for the device to report a loss (no host synchronisation per batch).
+
+    >>> totals = StepTotals()
+    >>> totals.add(torch.tensor(2.0), None, 4, torch.tensor(1), torch.tensor(0))
+    >>> totals.add(torch.tensor(1.0), torch.tensor(0.5), 2, torch.tensor(0), torch.tensor(3))
+    >>> totals.result()
+    StepStats(loss=3.0, reg=0.5, count=6, violators_lhs=1, violators_rhs=3)
+    """
+
+    def __init__(self) -> None:
+        self._sums: Tensor | None = None  # loss, reg, violators lhs, violators rhs (float64)
+        self.count = 0
+        self.steps = 0
+
+    def add(self, loss: Tensor, reg: Tensor | None, count: int, violators_lhs: Tensor, violators_rhs: Tensor) -> None:
+        zero = torch.zeros((), dtype=torch.float64, device=loss.device)
+        row = torch.stack([loss.detach().double(), zero if reg is None else reg.detach().double(),
+                           violators_lhs.double(), violators_rhs.double()])
+        self._sums = row if self._sums is None else self._sums.add_(row)
+        self.count += count
+        self.steps += 1
+
+    def result(self) -> StepStats:
+        """The sums so far (one read from the device)."""
+        if self._sums is None:
+            return StepStats()
+        loss, reg, v_lhs, v_rhs = self._sums.tolist()
+        return StepStats(loss, reg, self.count, int(v_lhs), int(v_rhs))
 
 
 @dataclass
@@ -60,18 +94,30 @@ def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tenso
     return loss * weight if weight != 1.0 else loss
 
 
-def _violators(pos: Tensor, blocks: tuple[Tensor, ...]) -> int:
+def _violators(pos: Tensor, blocks: tuple[Tensor, ...]) -> Tensor:
     threshold = pos.unsqueeze(1)
-    return sum(int(torch.count_nonzero(b > threshold).item()) for b in blocks)
+    return sum((torch.count_nonzero(b > threshold) for b in blocks), torch.zeros((), dtype=torch.long,
+                                                                                 device=pos.device))
 
 
 def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
                optimizer: torch.optim.Optimizer | None, *, generator: torch.Generator | None = None,
                negatives: NegativeSampling | None = None) -> StepStats:
     """Score the batch, backpropagate loss + reg, update the touched table rows (row Adagrad at
-    ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`)."""
+    ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`);
+    return the batch's sums. A training loop calls :func:`add_train_step` instead, which leaves
+    them on the device."""
+    totals = StepTotals()
+    add_train_step(totals, model, lhs_table, rhs_table, batch, optimizer, generator=generator, negatives=negatives)
+    return totals.result()
+
+
+def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable,
+                   batch: EdgeBatch, optimizer: torch.optim.Optimizer | None, *,
+                   generator: torch.Generator | None = None, negatives: NegativeSampling | None = None) -> None:
+    """:func:`train_step`, its sums added to ``totals`` without reading them back from the device."""
     if len(batch) == 0:
-        return StepStats()
+        return
     fwd = forward_batch(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
                         generator=generator, requires_grad=True)
     loss = batch_loss(model, fwd.scores, batch)
@@ -85,8 +131,8 @@ def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityT
         optimizer.step()
     with torch.no_grad():
         s = fwd.scores
-        return StepStats(float(loss.item()), 0.0 if fwd.reg is None else float(fwd.reg.item()), len(batch),
-                         _violators(s.lhs_pos, s.lhs_neg_blocks), _violators(s.rhs_pos, s.rhs_neg_blocks))
+        totals.add(loss, fwd.reg, len(batch), _violators(s.lhs_pos, s.lhs_neg_blocks),
+                   _violators(s.rhs_pos, s.rhs_neg_blocks))
 
 
 @torch.no_grad()
