@@ -67,7 +67,9 @@ class TrainingCheckpoint:
             check_same_model(self.dir, config)
 
     # ---- partitions
-    def load(self, entity_type: str, part: int, count: int) -> EntityTable:
+    def load(self, entity_type: str, part: int, count: int, device: torch.device | str | None = None) -> EntityTable:
+        """The partition's table (from the version being built, the committed one, init_path, or
+        freshly initialized) on ``device`` (default: the training device)."""
         dim = self.config.entity_dimension(entity_type)
         source = self._source(entity_type, part)
         if source is None:
@@ -85,7 +87,8 @@ class TrainingCheckpoint:
             weights = torch.from_numpy(state.embeddings)
             sums = torch.from_numpy(decode_row_adagrad(state.optimizer_state, path, count=count)) \
                 if state.optimizer_state else torch.zeros(count)
-        return EntityTable(weights.to(self.device).contiguous(), sums.to(self.device).contiguous(),
+        target = self.device if device is None else torch.device(device)
+        return EntityTable(weights.to(target).contiguous(), sums.to(target).contiguous(),
                            entity_type=entity_type, partition=part)
 
     def _source(self, entity_type: str, part: int) -> tuple[CheckpointDir, int] | None:

@@ -63,7 +63,15 @@ def fit(
     param: Overrides = None,
     device: Device = None,
     precision: PrecisionOption = None,
+    partition_memory: Annotated[float | None, typer.Option(
+        "--partition-memory", help="GiB of memory (on the training device) for partitions the current bucket "
+        "does not use, kept there instead of swapped out to disk until the iteration commits (default: a GPU's "
+        "free memory less a quarter; 0 on a CPU, where only the current bucket's partitions are in memory). "
+        "Single-process runs only.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of initialization, shuffling and sampling.")] = 0,
+    compile_step: Annotated[bool, typer.Option(
+        "--compile", help="Fuse the step's elementwise passes (softmax loss, violators) with torch.compile: "
+        "Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, once.")] = False,
     base: BaseOption = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validating the input layout.")] = False,
     max_minutes: Annotated[float | None, typer.Option(
@@ -89,7 +97,8 @@ def fit(
     run = _load(config, param, base)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
-                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision)
+                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision,
+                         partition_memory=partition_memory, compile=compile_step)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()

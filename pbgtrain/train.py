@@ -3,7 +3,10 @@
 For each iteration still to run (epoch → edge path → edge chunk, see
 :class:`~pbgtrain.batching.IterationPlan`), the buckets are visited in ``bucket_order``; before
 each bucket only the partitions that change are saved (into the version being built) and
-loaded, so only the current bucket's partitions and the unpartitioned types are in memory.
+loaded, so only the current bucket's partitions and the unpartitioned types are in memory;
+within ``--partition-memory`` (by default a GPU's free memory, nothing on a CPU) swapped-out
+partitions stay in memory until the commit instead, and the next bucket's edges (and, on a GPU,
+partitions) are read ahead in the background (:mod:`pbgtrain.residency`).
 The bucket's edge chunk is read through pbgio, ``eval_fraction`` of it is held out (evaluated
 before and after training on the bucket), the rest is shuffled and batched (seed 004), and each
 batch takes one :func:`~pbgtrain.model.train_step`. At the end of the iteration the version is
@@ -17,6 +20,7 @@ many, train together as a distributed run (:mod:`pbgtrain.distributed`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -35,6 +39,7 @@ from pbgio.spec import naming
 from pbgio.spec.checkpoint import private_to_public
 from pbgio.spec.edges import chunk_bounds
 from pbgio.spec.stats import EXTRA_KEY
+from pbgtrain import interrupts
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params
 from pbgtrain.config import RunConfig, default_device
@@ -48,11 +53,13 @@ from pbgtrain.model import (
     StepTotals,
     add_train_step,
     eval_step,
+    fused,
     keep_freed_memory,
 )
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import Precision, check_precision, precision_scope
 from pbgtrain.reporting import Reporter, make_reporter
+from pbgtrain.residency import GIB, PartitionCache, Prefetcher, default_budget, pinned, to_device
 from pbgtrain.schedule import (
     Bucket,
     BucketScheduler,
@@ -85,6 +92,9 @@ class FitOptions:
     rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
     peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
     precision: str | None = None  # fp32, tf32 or bf16 (default: bf16 with half_precision, else fp32)
+    partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
+    read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
+    compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
 
 
 @dataclass
@@ -215,6 +225,8 @@ class MovementStats:
     partitions_saved: int = 0
     partitions_loaded: int = 0
     seconds_waiting: float = 0.0  # asking for a bucket, and waiting for one
+    seconds_swapping: float = 0.0  # saving and loading partitions between buckets (what reading ahead left)
+    partitions_read_ahead: int = 0  # of partitions_loaded, those read in the background
 
     def add_table(self, table: EntityTable, saved: bool) -> None:
         size = table.weights.numel() * table.weights.element_size() + table.adagrad_sum.numel() * 4
@@ -257,6 +269,14 @@ class Trainer:
         self.coordination: Coordination | None = None
         self.scheduler: BucketScheduler = SingleMachineScheduler.from_config(cfg, seed=options.seed)
         self.shared_update: Any = contextlib.nullcontext()  # held while a step updates the shared state
+        # Single process: swapped-out partitions stay in memory within the budget, and the next
+        # bucket is read ahead. A distributed run moves every partition through the checkpoint directory.
+        budget = default_budget(self.device) if options.partition_memory is None \
+            else int(options.partition_memory * GIB)
+        self.cache = PartitionCache(0 if cluster is not None else budget)
+        self.prefetcher = Prefetcher() if cluster is None else None
+        self.read_ahead_partitions = self.device.type == "cuda" if options.read_ahead_partitions is None \
+            else options.read_ahead_partitions
         if cluster is not None:
             from pbgtrain.distributed.coordination import Coordination
 
@@ -291,18 +311,52 @@ class Trainer:
     # ---- partitions
     def swap_to(self, bucket: Bucket | None, step: IterationStep) -> None:
         """Make exactly ``bucket``'s partitions resident (none for None), plus the unpartitioned
-        types: evicted partitions are saved into the version being built and handed back to
-        the scheduler (another trainer may take them now)."""
+        types: evicted partitions are kept in memory while the cache's budget allows (until the
+        commit writes them), else saved into the version being built, and handed back to the
+        scheduler (another trainer may take them now); loads come from the cache, from what was
+        read ahead, or from disk."""
+        started = time.perf_counter()
         swap = plan_swap(self.resident, bucket, self.layout)
         for key in swap.evict:
             table = self.resident.pop(key)
-            self.ckpt.save(key[0], key[1], table, step.info())
-            self.movement.add_table(table, saved=True)
+            if key in self.ckpt.written or not self.cache.park(key, table):
+                self.ckpt.save(key[0], key[1], table, step.info())
+                self.movement.add_table(table, saved=True)
         self.scheduler.hand_back(swap.evict)
         for key in swap.load:
-            self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
-            self.movement.add_table(self.resident[key], saved=False)
+            parked = self.cache.take(key)
+            if parked is not None:
+                self.resident[key] = parked
+                continue
+            ahead = self.prefetcher.take(("partition", step.index, key)) if self.prefetcher is not None else None
+            loaded = to_device(ahead, self.device) if ahead is not None else \
+                self.ckpt.load(key[0], key[1], self.counts[key])
+            self.movement.add_table(loaded, saved=False)
+            self.movement.partitions_read_ahead += ahead is not None
+            self.resident[key] = loaded
         self.load_unpartitioned()
+        self.movement.seconds_swapping += time.perf_counter() - started
+
+    def read_ahead(self, step: IterationStep) -> None:
+        """Start reading the next bucket of this pass in the background: its edges and, on a GPU,
+        the partitions it will load from disk (those neither resident nor kept in memory). On a CPU
+        partitions are not read ahead: that would hold a bucket's partitions twice, and the
+        original's bound on memory (the current bucket's partitions) is what users partition for."""
+        if self.prefetcher is None or not isinstance(self.scheduler, SingleMachineScheduler):
+            return
+        upcoming = self.scheduler.upcoming()
+        if upcoming is None:
+            return
+        for key in plan_swap(self.resident, upcoming, self.layout).load if self.read_ahead_partitions else ():
+            if key not in self.cache:
+                self.prefetcher.submit(("partition", step.index, key), functools.partial(self._read_partition, key))
+        path, first_row, limits = self._bucket_input(step, upcoming)
+        self.prefetcher.submit(("edges", step.index, upcoming),
+                               functools.partial(self._read_edges, path, step, first_row, limits))
+
+    def _read_partition(self, key: PartitionKey) -> EntityTable:
+        """A partition read into host memory (page-locked when training on a GPU)."""
+        return pinned(self.ckpt.load(key[0], key[1], self.counts[key], device="cpu"), self.device)
 
     def load_unpartitioned(self) -> None:
         for key in self.layout.always_resident():
@@ -315,9 +369,10 @@ class Trainer:
     # ---- one bucket
     def train_bucket(self, step: IterationStep, bucket: Bucket, reporter: Reporter) -> tuple[StepStats, Any, Any]:
         cfg = self.cfg
-        path = self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
-        edges_np = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
-        self._check_bounds(edges_np, path, step, bucket)
+        edges_np = self.prefetcher.take(("edges", step.index, bucket)) if self.prefetcher is not None else None
+        path, first_row, limits = self._bucket_input(step, bucket)
+        if edges_np is None:
+            edges_np = self._read_edges(path, step, first_row, limits)
         edges = BucketEdges.from_bucket(edges_np, self.device, str(path))
         key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
         if self.rank > 0 and step.epoch_idx == 0 and cfg.hogwild_delay > 0:
@@ -355,15 +410,24 @@ class Trainer:
                     loss_shown = (now.loss - shown.loss) / max(now.count - shown.count, 1)
                     shown = now
                 reporter.edges_done(len(idx), loss_shown)
+                interrupts.check()
         return totals.result()
 
-    def _check_bounds(self, edges: EdgeBucket, path: Path, step: IterationStep, bucket: Bucket) -> None:
-        """Every id of the bucket inside its table, checked before anything is indexed with it (an
-        out-of-range id would be a device-side assert on a GPU): a pbgio error naming file and row."""
+    def _bucket_input(self, step: IterationStep, bucket: Bucket) -> tuple[Path, int, dict[str, Any]]:
+        """The bucket's file, the file row of this iteration's chunk, and the limits of its ids."""
+        path = self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
         limits = self.layout.id_limits(self.cfg.relations, self.counts, bucket, self.model.spec.num_dynamic_rels,
                                        self.model.spec.featurized)
         first_row, _ = chunk_bounds(self._chunk_bucket_length(step, bucket), step.num_edge_chunks, step.edge_chunk_idx)
+        return path, first_row, limits
+
+    @staticmethod
+    def _read_edges(path: Path, step: IterationStep, first_row: int, limits: dict[str, Any]) -> EdgeBucket:
+        """The chunk's edges, every id checked inside its table before anything is indexed with it
+        (an out-of-range id would be a device-side assert on a GPU): a pbgio error naming file and row."""
+        edges = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
         check_bounds(edges, path, first_row=first_row, **limits)
+        return edges
 
     def eval_protocol(self) -> EvalProtocol:
         neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
@@ -426,6 +490,7 @@ class Trainer:
             self.coordination.iteration_started()
         for bucket, position in self.buckets_of_pass(step):
             self.swap_to(bucket, step)
+            self.read_ahead(step)
             bucket_started, wall_started = time.perf_counter(), time.time()
             bucket_stats, before, after = self.train_bucket(step, bucket, reporter)
             stats = stats + bucket_stats
@@ -443,6 +508,8 @@ class Trainer:
                                  + (f", eval {_format_metrics(after.result().values())}" if after is not None
                                     else ""))
         self.swap_to(None, step)
+        if self.prefetcher is not None:
+            self.prefetcher.discard()  # nothing read ahead outlives its pass
         snapshot = None
         interval = self.cfg.checkpoint_preservation_interval
         last_of_epoch = (step.edge_path_idx == step.num_edge_paths - 1
@@ -459,9 +526,15 @@ class Trainer:
         # Stats first, then the commit, as the original orders them: a crash in between repeats the
         # iteration's lines when it is trained again, but never loses those of a committed version.
         self.ckpt.dir.append_stats(records)
-        version = self.ckpt.commit(self.resident.items(), self.counts.keys(), self.model_params(),
+        version = self.ckpt.commit([*self.resident.items(), *self.cache.items()], self.counts.keys(),
+                                   self.model_params(),
                                    self.optimizer_state(), step.info(), snapshot_epoch=snapshot)
         return IterationRecord(version, step, time.perf_counter() - started, stats, chunk_before, _merged(after_all))
+
+    def close(self) -> None:
+        """Stop reading ahead (the background thread ends)."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
 
     @property
     def rank(self) -> int:
@@ -549,6 +622,8 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
     torch.set_num_threads(default_threads(cfg, 1 if cluster is None else cluster.local_world_size))
     keep_freed_memory()
     rank = 0 if cluster is None else cluster.rank
+    resolve_device(options.device, run, cluster)  # a wrong --device or --precision fails before validation
+    resolve_precision(options.precision, run)
     if options.validate and rank == 0:
         _validate_inputs(run)
     first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
@@ -556,7 +631,17 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
     plan = IterationPlan.from_config(cfg, first_bucket_sizes)
     if cluster is not None:
         cluster.barrier("validated")
+    fused.use_compiled(options.compile)
     trainer = Trainer(run, options, cluster)
+    try:
+        with interrupts.noticed():
+            return _train_plan(trainer, plan, rank)
+    finally:
+        trainer.close()
+
+
+def _train_plan(trainer: Trainer, plan: IterationPlan, rank: int) -> FitResult:
+    options, cfg, cluster = trainer.options, trainer.cfg, trainer.cluster
     if rank == 0:
         remove_uncommitted(trainer.ckpt.dir)
     if trainer.coordination is not None:
@@ -598,5 +683,5 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
     if trainer.coordination is not None:
         trainer.coordination.run_finished(result)
     else:
-        result.movement = [{"rank": 0, **vars(trainer.movement)}]
+        result.movement = [{"rank": 0, **vars(trainer.movement), "partitions_kept_in_memory": trainer.cache.hits}]
     return result

@@ -96,6 +96,41 @@ def test_resume_gives_the_same_files_as_an_uninterrupted_run(tmp_path: Path) -> 
     assert fit(load_run_config(resumed, overrides), FitOptions(seed=3)).iterations == []  # complete
 
 
+def test_partitions_kept_in_memory_give_the_same_files_with_less_disk_traffic(tmp_path: Path) -> None:
+    """--partition-memory keeps swapped-out partitions in memory until the commit: every committed
+    file is the same as when they go to disk at each swap (the original's way), and fewer are saved."""
+    overrides = ["num_epochs=2", "num_edge_chunks=2", "eval_fraction=0.1"]
+    results, files = {}, {}
+    for gib in (0.0, 1.0):
+        config = build_example(tmp_path / str(gib), num_edges=2000)
+        options = FitOptions(seed=3, partition_memory=gib, read_ahead_partitions=gib > 0)  # as on a GPU
+        results[gib] = fit(load_run_config(config, overrides), options)
+        files[gib] = _files(config.parent / "checkpoint")
+        assert validate_path(config.parent).ok
+    assert files[0.0].keys() == files[1.0].keys()
+    for name, value in files[0.0].items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(value, files[1.0][name], err_msg=name)
+    swapped, kept = results[0.0].movement[0], results[1.0].movement[0]
+    assert swapped["partitions_kept_in_memory"] == 0 and kept["partitions_kept_in_memory"] > 0
+    assert kept["partitions_saved"] < swapped["partitions_saved"]
+    assert kept["partitions_loaded"] < swapped["partitions_loaded"]
+
+
+def test_partitions_read_ahead_give_the_same_files(tmp_path: Path) -> None:
+    """The next bucket's partitions read in the background (the GPU's default) change nothing on disk."""
+    files = {}
+    for ahead in (False, True):
+        config = build_example(tmp_path / str(ahead), num_edges=2000)
+        result = fit(load_run_config(config, ["num_epochs=2"]), FitOptions(seed=5, read_ahead_partitions=ahead))
+        assert result.movement[0]["partitions_loaded"] > 0
+        assert (result.movement[0]["partitions_read_ahead"] > 0) == ahead
+        files[ahead] = _files(config.parent / "checkpoint")
+    for name, value in files[False].items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(value, files[True][name], err_msg=name)
+
+
 def test_kill_9_then_resume_completes_with_valid_checkpoints(tmp_path: Path) -> None:
     config = build_example(tmp_path / "layout", num_edges=20000)
     ckpt = CheckpointDir(config.parent / "checkpoint")

@@ -57,12 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--default-malloc", action="store_true", help="skip keep_freed_memory() (glibc defaults)")
     p.add_argument("--profile", action="store_true", help="print a torch profiler table of 5 steps")
+    p.add_argument("--compile", action="store_true", help="fuse the elementwise passes (torch.compile)")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv)
     tuned = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.compile:
+        from pbgtrain.model import fused
+
+        fused.use_compiled()
     negs = NegativeSampling(args.batch_negs, args.uniform_negs, share_uniform_negs=not args.per_chunk_uniform)
     spec = ModelSpec(
         entity_dimensions={"entity": args.dimension},
@@ -115,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": str(device),
         "shared_uniform_negs": not args.per_chunk_uniform,
         "malloc_tuned": tuned,
+        "compiled": args.compile,
         "last_loss": round(stats.loss, 3),
         "torch": torch.__version__,
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",

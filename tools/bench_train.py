@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import CHILD_PROLOGUE, REPO_ROOT, environment, format_table, run_python, write_json
+from _benchutil import CHILD_PROLOGUE, REPO_ROOT, ChildRun, environment, format_table, run_python, write_json
 
 ARCHIVE = REPO_ROOT.parent / "shared" / "datasets" / "fb15k-237.tar.gz"
 ORIGINAL_EDGES_PER_S = 4_350
@@ -72,12 +72,14 @@ root = Path(args["root"])
 overrides = [f"num_epochs={args['epochs']}"] + args["overrides"]
 run = load_run_config(root / "config.json", overrides)
 layout = root / "layout"
-eval_options = EvalOptions(edge_paths=[layout / "test"], filter_paths=[layout / s for s in ("train", "valid", "test")])
+eval_options = EvalOptions(edge_paths=[layout / "test"], filter_paths=[layout / s for s in ("train", "valid", "test")],
+                           device=args["device"])
 epochs, evals = [], []
 train_seconds = 0.0
 first = True
 while True:
-    result = fit(run, FitOptions(seed=args["seed"], validate=first, max_iterations=1))
+    result = fit(run, FitOptions(seed=args["seed"], validate=first, max_iterations=1, device=args["device"],
+                                 precision=args["precision"]))
     first = False
     if not result.iterations:
         break
@@ -128,6 +130,21 @@ def prepare(root: Path, seed: int) -> Path:
     return config_path
 
 
+def train_and_evaluate(root: Path, *, epochs: int = 6, minutes: float | None = None, eval_every: int = 0,
+                       seed: int = 0, overrides: list[str] | None = None, device: str | None = None,
+                       precision: str | None = None) -> ChildRun:
+    """Import (once), train from scratch in a child process and evaluate; the child's run
+    (``result``: epochs, evals, train_seconds)."""
+    prepare(root, seed)
+    shutil.rmtree(root / "model", ignore_errors=True)
+    run = run_python(CHILD, {"root": str(root), "epochs": 10_000 if minutes is not None else epochs,
+                             "minutes": minutes, "eval_every": eval_every, "seed": seed,
+                             "overrides": overrides or [], "device": device, "precision": precision})
+    if run.result is None:
+        sys.exit(f"training failed (exit {run.returncode}): {run.failure()}")
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -138,18 +155,14 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=0, metavar="N",
                         help="evaluate the test split every N epochs (and after the last)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default=None, help="cpu, cuda … (default: the config's)")
+    parser.add_argument("--precision", default=None, choices=["fp32", "tf32", "bf16"], help="default: fp32")
     parser.add_argument("-p", "--param", action="append", default=[], help="config override key=value")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
 
-    prepare(args.root, args.seed)
-    shutil.rmtree(args.root / "model", ignore_errors=True)
-    epochs = 10_000 if args.minutes is not None else args.epochs
-    run = run_python(CHILD, {"root": str(args.root), "epochs": epochs, "minutes": args.minutes,
-                             "eval_every": args.eval_every, "seed": args.seed,
-                             "overrides": args.param})
-    if run.result is None:
-        sys.exit(f"training failed (exit {run.returncode})")
+    run = train_and_evaluate(args.root, epochs=args.epochs, minutes=args.minutes, eval_every=args.eval_every,
+                             seed=args.seed, overrides=args.param, device=args.device, precision=args.precision)
     result = run.result
     rows = [[str(e["epoch"]), f"{e['seconds']:.1f}", f"{e['edges_per_s']:,.0f}",
              f"{e['edges_per_s'] / ORIGINAL_EDGES_PER_S:.2f}x", f"{e['loss']:.4f}"] for e in result["epochs"]]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pbgtrain.model import fused
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
 from pbgtrain.model.scoring import Scores, forward_batch
@@ -94,7 +95,8 @@ def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tenso
     return loss * weight if weight != 1.0 else loss
 
 
-def _violators(pos: Tensor, blocks: tuple[Tensor, ...]) -> Tensor:
+def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
+    """How many negative scores exceed their positive (a 0-d tensor, left on the device)."""
     threshold = pos.unsqueeze(1)
     return sum((torch.count_nonzero(b > threshold) for b in blocks), torch.zeros((), dtype=torch.long,
                                                                                  device=pos.device))
@@ -131,8 +133,9 @@ def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityT
         optimizer.step()
     with torch.no_grad():
         s = fwd.scores
-        totals.add(loss, fwd.reg, len(batch), _violators(s.lhs_pos, s.lhs_neg_blocks),
-                   _violators(s.rhs_pos, s.rhs_neg_blocks))
+        count = fused.kernels().violators
+        totals.add(loss, fwd.reg, len(batch), count(s.lhs_pos, list(s.lhs_neg_blocks)),
+                   count(s.rhs_pos, list(s.rhs_neg_blocks)))
 
 
 @torch.no_grad()

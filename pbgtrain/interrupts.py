@@ -1,0 +1,48 @@
+"""Ctrl-C that is never lost.
+
+Python raises ``KeyboardInterrupt`` in whatever code runs when SIGINT arrives; if that is a
+finalizer or a weakref callback, the exception is printed as "ignored" and training would go on.
+While :func:`noticed` is active, SIGINT is also remembered, and :func:`check` (called by the
+training loop after every batch) raises it again where it cannot be swallowed.
+
+>>> with noticed():
+...     check()  # nothing pending: returns
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+_pending = threading.Event()
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    _pending.set()
+    signal.default_int_handler(signum, frame)
+
+
+@contextlib.contextmanager
+def noticed() -> Iterator[None]:
+    """Remember SIGINT for :func:`check` (main thread, default handler only; else a no-op)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    _pending.clear()
+    signal.signal(signal.SIGINT, _handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _pending.clear()
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if SIGINT arrived since :func:`noticed` began (once)."""
+    if _pending.is_set():
+        _pending.clear()
+        raise KeyboardInterrupt

@@ -1,0 +1,224 @@
+"""``pbgtrain fit`` on one GPU (and the same shapes on a CPU): throughput, memory, roofline, quality.
+
+Scenarios (``--scenario``, repeatable; default: the three GPU ones where CUDA is present, else
+``cpu-partitioned``):
+
+1. ``livejournal``: the original's GPU benchmark shape on a planted graph (4.8M entities, 68M
+   edges, one partition, one relation, operator none, dimension 100, dot, softmax, lr 0.1, batch
+   10,000, 1,000 same-batch + 1,000 uniform negatives), for each ``--precision``: edges/s per
+   epoch, peak GPU memory, and the share of the arithmetic roofline reached (``12·d·N`` FLOPs per
+   edge, N = negatives per side, against the card's peak for that precision: H100/H200 fp32 67,
+   tf32 495, bf16 989 dense TFLOP/s, or ``--peak-tflops``). The original measured 1.26M edges/s on
+   one H100; the target is 20M.
+2. ``fb15k``: FB15k-237 with the reference configuration (tools/bench_train.py) on the device, each
+   precision: seconds per epoch and filtered test MRR after 6 epochs (the original: 0.2832).
+3. ``oversize``: 8 partitions whose embeddings + Adagrad state hold ``--oversize-factor`` × the card's
+   memory (clamped to 40% of host memory and to the free disk): edges/s, time spent swapping, bytes
+   moved, partitions kept on the GPU.
+4. ``cpu-partitioned``: the step-efficiency case of the CPU path (10M entities, 20M edges, 8
+   partitions, the livejournal model), ``--device cpu``; edges/s and peak RSS.
+
+Sizes scale with ``--scale`` (entities and edges; 0.01 makes every scenario a smoke run). Each run
+is a fresh child process training from scratch (inputs not validated, ``eval_fraction`` 0). Figures
+are printed, never asserted. Without CUDA the GPU scenarios print "skipped" and exit 0.
+
+    .venv/bin/python tools/bench_gpu.py                                  # on a GPU machine
+    .venv/bin/python tools/bench_gpu.py --scenario livejournal --precision tf32 --epochs 2
+    .venv/bin/python tools/bench_gpu.py --scenario cpu-partitioned --edges 2e6   # CPU, shorter
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _benchutil import CHILD_PROLOGUE, REPO_ROOT, ChildRun, environment, format_table, run_python, write_json
+
+GIB = 1 << 30
+ORIGINAL_LIVEJOURNAL_EDGES_PER_S = 1_260_000
+ORIGINAL_FB15K_MRR = 0.2832
+PEAK_TFLOPS = {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0}  # H100 SXM / H200, dense
+MODEL = ["dimension=100", "relations.0.operator=none", "comparator=dot", "loss_fn=softmax", "lr=0.1",
+         "batch_size=10000", "num_batch_negs=1000", "num_uniform_negs=1000", "eval_fraction=0", "verbose=0",
+         "regularization_coef=0", "global_emb=false"]
+
+CHILD = CHILD_PROLOGUE + r"""
+import torch
+from pathlib import Path
+from pbgtrain.config import load_run_config
+from pbgtrain.train import FitOptions, fit
+
+run = load_run_config(Path(ARGS["config"]), ARGS["overrides"])
+device = ARGS["device"]
+if device.startswith("cuda"):
+    torch.cuda.reset_peak_memory_stats()
+result = fit(run, FitOptions(device=device, precision=ARGS["precision"], validate=False,
+                             partition_memory=ARGS["partition_memory"]))
+emit(iterations=[{"seconds": r.seconds, "edges": r.train.count, "loss": r.train.loss / max(r.train.count, 1)}
+                 for r in result.iterations],
+     movement=result.movement[0],
+     peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.startswith("cuda") else None,
+     gpu=torch.cuda.get_device_name() if device.startswith("cuda") else None)
+"""
+
+
+def graph(workdir: Path, *, nodes: int, edges: int, partitions: int, seed: int) -> Path:
+    """A planted graph with one relation (reused when made with the same parameters)."""
+    from pbgio.testing.planted import planted_graph
+
+    params = {"nodes": nodes, "edges": edges, "partitions": partitions, "seed": seed}
+    marker = workdir / "bench-params.json"
+    config = workdir / "config.json"
+    if config.is_file() and marker.is_file() and json.loads(marker.read_text()) == params:
+        return config
+    shutil.rmtree(workdir, ignore_errors=True)
+    config = planted_graph(workdir, num_partitions=partitions, num_nodes=nodes, num_edges=edges, num_relations=1,
+                           num_communities=1000, seed=seed)
+    marker.write_text(json.dumps(params), encoding="utf-8")
+    return config
+
+
+def train(config: Path, *, device: str, precision: str, epochs: int, partition_memory: float | None = None,
+          extra: list[str] | None = None) -> ChildRun:
+    shutil.rmtree(config.parent / "checkpoint", ignore_errors=True)
+    overrides = [*MODEL, f"num_epochs={epochs}", "num_edge_chunks=1", *(extra or [])]
+    run = run_python(CHILD, {"config": str(config), "overrides": overrides, "device": device,
+                             "precision": precision, "partition_memory": partition_memory})
+    if run.result is None:
+        sys.exit(f"training failed (exit {run.returncode}): {run.failure()}")
+    return run
+
+
+def epoch_rates(run: ChildRun) -> list[float]:
+    return [it["edges"] / it["seconds"] for it in run.result["iterations"]]
+
+
+def roofline_share(edges_per_s: float, precision: str, peak_tflops: float | None, gpu: str | None) -> float | None:
+    flops_per_edge = 12 * 100 * 2000  # 12·d·N, d = 100, N = 1,000 batch + 1,000 uniform negatives per side
+    peak = peak_tflops or (PEAK_TFLOPS[precision] if gpu and ("H100" in gpu or "H200" in gpu) else None)
+    return None if peak is None else edges_per_s * flops_per_edge / (peak * 1e12)
+
+
+def livejournal(args: argparse.Namespace, work: Path) -> list[list[str]]:
+    config = graph(work / "livejournal", nodes=int(4_800_000 * args.scale), edges=int(68_000_000 * args.scale),
+                   partitions=1, seed=args.seed)
+    rows = []
+    for precision in args.precision:
+        run = train(config, device=args.device, precision=precision, epochs=args.epochs)
+        rates = epoch_rates(run)
+        best = max(rates)
+        share = roofline_share(best, precision, args.peak_tflops, run.result["gpu"])
+        rows.append([precision, " / ".join(f"{r / 1e6:.2f}M" for r in rates),
+                     f"{best / ORIGINAL_LIVEJOURNAL_EDGES_PER_S:.1f}x",
+                     f"{(run.result['peak_gpu_bytes'] or 0) / GIB:.1f}",
+                     "-" if share is None else f"{100 * share:.1f}%",
+                     f"{run.result['iterations'][-1]['loss']:.4f}"])
+    print(format_table(["precision", "edges/s per epoch", "x original (1.26M)", "peak GPU GiB", "roofline",
+                        "last loss"], rows))
+    return rows
+
+
+def fb15k(args: argparse.Namespace, work: Path) -> list[list[str]]:
+    from bench_train import train_and_evaluate
+
+    rows = []
+    for precision in args.precision:
+        run = train_and_evaluate(REPO_ROOT / "bench-data" / "train-fb15k237", epochs=6, device=args.device,
+                                 precision=precision, seed=args.seed)
+        epochs = run.result["epochs"]
+        mrr = run.result["evals"][-1]["mrr"]
+        rows.append([precision, f"{sum(e['seconds'] for e in epochs) / len(epochs):.2f}",
+                     f"{run.result['train_seconds']:.1f}", f"{mrr:.4f}", f"{mrr - ORIGINAL_FB15K_MRR:+.4f}"])
+    print(format_table(["precision", "s/epoch", "training s (6 epochs)", "filtered MRR", "vs original 0.2832"], rows))
+    return rows
+
+
+def oversize(args: argparse.Namespace, work: Path) -> list[list[str]]:
+    import torch
+
+    card = torch.cuda.get_device_properties(0).total_memory
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    disk = shutil.disk_usage(work).free
+    target = min(args.oversize_factor * card, 0.4 * host, 0.4 * disk)
+    nodes = int(target / (4 * 101) * args.scale)
+    config = graph(work / "oversize", nodes=nodes, edges=int(args.edges * args.scale), partitions=8, seed=args.seed)
+    run = train(config, device=args.device, precision=args.precision[0], epochs=1)
+    it, moved = run.result["iterations"][0], run.result["movement"]
+    table_gib = nodes * 404 / GIB
+    rows = [[f"{nodes:,}", f"{table_gib:.1f} ({table_gib * GIB / card:.2f}x card)",
+             f"{it['edges'] / it['seconds']:,.0f}",
+             f"{it['seconds']:.1f}", f"{moved['seconds_swapping']:.1f}",
+             f"{(moved['bytes_saved'] + moved['bytes_loaded']) / GIB:.1f}", str(moved["partitions_kept_in_memory"]),
+             f"{(run.result['peak_gpu_bytes'] or 0) / GIB:.1f}"]]
+    print(format_table(["entities", "embeddings + state GiB", "edges/s", "epoch s", "swapping s", "GiB moved",
+                        "kept on GPU", "peak GPU GiB"], rows))
+    return rows
+
+
+def cpu_partitioned(args: argparse.Namespace, work: Path) -> list[list[str]]:
+    config = graph(work / "cpu-partitioned", nodes=int(10_000_000 * args.scale), edges=int(args.edges * args.scale),
+                   partitions=8, seed=args.seed)
+    run = train(config, device="cpu", precision="fp32", epochs=1)
+    it, moved = run.result["iterations"][0], run.result["movement"]
+    rate = it["edges"] / it["seconds"]
+    rows = [[f"{it['edges']:,}", f"{it['seconds']:.1f}", f"{rate:,.0f}", f"{rate * 12 * 100 * 2000 / 1e9:.0f}",
+             f"{moved['seconds_swapping']:.1f}", f"{(moved['bytes_saved'] + moved['bytes_loaded']) / GIB:.1f}",
+             f"{run.peak_rss_bytes / GIB:.2f}"]]
+    print(format_table(["edges", "epoch s", "edges/s", "GFLOP/s", "swapping s", "GiB moved", "peak RSS GiB"], rows))
+    return rows
+
+
+SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned}
+GPU_SCENARIOS = ("livejournal", "fb15k", "oversize")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), default=None)
+    parser.add_argument("--device", default="cuda", help="the GPU scenarios' device")
+    parser.add_argument("--precision", action="append", choices=["fp32", "tf32", "bf16"], default=None,
+                        help="repeatable (default: fp32, tf32, bf16; oversize uses the first)")
+    parser.add_argument("--epochs", type=int, default=2, help="livejournal epochs (each is reported)")
+    parser.add_argument("--edges", type=lambda s: int(float(s)), default=20_000_000,
+                        help="edges of the oversize and cpu-partitioned graphs")
+    parser.add_argument("--oversize-factor", type=float, default=1.5)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies entities and edges")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the card's peak (default: H100/H200's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, default=None, help="keep (and reuse) the graphs here")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    args.precision = args.precision or ["fp32", "tf32", "bf16"]
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    scenarios = args.scenario or (list(GPU_SCENARIOS) if cuda else ["cpu-partitioned"])
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-gpu-"))
+    results: dict[str, Any] = {}
+    try:
+        for name in scenarios:
+            if name in GPU_SCENARIOS and not cuda:
+                print(f"{name}: skipped: no CUDA device here")
+                continue
+            print(f"\n== {name}", flush=True)
+            results[name] = SCENARIOS[name](args, work)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        write_json(args.json, {"environment": environment(), "arguments": {k: str(v) for k, v in vars(args).items()},
+                               "results": results})
+
+
+if __name__ == "__main__":
+    main()
