@@ -43,7 +43,7 @@ BaseOption = Annotated[Path | None, typer.Option(
     "for a .py config, the current directory).")]
 PrecisionOption = Annotated[str | None, typer.Option(
     "--precision", help="Matrix products in fp32 (the reference), tf32 (CUDA tensor cores) or bf16; embeddings "
-    "and optimizer state stay float32 (default: bf16 when the config sets half_precision, else fp32).")]
+    "and optimizer state stay float32 (default: bf16 on a GPU when the config sets half_precision, else fp32).")]
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
 
 

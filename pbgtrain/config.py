@@ -74,8 +74,8 @@ KEY_EFFECTS: dict[str, str] = {
     "mixed-relation batches", "num_gpus": "1 trains on CUDA (same as --device cuda); more is refused",
     "hogwild_delay": "seconds each bucket of the first epoch waits on trainers of rank > 0 of a distributed "
                      "run (as in the original; no effect in a single-process run)",
-    "half_precision": "true trains with bf16 matrix products (float32 embeddings and optimizer state); "
-                      "the same as --precision bf16",
+    "half_precision": "true trains on a GPU with bf16 matrix products (float32 embeddings and optimizer "
+                      "state), the same as --precision bf16; ignored on a CPU, as in the original",
     "num_machines": "trainers of a distributed run (pbgtrain fit --rank R on each; under torchrun, 1 or "
                     "torchrun's world size)",
     "distributed_init_method": "where the trainers of a --rank run meet: tcp://HOST:PORT of rank 0, or "

@@ -44,14 +44,20 @@ def table_bytes(table: EntityTable) -> int:
         table.adagrad_sum.element_size()
 
 
-def default_budget(device: torch.device) -> int:
+def partition_bytes(count: int, dimension: int) -> int:
+    """Bytes of one partition on the device: float32 embeddings and one Adagrad sum per row."""
+    return count * (dimension + 1) * 4
+
+
+def default_budget(device: torch.device, reserved: int) -> int:
     """Bytes of parked partitions allowed when the user sets none: on a GPU, what it has free
-    beyond :data:`DEVICE_HEADROOM` (all partitions stay on the GPU when they fit); on a CPU, 0 (the
-    original's bounded memory: only the current bucket's partitions are in memory)."""
+    beyond :data:`DEVICE_HEADROOM` and ``reserved`` (the largest bucket's partitions and the
+    unpartitioned tables, which are loaded besides: all partitions stay on the GPU when they fit);
+    on a CPU, 0 (the original's bounded memory: only the current bucket's partitions in memory)."""
     if device.type != "cuda":
         return 0
     free, _ = torch.cuda.mem_get_info(device)
-    return int(free * (1 - DEVICE_HEADROOM))
+    return max(0, int(free * (1 - DEVICE_HEADROOM)) - reserved)
 
 
 class PartitionCache:

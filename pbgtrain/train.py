@@ -55,11 +55,20 @@ from pbgtrain.model import (
     eval_step,
     fused,
     keep_freed_memory,
+    release_freed_memory,
 )
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import Precision, check_precision, precision_scope
 from pbgtrain.reporting import Reporter, make_reporter
-from pbgtrain.residency import GIB, PartitionCache, Prefetcher, default_budget, pinned, to_device
+from pbgtrain.residency import (
+    GIB,
+    PartitionCache,
+    Prefetcher,
+    default_budget,
+    partition_bytes,
+    pinned,
+    to_device,
+)
 from pbgtrain.schedule import (
     Bucket,
     BucketScheduler,
@@ -191,10 +200,12 @@ def _cuda_unusable(device: torch.device) -> str | None:
     return None
 
 
-def resolve_precision(requested: str | None, run: RunConfig) -> Precision:
-    """``requested`` (``--precision``), else bf16 when the config sets half_precision, else fp32."""
+def resolve_precision(requested: str | None, run: RunConfig, device: torch.device) -> Precision:
+    """``requested`` (``--precision``), else bf16 on a GPU when the config sets half_precision (on a
+    CPU the original ignores it, and so does this), else fp32."""
     try:
-        return check_precision(requested or ("bf16" if run.config.half_precision else "fp32"))
+        return check_precision(requested or ("bf16" if run.config.half_precision and device.type == "cuda"
+                                             else "fp32"))
     except ValueError as exc:
         raise _option_error(run, "--precision", str(exc)) from None
 
@@ -252,7 +263,7 @@ class Trainer:
         self.options = options
         self.cluster = cluster
         self.device = resolve_device(options.device, run, cluster)
-        self.precision = resolve_precision(options.precision, run)
+        self.precision = resolve_precision(options.precision, run, self.device)
         self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
                        for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
@@ -271,7 +282,7 @@ class Trainer:
         self.shared_update: Any = contextlib.nullcontext()  # held while a step updates the shared state
         # Single process: swapped-out partitions stay in memory within the budget, and the next
         # bucket is read ahead. A distributed run moves every partition through the checkpoint directory.
-        budget = default_budget(self.device) if options.partition_memory is None \
+        budget = default_budget(self.device, self._bucket_bytes()) if options.partition_memory is None \
             else int(options.partition_memory * GIB)
         self.cache = PartitionCache(0 if cluster is not None else budget)
         self.prefetcher = Prefetcher() if cluster is None else None
@@ -283,6 +294,16 @@ class Trainer:
             self.coordination = Coordination(cluster, self)
             self.scheduler = self.coordination.scheduler
             self.shared_update = self.coordination.sync.lock
+
+    def _bucket_bytes(self) -> int:
+        """Device bytes of the most a bucket holds: the largest partition of each type on each side,
+        and the unpartitioned tables."""
+        def largest(etype: str) -> int:
+            return max(partition_bytes(count, self.cfg.entity_dimension(t)) for (t, _), count in self.counts.items()
+                       if t == etype)
+
+        sides = [*self.layout.lhs_types, *self.layout.rhs_types, *self.layout.unpartitioned]
+        return sum(largest(etype) for etype in sides if any(t == etype for t, _ in self.counts))
 
     @property
     def num_buckets(self) -> int:
@@ -323,6 +344,8 @@ class Trainer:
                 self.ckpt.save(key[0], key[1], table, step.info())
                 self.movement.add_table(table, saved=True)
         self.scheduler.hand_back(swap.evict)
+        if swap.evict and self.device.type == "cpu":
+            release_freed_memory()  # the evicted tables' pages, before the next ones are read
         for key in swap.load:
             parked = self.cache.take(key)
             if parked is not None:
@@ -622,8 +645,8 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
     torch.set_num_threads(default_threads(cfg, 1 if cluster is None else cluster.local_world_size))
     keep_freed_memory()
     rank = 0 if cluster is None else cluster.rank
-    resolve_device(options.device, run, cluster)  # a wrong --device or --precision fails before validation
-    resolve_precision(options.precision, run)
+    # a wrong --device or --precision fails before validation
+    resolve_precision(options.precision, run, resolve_device(options.device, run, cluster))
     if options.validate and rank == 0:
         _validate_inputs(run)
     first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \

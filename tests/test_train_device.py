@@ -64,14 +64,17 @@ def test_bf16_trains_as_well_as_fp32_with_float32_state(tmp_path: Path) -> None:
     assert abs(mrr["bf16"] - mrr["fp32"]) < 0.03, mrr
 
 
-def test_half_precision_in_the_config_selects_bf16(tmp_path: Path) -> None:
+def test_half_precision_in_the_config_selects_bf16_on_a_gpu(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1, half_precision=True)
     from pbgtrain.train import resolve_precision
 
     run = load_run_config(config)
-    assert resolve_precision(None, run) == "bf16" and resolve_precision("fp32", run) == "fp32"
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_precision(None, run, cuda) == "bf16" and resolve_precision("fp32", run, cuda) == "fp32"
+    assert resolve_precision(None, run, cpu) == "fp32"  # as the original, which uses it on CUDA only
+    assert resolve_precision("bf16", run, cpu) == "bf16"
     with pytest.raises(FormatError, match="--precision: unknown precision 'fp16'"):
-        resolve_precision("fp16", run)
+        resolve_precision("fp16", run, cpu)
 
 
 def test_an_out_of_range_id_is_a_pbgio_error_naming_file_and_row_even_unvalidated(tmp_path: Path) -> None:
@@ -100,6 +103,22 @@ def test_all_entities_evaluation_is_batched_to_bounded_memory() -> None:
     assert all_entities_batch(1_000) == 500
     assert all_entities_batch(4_800_000) * 4_800_000 <= 1 << 25
     assert all_entities_batch(10**10) == 1
+
+
+def test_the_automatic_gpu_budget_leaves_room_for_a_bucket(tmp_path: Path) -> None:
+    """What a bucket holds besides the parked partitions (its largest lhs and rhs partitions, and
+    the unpartitioned tables) is reserved from the GPU's share before anything is parked."""
+    from pbgtrain.train import Trainer
+
+    config = _planted(tmp_path, partitions=3, num_nodes=601, num_epochs=1)
+    run = load_run_config(config)
+    trainer = Trainer(run, FitOptions())
+    try:
+        dim = run.config.entity_dimension("node")
+        assert trainer._bucket_bytes() == 2 * 201 * (dim + 1) * 4  # node on both sides; 601 = 201 + 200 + 200
+        assert trainer.cache.budget_bytes == 0  # a CPU keeps the original's bound
+    finally:
+        trainer.close()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here")

@@ -107,12 +107,13 @@ def roofline_share(edges_per_s: float, precision: str, peak_tflops: float | None
     return None if peak is None else edges_per_s * flops_per_edge / (peak * 1e12)
 
 
-def livejournal(args: argparse.Namespace, work: Path) -> list[list[str]]:
+def livejournal(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = graph(work / "livejournal", nodes=int(4_800_000 * args.scale), edges=int(68_000_000 * args.scale),
                    partitions=1, seed=args.seed)
-    rows = []
+    rows, raw = [], []
     for precision in args.precision:
         run = train(config, device=args.device, precision=precision, epochs=args.epochs)
+        raw.append({"precision": precision, **run.result, "peak_rss_bytes": run.peak_rss_bytes})
         rates = epoch_rates(run)
         best = max(rates)
         share = roofline_share(best, precision, args.peak_tflops, run.result["gpu"])
@@ -123,25 +124,26 @@ def livejournal(args: argparse.Namespace, work: Path) -> list[list[str]]:
                      f"{run.result['iterations'][-1]['loss']:.4f}"])
     print(format_table(["precision", "edges/s per epoch", "x original (1.26M)", "peak GPU GiB", "roofline",
                         "last loss"], rows))
-    return rows
+    return {"rows": rows, "runs": raw}
 
 
-def fb15k(args: argparse.Namespace, work: Path) -> list[list[str]]:
+def fb15k(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bench_train import train_and_evaluate
 
-    rows = []
+    rows, raw = [], []
     for precision in args.precision:
         run = train_and_evaluate(REPO_ROOT / "bench-data" / "train-fb15k237", epochs=6, device=args.device,
                                  precision=precision, seed=args.seed)
+        raw.append({"precision": precision, **run.result})
         epochs = run.result["epochs"]
         mrr = run.result["evals"][-1]["mrr"]
         rows.append([precision, f"{sum(e['seconds'] for e in epochs) / len(epochs):.2f}",
                      f"{run.result['train_seconds']:.1f}", f"{mrr:.4f}", f"{mrr - ORIGINAL_FB15K_MRR:+.4f}"])
     print(format_table(["precision", "s/epoch", "training s (6 epochs)", "filtered MRR", "vs original 0.2832"], rows))
-    return rows
+    return {"rows": rows, "runs": raw}
 
 
-def oversize(args: argparse.Namespace, work: Path) -> list[list[str]]:
+def oversize(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import torch
 
     card = torch.cuda.get_device_properties(0).total_memory
@@ -160,10 +162,10 @@ def oversize(args: argparse.Namespace, work: Path) -> list[list[str]]:
              f"{(run.result['peak_gpu_bytes'] or 0) / GIB:.1f}"]]
     print(format_table(["entities", "embeddings + state GiB", "edges/s", "epoch s", "swapping s", "GiB moved",
                         "kept on GPU", "peak GPU GiB"], rows))
-    return rows
+    return {"rows": rows, "runs": [{**run.result, "entities": nodes, "card_bytes": card}]}
 
 
-def cpu_partitioned(args: argparse.Namespace, work: Path) -> list[list[str]]:
+def cpu_partitioned(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = graph(work / "cpu-partitioned", nodes=int(10_000_000 * args.scale), edges=int(args.edges * args.scale),
                    partitions=8, seed=args.seed)
     run = train(config, device="cpu", precision="fp32", epochs=1)
@@ -173,7 +175,7 @@ def cpu_partitioned(args: argparse.Namespace, work: Path) -> list[list[str]]:
              f"{moved['seconds_swapping']:.1f}", f"{(moved['bytes_saved'] + moved['bytes_loaded']) / GIB:.1f}",
              f"{run.peak_rss_bytes / GIB:.2f}"]]
     print(format_table(["edges", "epoch s", "edges/s", "GFLOP/s", "swapping s", "GiB moved", "peak RSS GiB"], rows))
-    return rows
+    return {"rows": rows, "runs": [{**run.result, "peak_rss_bytes": run.peak_rss_bytes}]}
 
 
 SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned}

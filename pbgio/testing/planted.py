@@ -75,10 +75,15 @@ def _write_edges(edge_path: Path, num_edges: int, num_nodes: int, num_partitions
     rel = rng.integers(0, num_relations, num_edges)
     rhs = rng.integers(0, num_nodes, num_edges)
     inside = rng.random(num_edges) < affinity
+    inside_rows = np.flatnonzero(inside)  # grouped by the lhs's community, in row order within each
+    lhs_community = community[lhs[inside_rows]]
+    order = np.argsort(lhs_community, kind="stable")
+    by_community = inside_rows[order]
+    bounds = np.searchsorted(lhs_community[order], np.arange(len(members) + 1))
     for c, nodes in enumerate(members):
         if len(nodes) == 0:
             continue
-        rows = np.flatnonzero(inside & (community[lhs] == c))
+        rows = by_community[bounds[c]:bounds[c + 1]]
         rhs[rows] = nodes[rng.integers(0, len(nodes), len(rows))]
     lhs_part, rhs_part = lhs % num_partitions, rhs % num_partitions
     order = np.lexsort((rhs_part, lhs_part))

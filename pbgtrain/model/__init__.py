@@ -5,7 +5,7 @@ against evaluation negatives) and :func:`score_candidates` (scores against all e
 candidates, for ranking metrics).
 """
 
-from pbgtrain.model.allocator import keep_freed_memory
+from pbgtrain.model.allocator import keep_freed_memory, release_freed_memory
 from pbgtrain.model.comparators import Comparator, make_comparator
 from pbgtrain.model.inputs import BucketEdges, EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
@@ -59,6 +59,7 @@ __all__ = [
     "make_operator",
     "make_relation_optimizer",
     "plan_negatives",
+    "release_freed_memory",
     "row_adagrad_",
     "score_candidates",
     "train_step",

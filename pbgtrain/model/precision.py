@@ -42,12 +42,15 @@ def precision_scope(precision: Precision, device: torch.device) -> Iterator[None
         with torch.autocast(device.type, dtype=torch.bfloat16):
             yield
     elif precision == "tf32" and device.type == "cuda":
-        saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
+        matmul = torch.backends.cuda.matmul
+        # torch >= 2.9 has fp32_precision ("ieee"/"tf32"); mixing it with the older allow_tf32 is refused
+        key, value = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+        saved = getattr(matmul, key)
+        setattr(matmul, key, value)
         try:
             yield
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = saved
+            setattr(matmul, key, saved)
     else:
         yield
 
