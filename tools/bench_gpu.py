@@ -24,6 +24,7 @@ are printed, never asserted. Without CUDA the GPU scenarios print "skipped" and 
 
     .venv/bin/python tools/bench_gpu.py                                  # on a GPU machine
     .venv/bin/python tools/bench_gpu.py --scenario livejournal --precision tf32 --epochs 2
+    .venv/bin/python tools/bench_gpu.py --scenario livejournal --compile     # torch.compile'd passes
     .venv/bin/python tools/bench_gpu.py --scenario cpu-partitioned --edges 2e6   # CPU, shorter
 """
 
@@ -61,7 +62,7 @@ device = ARGS["device"]
 if device.startswith("cuda"):
     torch.cuda.reset_peak_memory_stats()
 result = fit(run, FitOptions(device=device, precision=ARGS["precision"], validate=False,
-                             partition_memory=ARGS["partition_memory"]))
+                             partition_memory=ARGS["partition_memory"], compile=ARGS["compile"]))
 emit(iterations=[{"seconds": r.seconds, "edges": r.train.count, "loss": r.train.loss / max(r.train.count, 1)}
                  for r in result.iterations],
      movement=result.movement[0],
@@ -91,7 +92,8 @@ def train(config: Path, *, device: str, precision: str, epochs: int, partition_m
     shutil.rmtree(config.parent / "checkpoint", ignore_errors=True)
     overrides = [*MODEL, f"num_epochs={epochs}", "num_edge_chunks=1", *(extra or [])]
     run = run_python(CHILD, {"config": str(config), "overrides": overrides, "device": device,
-                             "precision": precision, "partition_memory": partition_memory})
+                             "precision": precision, "partition_memory": partition_memory,
+                             "compile": COMPILE})
     if run.result is None:
         sys.exit(f"training failed (exit {run.returncode}): {run.failure()}")
     return run
@@ -180,6 +182,7 @@ def cpu_partitioned(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned}
 GPU_SCENARIOS = ("livejournal", "fb15k", "oversize")
+COMPILE = False  # --compile: fuse the step's elementwise passes (pbgtrain fit --compile)
 
 
 def main() -> None:
@@ -195,11 +198,14 @@ def main() -> None:
     parser.add_argument("--oversize-factor", type=float, default=1.5)
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies entities and edges")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the card's peak (default: H100/H200's)")
+    parser.add_argument("--compile", action="store_true", help="train with --compile (torch.compile'd passes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=None, help="keep (and reuse) the graphs here")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.precision = args.precision or ["fp32", "tf32", "bf16"]
+    global COMPILE
+    COMPILE = args.compile
 
     import torch
 
