@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from pbgio.checkpoint import CheckpointDir
-from pbgio.edges import check_bounds, read_bucket
+from pbgio.checks.edges import check_bounds
+from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
@@ -38,7 +39,7 @@ from pbgtrain.config import RunConfig
 from pbgtrain.evaluation import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step, score_candidates
 from pbgtrain.schedule import Bucket, PartitionLayout, all_buckets
-from pbgtrain.train import add_negative_scores, resolve_device
+from pbgtrain.train import add_negative_scores, bucket_limits, resolve_device
 
 ALL_ENTITIES_BATCH = 500
 """Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""
@@ -130,9 +131,8 @@ def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> E
             edges = read_bucket(path)
             if not len(edges):
                 continue
-            spec = reader.model.spec
-            check_bounds(edges, path, first_row=0, **layout.id_limits(cfg.relations, reader.counts, bucket,
-                                                                      spec.num_dynamic_rels, spec.featurized))
+            check_bounds(edges, path, first_row=0,
+                         **bucket_limits(cfg, reader.counts, bucket, reader.model.spec.num_dynamic_rels))
             needed = {(r.lhs, layout.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
                      {(r.rhs, layout.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
             reader.keep_only(needed)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, get_args
+from typing import TYPE_CHECKING, Protocol, get_args
 
 import numpy as np
 
@@ -374,24 +374,6 @@ class PartitionLayout:
         if entity_type in self.unpartitioned:
             return 0
         return bucket.lhs if side == "lhs" else bucket.rhs
-
-    def id_limits(self, relations: Sequence[Any], counts: Mapping[PartitionKey, int], bucket: Bucket,
-                  num_dynamic_rels: int | None = None, featurized_types: Iterable[str] = ()) -> dict[str, Any]:
-        """``check_bounds``'s limits for ``bucket``: the number of relation ids and, per relation id,
-        the row count of its lhs and rhs tables (dynamic relations: ``num_dynamic_rels`` ids of the one
-        relation's types; ``featurized_types`` have bags of features, not row offsets)."""
-        featurized_types = frozenset(featurized_types)
-        rels = list(relations) * num_dynamic_rels if num_dynamic_rels is not None else list(relations)
-
-        def limits(side: str) -> np.ndarray:
-            return np.array([counts[(getattr(r, side), self.partition_of(getattr(r, side), bucket, side))]
-                             for r in rels], dtype=np.int64)
-
-        def featurized(side: str) -> np.ndarray:
-            return np.array([getattr(r, side) in featurized_types for r in rels], dtype=bool)
-
-        return {"num_relations": len(rels), "lhs_limits": limits("lhs"), "rhs_limits": limits("rhs"),
-                "lhs_featurized": featurized("lhs"), "rhs_featurized": featurized("rhs")}
 
 
 @dataclass(frozen=True)

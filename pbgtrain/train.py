@@ -31,8 +31,9 @@ import numpy as np
 import torch
 
 from pbgio.checkpoint import remove_uncommitted
+from pbgio.checks.edges import SideLimits, check_bounds, relation_limits
 from pbgio.config import semantic_issues
-from pbgio.edges import EdgeBucket, bucket_length, check_bounds, read_bucket
+from pbgio.edges import EdgeBucket, bucket_length, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
@@ -67,6 +68,7 @@ from pbgtrain.residency import (
     default_budget,
     partition_bytes,
     pinned,
+    table_bytes,
     to_device,
 )
 from pbgtrain.schedule import (
@@ -210,6 +212,17 @@ def resolve_precision(requested: str | None, run: RunConfig, device: torch.devic
         raise _option_error(run, "--precision", str(exc)) from None
 
 
+def bucket_limits(cfg: Any, counts: dict[PartitionKey, int], bucket: Bucket,
+                  num_dynamic_rels: int | None) -> dict[str, SideLimits]:
+    """The limits of a bucket's ids (``check_bounds``'s ``lhs`` and ``rhs``), from the entity counts."""
+    num_relations = len(cfg.relations) if num_dynamic_rels is None else num_dynamic_rels
+    lhs = relation_limits(cfg, "lhs", bucket.lhs, num_relations, counts)
+    rhs = relation_limits(cfg, "rhs", bucket.rhs, num_relations, counts)
+    if lhs is None or rhs is None:  # a validated config names only its own types
+        raise RuntimeError(f"no id limits for bucket {bucket}: a relation names a type the config lacks")
+    return {"lhs": lhs, "rhs": rhs}
+
+
 def _option_error(run: RunConfig, where: str, message: str) -> FormatError:
     return FormatError(Issue("config-schema", "error", run.source, where, message))
 
@@ -240,7 +253,7 @@ class MovementStats:
     partitions_read_ahead: int = 0  # of partitions_loaded, those read in the background
 
     def add_table(self, table: EntityTable, saved: bool) -> None:
-        size = table.weights.numel() * table.weights.element_size() + table.adagrad_sum.numel() * 4
+        size = table_bytes(table)
         if saved:
             self.bytes_saved += size
             self.partitions_saved += 1
@@ -373,9 +386,8 @@ class Trainer:
         for key in plan_swap(self.resident, upcoming, self.layout).load if self.read_ahead_partitions else ():
             if key not in self.cache:
                 self.prefetcher.submit(("partition", step.index, key), functools.partial(self._read_partition, key))
-        path, first_row, limits = self._bucket_input(step, upcoming)
-        self.prefetcher.submit(("edges", step.index, upcoming),
-                               functools.partial(self._read_edges, path, step, first_row, limits))
+        self._chunk_bucket_length(step, upcoming)  # cached here, on this thread, before the reader uses it
+        self.prefetcher.submit(("edges", step.index, upcoming), functools.partial(self._read_edges, step, upcoming))
 
     def _read_partition(self, key: PartitionKey) -> EntityTable:
         """A partition read into host memory (page-locked when training on a GPU)."""
@@ -393,10 +405,9 @@ class Trainer:
     def train_bucket(self, step: IterationStep, bucket: Bucket, reporter: Reporter) -> tuple[StepStats, Any, Any]:
         cfg = self.cfg
         edges_np = self.prefetcher.take(("edges", step.index, bucket)) if self.prefetcher is not None else None
-        path, first_row, limits = self._bucket_input(step, bucket)
         if edges_np is None:
-            edges_np = self._read_edges(path, step, first_row, limits)
-        edges = BucketEdges.from_bucket(edges_np, self.device, str(path))
+            edges_np = self._read_edges(step, bucket)
+        edges = BucketEdges.from_bucket(edges_np, self.device, str(self._bucket_path(step, bucket)))
         key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
         if self.rank > 0 and step.epoch_idx == 0 and cfg.hogwild_delay > 0:
             time.sleep(cfg.hogwild_delay)  # as the original: trainers other than rank 0 start late in epoch 0
@@ -406,7 +417,6 @@ class Trainer:
         self.generator.manual_seed(stable_seed("negatives", self.options.seed, step.index, bucket.lhs, bucket.rhs))
         held = prepared.held_out.eval_idx.to(self.device)
         before = self.evaluate(held, edges, bucket) if len(held) else None
-        stats = StepStats()
         with precision_scope(self.precision, self.device):
             stats = self._train_batches(prepared, edges, bucket, reporter)
         after = self.evaluate(held, edges, bucket) if len(held) else None
@@ -436,20 +446,18 @@ class Trainer:
                 interrupts.check()
         return totals.result()
 
-    def _bucket_input(self, step: IterationStep, bucket: Bucket) -> tuple[Path, int, dict[str, Any]]:
-        """The bucket's file, the file row of this iteration's chunk, and the limits of its ids."""
-        path = self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
-        limits = self.layout.id_limits(self.cfg.relations, self.counts, bucket, self.model.spec.num_dynamic_rels,
-                                       self.model.spec.featurized)
-        first_row, _ = chunk_bounds(self._chunk_bucket_length(step, bucket), step.num_edge_chunks, step.edge_chunk_idx)
-        return path, first_row, limits
+    def _bucket_path(self, step: IterationStep, bucket: Bucket) -> Path:
+        return self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
 
-    @staticmethod
-    def _read_edges(path: Path, step: IterationStep, first_row: int, limits: dict[str, Any]) -> EdgeBucket:
+    def _read_edges(self, step: IterationStep, bucket: Bucket) -> EdgeBucket:
         """The chunk's edges, every id checked inside its table before anything is indexed with it
-        (an out-of-range id would be a device-side assert on a GPU): a pbgio error naming file and row."""
+        (an out-of-range id would be a device-side assert on a GPU): a pbgio error naming file and row.
+        Runs on the read-ahead thread too: it reads only what no bucket changes."""
+        path = self._bucket_path(step, bucket)
         edges = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
-        check_bounds(edges, path, first_row=first_row, **limits)
+        first_row, _ = chunk_bounds(self._chunk_bucket_length(step, bucket), step.num_edge_chunks, step.edge_chunk_idx)
+        check_bounds(edges, path, first_row=first_row,
+                     **bucket_limits(self.cfg, self.counts, bucket, self.model.spec.num_dynamic_rels))
         return edges
 
     def eval_protocol(self) -> EvalProtocol:

@@ -88,6 +88,31 @@ def test_an_out_of_range_id_is_a_pbgio_error_naming_file_and_row_even_unvalidate
     assert "found 1000000" in str(info.value)
 
 
+def test_bounds_cover_plain_ids_and_feature_ids_of_a_bucket_with_feature_bags() -> None:
+    """A bucket holding lhsd_* bags (a featurized relation) also holds plain edges: both kinds of id
+    are checked, each against its own table (the validator's limits)."""
+    from pbgio.checks.edges import check_bounds, relation_limits
+    from pbgio.config import parse_config
+    from pbgio.edges import EdgeBucket, FeatureLists
+
+    cfg = parse_config({"entities": {"doc": {"num_partitions": 1, "featurized": True},
+                                     "item": {"num_partitions": 1}},
+                        "relations": [{"name": "about", "lhs": "doc", "rhs": "item"},
+                                      {"name": "near", "lhs": "item", "rhs": "item"}],
+                        "dimension": 4, "entity_path": "e", "edge_paths": ["x"], "checkpoint_path": "c"}, "test")
+    limits = {s: relation_limits(cfg, s, 0, 2, {("doc", 0): 50, ("item", 0): 4}) for s in ("lhs", "rhs")}
+
+    def bucket(plain_lhs: int, feature: int) -> EdgeBucket:
+        return EdgeBucket(rel=np.array([0, 1]), lhs=np.array([0, plain_lhs]), rhs=np.array([1, 2]),
+                          lhs_features=FeatureLists.from_lists([[3, feature], []]))
+
+    check_bounds(bucket(3, 49), Path("b.h5"), first_row=0, **limits)
+    with pytest.raises(FormatError, match=r"lhs: row 1: expected 0 <= lhs < 4 .* found 4 \[edge-lhs-range\]"):
+        check_bounds(bucket(4, 49), Path("b.h5"), first_row=0, **limits)
+    with pytest.raises(FormatError, match=r"lhsd_data: row 0: .* found 50 in the features of edge row 0"):
+        check_bounds(bucket(3, 50), Path("b.h5"), first_row=0, **limits)
+
+
 def test_an_out_of_range_id_stops_evaluation_too(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1)
     _fit(config)

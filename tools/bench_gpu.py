@@ -87,13 +87,13 @@ def graph(workdir: Path, *, nodes: int, edges: int, partitions: int, seed: int) 
     return config
 
 
-def train(config: Path, *, device: str, precision: str, epochs: int, partition_memory: float | None = None,
-          extra: list[str] | None = None) -> ChildRun:
+def train(config: Path, *, device: str, precision: str, epochs: int, compile_step: bool,
+          partition_memory: float | None = None, extra: list[str] | None = None) -> ChildRun:
     shutil.rmtree(config.parent / "checkpoint", ignore_errors=True)
     overrides = [*MODEL, f"num_epochs={epochs}", "num_edge_chunks=1", *(extra or [])]
     run = run_python(CHILD, {"config": str(config), "overrides": overrides, "device": device,
                              "precision": precision, "partition_memory": partition_memory,
-                             "compile": COMPILE})
+                             "compile": compile_step})
     if run.result is None:
         sys.exit(f"training failed (exit {run.returncode}): {run.failure()}")
     return run
@@ -114,7 +114,7 @@ def livejournal(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    partitions=1, seed=args.seed)
     rows, raw = [], []
     for precision in args.precision:
-        run = train(config, device=args.device, precision=precision, epochs=args.epochs)
+        run = train(config, device=args.device, precision=precision, epochs=args.epochs, compile_step=args.compile)
         raw.append({"precision": precision, **run.result, "peak_rss_bytes": run.peak_rss_bytes})
         rates = epoch_rates(run)
         best = max(rates)
@@ -154,7 +154,7 @@ def oversize(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     target = min(args.oversize_factor * card, 0.4 * host, 0.4 * disk)
     nodes = int(target / (4 * 101) * args.scale)
     config = graph(work / "oversize", nodes=nodes, edges=int(args.edges * args.scale), partitions=8, seed=args.seed)
-    run = train(config, device=args.device, precision=args.precision[0], epochs=1)
+    run = train(config, device=args.device, precision=args.precision[0], epochs=1, compile_step=args.compile)
     it, moved = run.result["iterations"][0], run.result["movement"]
     table_gib = nodes * 404 / GIB
     rows = [[f"{nodes:,}", f"{table_gib:.1f} ({table_gib * GIB / card:.2f}x card)",
@@ -170,7 +170,7 @@ def oversize(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def cpu_partitioned(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = graph(work / "cpu-partitioned", nodes=int(10_000_000 * args.scale), edges=int(args.edges * args.scale),
                    partitions=8, seed=args.seed)
-    run = train(config, device="cpu", precision="fp32", epochs=1)
+    run = train(config, device="cpu", precision="fp32", epochs=1, compile_step=args.compile)
     it, moved = run.result["iterations"][0], run.result["movement"]
     rate = it["edges"] / it["seconds"]
     rows = [[f"{it['edges']:,}", f"{it['seconds']:.1f}", f"{rate:,.0f}", f"{rate * 12 * 100 * 2000 / 1e9:.0f}",
@@ -182,7 +182,6 @@ def cpu_partitioned(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned}
 GPU_SCENARIOS = ("livejournal", "fb15k", "oversize")
-COMPILE = False  # --compile: fuse the step's elementwise passes (pbgtrain fit --compile)
 
 
 def main() -> None:
@@ -204,8 +203,6 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.precision = args.precision or ["fp32", "tf32", "bf16"]
-    global COMPILE
-    COMPILE = args.compile
 
     import torch
 

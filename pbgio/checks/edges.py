@@ -8,6 +8,7 @@ are known, index ranges per relation type and side.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.checks import Context, RowCollector
+from pbgio.config import ConfigSchema
+from pbgio.edges import EdgeBucket
 from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5
 from pbgio.spec.edges import (
@@ -28,6 +31,7 @@ from pbgio.spec.edges import (
     data_name,
     offsets_name,
 )
+from pbgio.spec.rules import rule
 
 Ints = NDArray[np.int64]
 
@@ -50,7 +54,14 @@ class SideLimits:
 
 
 def side_limits(ctx: Context, side: Side, part: int, num_relations: int) -> SideLimits | None:
-    cfg = ctx.config
+    return relation_limits(ctx.config, side, part, num_relations, ctx.counts)
+
+
+def relation_limits(cfg: ConfigSchema | None, side: Side, part: int, num_relations: int,
+                    counts: Mapping[tuple[str, int], int]) -> SideLimits | None:
+    """The limits of ``side``'s ids in a bucket whose ``side`` partition is ``part``, per relation
+    id, from ``counts`` by (entity type, partition) (an unpartitioned type's is partition 0); None
+    without a config, or when a relation names a type the config lacks."""
     if cfg is None or num_relations <= 0:
         return None
     rels = [cfg.relations[0]] * num_relations if cfg.dynamic_relations else cfg.relations
@@ -62,14 +73,66 @@ def side_limits(ctx: Context, side: Side, part: int, num_relations: int) -> Side
         etype = getattr(rel, side)
         if etype not in cfg.entities:
             return None
-        count = ctx.count(etype, part)
-        labels.append(f"{etype!r} partition {part if cfg.entities[etype].num_partitions > 1 else 0}")
+        type_part = part if cfg.entities[etype].num_partitions > 1 else 0
+        count = counts.get((etype, type_part))
+        labels.append(f"{etype!r} partition {type_part}")
         if cfg.entities[etype].featurized:
             featurized[r] = True
             feature_limit[r] = -1 if count is None else count
         else:
             limit[r] = -1 if count is None else count
     return SideLimits(limit, featurized, feature_limit, labels)
+
+
+def check_bounds(edges: EdgeBucket, path: Path, *, first_row: int, lhs: SideLimits, rhs: SideLimits) -> None:
+    """Raise the first edge of ``edges`` (read from ``path``, file row ``first_row`` onwards) whose
+    rel, plain entity id or feature id lies outside its table, as a :class:`FormatError` naming
+    the file, dataset, row and rule (``edge-rel-range``, ``edge-lhs-range``, ``edge-rhs-range``,
+    ``edge-feature-range``): the fail-fast form of the validator's range rules, over edges already
+    read, with the same limits (:func:`relation_limits`; unknown counts, -1, are not checked). A
+    trainer calls it on every bucket it reads, so a bad id never reaches an indexing kernel.
+    Featurized ids are checked where the bucket has the side's feature bags.
+
+    >>> from pbgio.example import example_config
+    >>> cfg = example_config()
+    >>> counts = {("user", 0): 3, ("user", 1): 3, ("item", 0): 4}
+    >>> limits = {s: relation_limits(cfg, s, 0, len(cfg.relations), counts) for s in SIDES}
+    >>> bucket = EdgeBucket(rel=np.array([0, 0]), lhs=np.array([1, 5]), rhs=np.array([0, 0]))
+    >>> check_bounds(bucket, Path("edges_0_0.h5"), first_row=10, **limits)
+    Traceback (most recent call last):
+    pbgio.errors.FormatError: edges_0_0.h5: lhs: row 11: expected 0 <= lhs < 3 (count of ...), found 5 [edge-lhs-range]
+    """
+    if len(edges) == 0:
+        return
+    rel, num_relations = edges.rel, len(lhs.limit)
+    bad = (rel < 0) | (rel >= num_relations)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise FormatError(rule("edge-rel-range").issue(
+            str(path), "rel", f"expected 0 <= rel < {num_relations}, found {rel[i]}", rows=(first_row + i,),
+            count=int(bad.sum())))
+    sides: tuple[tuple[Side, SideLimits], ...] = (("lhs", lhs), ("rhs", rhs))
+    for side, lim in sides:
+        ids = edges.lhs if side == "lhs" else edges.rhs
+        row_limit = lim.limit[rel]
+        bad = ~lim.featurized[rel] & (row_limit >= 0) & ((ids < 0) | (ids >= row_limit))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise FormatError(rule(f"edge-{side}-range").issue(
+                str(path), side, f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}), "
+                f"found {ids[i]}", rows=(first_row + i,), count=int(bad.sum())))
+        bags = edges.features(side)
+        if bags is None:
+            continue
+        sizes = np.diff(bags.offsets)
+        feature_limit = np.repeat(lim.feature_limit[rel], sizes)
+        bad = (feature_limit >= 0) & ((bags.data < 0) | (bags.data >= feature_limit))
+        if bad.any():
+            i = int(np.argmax(bad))
+            edge = first_row + int(np.searchsorted(bags.offsets, i, side="right")) - 1
+            raise FormatError(rule("edge-feature-range").issue(
+                str(path), data_name(side), f"expected 0 <= feature id < {feature_limit[i]} (feature count), "
+                f"found {bags.data[i]} in the features of edge row {edge}", rows=(edge,), count=int(bad.sum())))
 
 
 def check_bucket(ctx: Context, path: Path, lhs_part: int | None = None, rhs_part: int | None = None) -> None:

@@ -26,8 +26,7 @@ from pbgtrain.model.scoring import Scores, forward_batch
 from pbgtrain.model.tables import EntityTable
 
 __all__ = ["EvalResult", "StepStats", "StepTotals", "add_train_step", "batch_loss", "eval_step",
-           "make_relation_optimizer",
-           "train_step"]
+           "make_relation_optimizer", "train_step"]
 
 
 @dataclass(frozen=True)
