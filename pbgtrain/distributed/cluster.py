@@ -11,7 +11,10 @@ each rank bumps its heartbeat counter every second, and a background thread on e
 watches the others. A rank whose counter stops for ``peer_timeout`` seconds (killed, stopped,
 its machine gone) or that posts an abort (it failed, or was interrupted) makes every other
 rank stop: the watchdog interrupts the main thread, which raises :class:`PeerFailure` naming
-the rank. Waits are polling loops, so they are always interruptible; no rank waits forever.
+the rank. Rank 0, when it serves the store, keeps it up after an abort until every live rank
+has read it (a few seconds at most), so that each survivor reports which rank failed rather
+than a lost store. Waits are polling loops, so they are always interruptible; no rank waits
+forever.
 
 >>> resolve_launch(num_machines=1, init_method=None, rank=None, env={}) is None
 True
@@ -38,6 +41,7 @@ from pbgio.errors import PbgioError
 PEER_TIMEOUT_DEFAULT = 60.0
 HEARTBEAT_SECONDS = 1.0
 POLL_SECONDS = 0.02
+ABORT_LINGER_SECONDS = 3 * HEARTBEAT_SECONDS  # how long rank 0 keeps the store up for an abort
 STORE_PREFIX = "pbgtrain"
 
 
@@ -117,6 +121,7 @@ class Cluster:
         self.failure: PeerFailure | None = None
         self._barriers: dict[str, int] = {}
         self._leaving = False
+        self._abort_acknowledged = False
         self.local_world_size = 1  # trainers on this machine (known once joined)
 
     # ---- lifecycle
@@ -163,6 +168,8 @@ class Cluster:
                       else f"failed: {type(exc).__name__}: {exc}".splitlines()[0])
             self.post_abort(f"rank {self.rank} {reason}")
         self._stop.set()
+        if exc is not None:
+            self._linger_for_abort()
         if exc is None:
             import torch.distributed as dist
 
@@ -181,6 +188,27 @@ class Cluster:
         """Tell every rank to stop (best effort: the store may be gone with rank 0)."""
         with contextlib.suppress(Exception):
             self.store.compare_set("abort", "", reason)
+            self._acknowledge_abort()
+
+    def _acknowledge_abort(self) -> None:
+        if not self._abort_acknowledged:
+            self._abort_acknowledged = True
+            self.store.add("abort/seen", 1)
+
+    def _linger_for_abort(self) -> None:
+        """If this rank serves the store (rank 0 launched with ``--rank``), keep it up until every
+        live peer has read the abort, at most :data:`ABORT_LINGER_SECONDS`: otherwise a peer polling
+        a moment later would see only a lost store, not which rank failed."""
+        if self.rank != 0 or self.launch.source != "--rank" or self.store is None:
+            return
+        def settled() -> bool:
+            lost = sum(bool(self.store.check([f"lost/{peer}"])) for peer in range(self.world_size))
+            return int(self.store.add("abort/seen", 0)) + lost >= self.world_size
+
+        deadline = time.monotonic() + ABORT_LINGER_SECONDS
+        with contextlib.suppress(Exception):
+            while not settled() and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
 
     def _heartbeat(self) -> None:
         self.store.add(f"heartbeat/{self.rank}", 1)
@@ -193,6 +221,7 @@ class Cluster:
                 self._heartbeat()
                 aborted = self.store.check(["abort"]) and self.store.get("abort").decode()
                 if aborted:
+                    self._acknowledge_abort()
                     self._fail(None, f"stopping: {aborted}")
                     return
                 now = time.monotonic()
@@ -204,6 +233,7 @@ class Cluster:
                     if seen is None or seen[0] != beats:
                         last_seen[peer] = (beats, now)
                     elif now - seen[1] > self.peer_timeout:
+                        self.store.set(f"lost/{peer}", "1")
                         self.post_abort(f"rank {peer} stopped responding")
                         self._fail(peer, f"rank {peer} stopped responding: no heartbeat for "
                                          f"{self.peer_timeout:.0f} s (killed, hung, or its machine is gone)")
@@ -242,6 +272,8 @@ class Cluster:
                 raise self.failure from None
             try:
                 aborted = self.store.check(["abort"]) and bytes(self.store.get("abort")).decode()
+                if aborted:
+                    self._acknowledge_abort()
             except Exception:
                 raise PeerFailure(0, self._store_lost(exc)) from None
             raise PeerFailure(None, f"stopping: {aborted}" if aborted else
