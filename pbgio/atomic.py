@@ -2,7 +2,8 @@
 
 A reader never sees a half-written file under its final name; after a crash
 either the old file or the complete new one is there (plus, at worst, a
-``*.tmp`` leftover that no reader looks at).
+``*.tmp`` leftover that no reader looks at). On remote storage the file is
+staged locally and uploaded as one object (:func:`pbgio.storage.staged`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from pbgio import storage
+from pbgio.storage import AnyPath
 
 TMP_SUFFIX = ".tmp"
 
@@ -33,8 +37,13 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_target(path: Path) -> Iterator[Path]:
-    """Yield a temp path to write; on success fsync it and rename it to ``path``."""
+def atomic_target(path: AnyPath) -> Iterator[Path]:
+    """Yield a local temp path to write; on success fsync it and rename it to ``path`` (or, for a
+    remote ``path``, upload it there)."""
+    if storage.is_remote(path):
+        with storage.staged(path) as local:
+            yield local
+        return
     tmp = tmp_path_for(path)
     tmp.unlink(missing_ok=True)
     try:
@@ -47,6 +56,6 @@ def atomic_target(path: Path) -> Iterator[Path]:
         raise
 
 
-def write_text(path: Path, text: str) -> None:
+def write_text(path: AnyPath, text: str) -> None:
     with atomic_target(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

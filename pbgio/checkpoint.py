@@ -24,13 +24,12 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import atomic
+from pbgio import atomic, storage
 from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.h5 import attr_int, attr_str, check_format_version, is_float32, open_h5, write_format_version
 from pbgio.spec import naming
@@ -46,6 +45,7 @@ from pbgio.spec.checkpoint import (
 from pbgio.spec.entities import format_count, parse_count_text
 from pbgio.spec.rules import rule
 from pbgio.spec.stats import line_problems
+from pbgio.storage import AnyPath
 
 if TYPE_CHECKING:
     from pbgio.config import ConfigSchema
@@ -131,18 +131,18 @@ class CommitStep:
 class CheckpointDir:
     """A checkpoint directory (``checkpoint_path``, or an ``init_path`` with v0 files)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | AnyPath) -> None:
+        self.path = storage.resolve(path)
 
     # ---- names
-    def embeddings_path(self, entity_type: str, part: int, version: int) -> Path:
+    def embeddings_path(self, entity_type: str, part: int, version: int) -> AnyPath:
         return self.path / naming.embeddings_file(entity_type, part, version)
 
-    def model_path(self, version: int) -> Path:
+    def model_path(self, version: int) -> AnyPath:
         return self.path / naming.model_file(version)
 
     @property
-    def version_path(self) -> Path:
+    def version_path(self) -> AnyPath:
         return self.path / naming.CHECKPOINT_VERSION
 
     # ---- version
@@ -176,15 +176,16 @@ class CheckpointDir:
                 found.add(parsed[3])
         return sorted(found)
 
-    def files_of_version(self, version: int) -> list[Path]:
+    def files_of_version(self, version: int) -> list[AnyPath]:
         if not self.path.is_dir():
             return []
-        return sorted(p for p in self.path.iterdir()
-                      if (parsed := naming.parse_versioned_file(p.name)) and parsed[3] == version)
+        return sorted((p for p in self.path.iterdir()
+                       if (parsed := naming.parse_versioned_file(p.name)) and parsed[3] == version),
+                      key=lambda p: p.name)
 
     # ---- embeddings
     def write_embeddings(self, entity_type: str, part: int, version: int, state: EmbeddingsState,
-                         metadata: FileMetadata | None = None) -> Path:
+                         metadata: FileMetadata | None = None) -> AnyPath:
         path = self.embeddings_path(entity_type, part, version)
         with _h5_writer(path, metadata) as f:
             f.create_dataset(EMBEDDINGS_DATASET, data=state.embeddings)
@@ -206,7 +207,7 @@ class CheckpointDir:
             return EmbeddingsState(ds[...], _read_blob(f, path))
 
     # ---- model
-    def write_model(self, version: int, model: ModelState, metadata: FileMetadata | None = None) -> Path:
+    def write_model(self, version: int, model: ModelState, metadata: FileMetadata | None = None) -> AnyPath:
         path = self.model_path(version)
         with _h5_writer(path, metadata) as f:
             group = f.create_group(MODEL_GROUP, track_order=True)
@@ -234,7 +235,7 @@ class CheckpointDir:
                     params[name] = ds[...]
             return ModelState(params, _read_blob(f, path))
 
-    def read_metadata(self, path: Path) -> FileMetadata:
+    def read_metadata(self, path: AnyPath) -> FileMetadata:
         with open_h5(path) as f:
             check_format_version(f, path)
             return FileMetadata(attr_str(f, CONFIG_JSON_ATTR), IterationInfo.from_handle(f))
@@ -270,6 +271,11 @@ class CheckpointDir:
     def append_stats(self, records: Iterable[Mapping[str, Any]]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         path = self.path / naming.TRAINING_STATS
+        if storage.is_remote(path):  # object stores cannot append: rewrite the object whole
+            with storage.remote_errors(path, "training stats"):
+                old = path.read_text(encoding="utf-8") if path.exists() else ""
+            atomic.write_text(path, old + "".join(json.dumps(record) + "\n" for record in records))
+            return
         with path.open("a", encoding="utf-8") as out:
             for record in records:
                 out.write(json.dumps(record) + "\n")
@@ -324,7 +330,7 @@ def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 class _h5_writer:
     """Write an HDF5 checkpoint file atomically, stamping the root attributes."""
 
-    def __init__(self, path: Path, metadata: FileMetadata | None) -> None:
+    def __init__(self, path: AnyPath, metadata: FileMetadata | None) -> None:
         self.path = path
         self.metadata = metadata or FileMetadata()
         self._ctx = atomic.atomic_target(path)
@@ -353,7 +359,7 @@ def _write_blob(f: Any, blob: bytes | None) -> None:
         f.create_dataset(OPTIMIZER_DATASET, data=np.frombuffer(blob, dtype=np.dtype("V1")))
 
 
-def _read_blob(f: Any, path: Path) -> bytes | None:
+def _read_blob(f: Any, path: AnyPath) -> bytes | None:
     if OPTIMIZER_DATASET not in f:
         return None
     ds = f[OPTIMIZER_DATASET]
@@ -430,7 +436,7 @@ def remove_superseded(ckpt: CheckpointDir, committed: int) -> None:
                 path.unlink(missing_ok=True)
 
 
-def remove_uncommitted(ckpt: CheckpointDir) -> list[Path]:
+def remove_uncommitted(ckpt: CheckpointDir) -> list[AnyPath]:
     """Delete files of versions above the committed one (left by an interrupted run); return them.
 
     They are never loaded (a resumed run starts from the committed version and writes them
@@ -452,6 +458,9 @@ def _snapshot(ckpt: CheckpointDir, version: int, epoch: int) -> None:
     snap.mkdir(exist_ok=True)
     for path in ckpt.files_of_version(version):
         link = snap / path.name
-        if not link.is_symlink():
+        if storage.is_remote(path) and storage.is_remote(link):  # no links on object stores: a copy
+            with storage.remote_errors(link, "snapshot"):
+                path.fs.copy(path.path, link.path)
+        elif not storage.is_remote(path) and not link.is_symlink():
             link.symlink_to(path.resolve())
     atomic.write_text(snap / naming.CHECKPOINT_VERSION, format_count(version))

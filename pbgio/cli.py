@@ -27,7 +27,7 @@ app = typer.Typer(
 
 
 BaseOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option("--base", help="Directory that relative paths in the config resolve against "
                  "(default: the config's directory; for a checkpoint's config.json, the directory "
                  "holding checkpoint_path)."),
@@ -60,7 +60,8 @@ def _usage_error(message: str) -> typer.Exit:
 
 @app.command()
 def validate(
-    path: Annotated[Path, typer.Argument(help="A config .json, a layout/checkpoint directory, or one .h5 file.")],
+    path: Annotated[str, typer.Argument(help="A config .json, a layout/checkpoint directory, or one .h5 file: "
+                                      "a path or an fsspec URL (s3://…, gs://…, hdfs://…).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     base: BaseOption = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -69,13 +70,15 @@ def validate(
     """Check every rule of the format; report all problems (exit 0 valid, 1 invalid)."""
     from rich.markup import escape
 
+    from pbgio import storage
     from pbgio.errors import MissingArtifactError
     from pbgio.validate import validate_path
 
     console = stderr_console()
     with exit_codes(usage=(MissingArtifactError,)):
-        report = (_validate_with_progress(path, base) if progress_wanted(no_progress)
-                  else validate_path(path, base=base))
+        base_path = None if base is None else storage.resolve(base)
+        report = (_validate_with_progress(path, base_path) if progress_wanted(no_progress)
+                  else validate_path(path, base=base_path))
     if as_json:
         typer.echo(report.to_json())
     else:
@@ -86,12 +89,12 @@ def validate(
             console.print(f"… {len(report.issues) - max_issues} more (use --json for all)")
         checked = ", ".join(f"{v:,} {k}" for k, v in sorted(report.checked.items()))
         verdict = "[green]valid[/]" if report.ok else "[bold red]invalid[/]"
-        console.print(f"{escape(str(path))}: {verdict} ({report.kind}): {len(report.errors)} error(s), "
+        console.print(f"{escape(storage.display(path))}: {verdict} ({report.kind}): {len(report.errors)} error(s), "
                       f"{len(report.warnings)} warning(s); checked {checked or 'nothing'}")
     raise typer.Exit(report.exit_code)
 
 
-def _validate_with_progress(path: Path, base: Path | None) -> Any:
+def _validate_with_progress(path: str, base: Any) -> Any:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
     from pbgio.validate import validate_path
@@ -108,17 +111,17 @@ def _validate_with_progress(path: Path, base: Path | None) -> Any:
 
 @app.command()
 def info(
-    path: Annotated[Path, typer.Argument(help="A config .json or an artifact directory.")],
+    path: Annotated[str, typer.Argument(help="A config .json or an artifact directory (a path or an fsspec URL).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     base: BaseOption = None,
 ) -> None:
     """Summarize a layout: types, partitions, counts, buckets, edges, checkpoint versions."""
+    from pbgio import storage
+    from pbgio.errors import MissingArtifactError
     from pbgio.info import summarize
 
-    if not path.exists():
-        raise _usage_error(f"{path}: no such file or directory")
-    with exit_codes(on_interrupt=lambda: None):
-        summary = summarize(path, base=base)
+    with exit_codes(usage=(MissingArtifactError,), on_interrupt=lambda: None):
+        summary = summarize(path, base=None if base is None else storage.resolve(base))
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:

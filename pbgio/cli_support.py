@@ -32,7 +32,9 @@ def print_error(message: str) -> None:
     """``error: message`` on stderr, the message printed as is (no rich markup)."""
     from rich.markup import escape
 
-    stderr_console().print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    from pbgio.storage import redact
+
+    stderr_console().print(f"[bold red]error:[/] {escape(redact(message))}", soft_wrap=True)
 
 
 @contextlib.contextmanager

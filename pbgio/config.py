@@ -33,16 +33,17 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from pbgio.errors import ConfigError, Issue
+from pbgio import storage
+from pbgio.errors import ConfigError, Issue, MissingArtifactError
 from pbgio.spec.checkpoint import CONFIG_JSON_INDENT
 from pbgio.spec.naming import entity_type_name_portability, entity_type_name_problem
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
 
 Operator = Literal["none", "diagonal", "translation", "linear", "affine", "complex_diagonal"]
 Comparator = Literal["dot", "cos", "l2", "squared_l2"]
@@ -489,12 +490,13 @@ def parse_config(data: Any, source: str = "<config>") -> ConfigSchema:
     return cfg
 
 
-def read_config_json(path: str | Path) -> Any:
-    """The JSON value of a config file; :class:`ConfigError` when unreadable."""
-    path = Path(path)
+def read_config_json(path: str | AnyPath) -> Any:
+    """The JSON value of a config file (a path or URL); :class:`ConfigError` when unreadable."""
+    path = storage.resolve(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        with storage.remote_errors(path, "config"):
+            return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, MissingArtifactError):
         raise ConfigError(str(path), [rule("config-unreadable").issue(
             str(path), None, "expected a config file, found nothing at this path")]) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -502,7 +504,7 @@ def read_config_json(path: str | Path) -> Any:
             str(path), None, f"expected a JSON document, found {exc}")]) from None
 
 
-def load_config(path: str | Path) -> ConfigSchema:
+def load_config(path: str | AnyPath) -> ConfigSchema:
     """Load and validate a JSON config file."""
     return parse_config(read_config_json(path), str(path))
 

@@ -21,6 +21,8 @@ Large buckets stream through :class:`BucketWriter`, which buffers and appends:
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import atomic
+from pbgio import atomic, storage
 from pbgio.errors import FormatError
 from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
 from pbgio.spec.edges import (
@@ -44,6 +46,7 @@ from pbgio.spec.edges import (
     offsets_name,
 )
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
 
 Int64Array = NDArray[np.int64]
 
@@ -167,7 +170,7 @@ def _concat_features(parts: list[FeatureLists | None]) -> FeatureLists | None:
 # --------------------------------------------------------------------------- reading
 
 
-def bucket_length(path: Path) -> int:
+def bucket_length(path: AnyPath) -> int:
     """Number of edges in a bucket file."""
     with open_h5(path) as f:
         check_format_version(f, path)
@@ -177,7 +180,7 @@ def bucket_length(path: Path) -> int:
         return int(f["rel"].shape[0])
 
 
-def read_bucket(path: Path, *, chunk: tuple[int, int] | None = None,
+def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
                 edge_range: tuple[int, int] | None = None) -> EdgeBucket:
     """Read a whole bucket, chunk ``(i, n)`` of it (seed 004), or an edge range.
 
@@ -214,7 +217,7 @@ def read_bucket(path: Path, *, chunk: tuple[int, int] | None = None,
                           feats["lhs"], feats["rhs"])
 
 
-def _read_int(f: Any, path: Path, name: str, start: int, end: int) -> Int64Array:
+def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int) -> Int64Array:
     if name not in f:
         raise FormatError(rule("edge-offsets-pair").issue(
             str(path), name, f"expected dataset {name}, found none"))
@@ -239,7 +242,7 @@ class BucketWriter:
     append (or up front) so that every edge gets offsets, unlike the original.
     """
 
-    def __init__(self, path: Path, *, buffer_edges: int = WRITE_CHUNK_ELEMENTS,
+    def __init__(self, path: AnyPath, *, buffer_edges: int = WRITE_CHUNK_ELEMENTS,
                  keep_open: bool = True) -> None:
         self.path = path
         self.buffer_edges = buffer_edges
@@ -250,7 +253,10 @@ class BucketWriter:
         self._buffer: list[EdgeBucket] = []
         self._buffered = 0
         self._file: Any = None
-        self._tmp = atomic.tmp_path_for(path)
+        # A remote bucket is written to a local staging file and uploaded on close.
+        self._stage = Path(tempfile.mkdtemp(prefix="pbg-stage-")) if storage.is_remote(path) else None
+        self._tmp = (self._stage / path.name if self._stage is not None
+                     else atomic.tmp_path_for(path))  # type: ignore[arg-type]
         self._layout: tuple[bool, bool, bool] | None = None
         self._data_len = {"lhs": 0, "rhs": 0}
         self.written = 0
@@ -331,9 +337,15 @@ class BucketWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._stage is not None:
+            try:
+                storage.upload(self._tmp, self.path)  # type: ignore[arg-type]
+            finally:
+                shutil.rmtree(self._stage, ignore_errors=True)
+            return
         atomic.fsync_path(self._tmp)
-        os.replace(self._tmp, self.path)
-        atomic.fsync_dir(self.path.parent)
+        os.replace(self._tmp, self.path)  # type: ignore[arg-type]
+        atomic.fsync_dir(self.path.parent)  # type: ignore[arg-type]
 
     def abort(self) -> None:
         """Drop everything; the target file is left as it was."""
@@ -341,6 +353,8 @@ class BucketWriter:
             self._file.close()
             self._file = None
         self._tmp.unlink(missing_ok=True)
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
 
 
 def _append(ds: Any, values: NDArray[Any]) -> None:
@@ -351,13 +365,13 @@ def _append(ds: Any, values: NDArray[Any]) -> None:
     ds[old:] = values
 
 
-def write_bucket(path: Path, edges: EdgeBucket) -> None:
+def write_bucket(path: AnyPath, edges: EdgeBucket) -> None:
     """Write a whole bucket atomically (chunked, resizable datasets)."""
     with BucketWriter(path, buffer_edges=max(1, len(edges))) as writer:
         writer.append(edges)
 
 
-def iter_buckets(edge_dir: Path) -> Iterator[tuple[int, int, Path]]:
+def iter_buckets(edge_dir: AnyPath) -> Iterator[tuple[int, int, AnyPath]]:
     """``(lhs, rhs, path)`` of every bucket file in a directory, sorted."""
     from pbgio.spec.naming import parse_bucket_file
 

@@ -16,7 +16,6 @@ import itertools
 import json
 from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii
-from pathlib import Path
 from typing import Any
 
 from pbgio import atomic
@@ -24,9 +23,10 @@ from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.spec import naming
 from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_text
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
 
 
-def _read_text(path: Path, what: str, rule_id: str) -> str:
+def _read_text(path: AnyPath, what: str, rule_id: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -35,7 +35,7 @@ def _read_text(path: Path, what: str, rule_id: str) -> str:
         raise FormatError(rule(rule_id).issue(str(path), None, f"expected a text file, found {exc}")) from None
 
 
-def _read_count(path: Path, what: str, rule_id: str) -> int:
+def _read_count(path: AnyPath, what: str, rule_id: str) -> int:
     text = _read_text(path, what, rule_id)
     count = parse_count_text(text)
     if count is None:
@@ -44,7 +44,7 @@ def _read_count(path: Path, what: str, rule_id: str) -> int:
     return count
 
 
-def _read_name_list(path: Path, what: str, rule_id: str) -> list[str]:
+def _read_name_list(path: AnyPath, what: str, rule_id: str) -> list[str]:
     text = _read_text(path, what, rule_id)
     try:
         value: Any = json.loads(text)
@@ -62,17 +62,17 @@ def _read_name_list(path: Path, what: str, rule_id: str) -> list[str]:
     return value
 
 
-def read_entity_count(entity_path: Path, entity_type: str, part: int) -> int:
+def read_entity_count(entity_path: AnyPath, entity_type: str, part: int) -> int:
     return _read_count(entity_path / naming.entity_count_file(entity_type, part),
                        f"entity count of {entity_type!r} partition {part}", "entity-count-format")
 
 
-def write_entity_count(entity_path: Path, entity_type: str, part: int, count: int) -> None:
+def write_entity_count(entity_path: AnyPath, entity_type: str, part: int, count: int) -> None:
     entity_path.mkdir(parents=True, exist_ok=True)
     atomic.write_text(entity_path / naming.entity_count_file(entity_type, part), format_count(count))
 
 
-def read_entity_names(entity_path: Path, entity_type: str, part: int) -> list[str]:
+def read_entity_names(entity_path: AnyPath, entity_type: str, part: int) -> list[str]:
     return _read_name_list(entity_path / naming.entity_names_file(entity_type, part),
                            f"entity names of {entity_type!r} partition {part}", "entity-names-format")
 
@@ -80,7 +80,7 @@ def read_entity_names(entity_path: Path, entity_type: str, part: int) -> list[st
 _NAMES_PER_WRITE = 1 << 16
 
 
-def write_name_list(path: Path, names: Iterable[str]) -> None:
+def write_name_list(path: AnyPath, names: Iterable[str]) -> None:
     """Write a JSON list of names atomically, streamed (memory bounded by one name).
 
     The bytes are exactly those of ``json.dumps(list(names), indent=4)``, as the original writes:
@@ -107,26 +107,26 @@ def write_name_list(path: Path, names: Iterable[str]) -> None:
         out.write("\n]" if written else "[]")
 
 
-def write_entity_names(entity_path: Path, entity_type: str, part: int, names: Iterable[str]) -> None:
+def write_entity_names(entity_path: AnyPath, entity_type: str, part: int, names: Iterable[str]) -> None:
     entity_path.mkdir(parents=True, exist_ok=True)
     write_name_list(entity_path / naming.entity_names_file(entity_type, part), names)
 
 
-def read_dynamic_rel_count(entity_path: Path) -> int:
+def read_dynamic_rel_count(entity_path: AnyPath) -> int:
     return _read_count(entity_path / naming.DYNAMIC_REL_COUNT, "dynamic relation count",
                        "dynamic-rel-count-format")
 
 
-def write_dynamic_rel_count(entity_path: Path, count: int) -> None:
+def write_dynamic_rel_count(entity_path: AnyPath, count: int) -> None:
     entity_path.mkdir(parents=True, exist_ok=True)
     atomic.write_text(entity_path / naming.DYNAMIC_REL_COUNT, format_count(count))
 
 
-def read_relation_names(entity_path: Path) -> list[str]:
+def read_relation_names(entity_path: AnyPath) -> list[str]:
     return _read_name_list(entity_path / naming.DYNAMIC_REL_NAMES, "relation names",
                            "dynamic-rel-names-format")
 
 
-def write_relation_names(entity_path: Path, names: Iterable[str]) -> None:
+def write_relation_names(entity_path: AnyPath, names: Iterable[str]) -> None:
     entity_path.mkdir(parents=True, exist_ok=True)
     write_name_list(entity_path / naming.DYNAMIC_REL_NAMES, names)

@@ -12,32 +12,48 @@ import io
 import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import h5py
 import numpy as np
 
+from pbgio import storage
 from pbgio.errors import CorruptFileError, MissingArtifactError, VersionError
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR
 from pbgio.spec.rules import rule
 
 
 @contextlib.contextmanager
-def open_h5(path: Path, mode: str = "r") -> Iterator[h5py.File]:
-    """Open an HDF5 file; errors name the file and the rule it breaks."""
-    if mode == "r" and not path.is_file():
+def open_h5(path: storage.AnyPath, mode: str = "r") -> Iterator[h5py.File]:
+    """Open an HDF5 file; errors name the file and the rule it breaks.
+
+    A remote file opens for reading only, through ranged reads (:func:`pbgio.storage.open_binary`);
+    writers stage a local file (:func:`pbgio.atomic.atomic_target`).
+    """
+    remote = storage.is_remote(path)
+    if remote and mode != "r":
+        raise ValueError(f"{storage.display(path)}: remote HDF5 files open read-only; stage writes locally")
+    if mode == "r" and not remote and not path.is_file():
         raise MissingArtifactError(str(path), "HDF5 file")
+    source = storage.open_binary(path, "HDF5 file") if remote else None
     try:
-        handle = h5py.File(path, mode)
-    except OSError as exc:
-        raise CorruptFileError(rule("h5-unreadable").issue(
-            str(path), None, f"expected an HDF5 file, found an unreadable file ({_h5_reason(exc)})"
-        )) from None
-    try:
-        yield handle
+        try:
+            handle = h5py.File(source if source is not None else path, mode)
+        except OSError as exc:
+            raise CorruptFileError(rule("h5-unreadable").issue(
+                storage.display(path), None,
+                f"expected an HDF5 file, found an unreadable file ({_h5_reason(exc)})")) from None
+        except Exception as exc:
+            if source is None:
+                raise
+            raise storage.StorageError(path, f"read: {storage.describe_failure(exc)}") from None
+        try:
+            yield handle
+        finally:
+            handle.close()
     finally:
-        handle.close()
+        if source is not None:
+            source.close()
 
 
 def _h5_reason(exc: OSError) -> str:
@@ -55,7 +71,7 @@ def format_version(handle: h5py.File) -> Any:
     return handle.attrs.get(FORMAT_VERSION_ATTR)
 
 
-def check_format_version(handle: h5py.File, path: Path) -> None:
+def check_format_version(handle: h5py.File, path: storage.AnyPath) -> None:
     """Raise :class:`VersionError` unless the root says ``format_version == 1``."""
     found = format_version(handle)
     if not _is_version(found):
@@ -114,13 +130,15 @@ class BlockReader:
     storage) goes through h5py.
     """
 
-    def __init__(self, ds: h5py.Dataset, path: Path) -> None:
+    def __init__(self, ds: h5py.Dataset, path: storage.AnyPath) -> None:
         self.ds = ds
         self.path = path
         self.itemsize = ds.dtype.itemsize
         self._chunk = 0
         self._offsets: dict[int, int] | None = None
         plist = ds.id.get_create_plist()
+        if storage.is_remote(path) or ds.file.driver == "fileobj":
+            return  # no file descriptor: h5py reads through the ranged-read file object
         if ds.ndim != 1 or not ds.dtype.isnative or plist.get_nfilters() or plist.get_external_count():
             return
         layout = plist.get_layout()

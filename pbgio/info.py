@@ -10,22 +10,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from pbgio import storage
 from pbgio.checkpoint import CheckpointDir
 from pbgio.config import ConfigSchema, load_config
 from pbgio.edges import bucket_length, iter_buckets
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
-from pbgio.errors import PbgioError
+from pbgio.errors import MissingArtifactError, PbgioError
 from pbgio.spec import naming
-from pbgio.storage import local_path
+from pbgio.storage import AnyPath
 from pbgio.validate import _find_config, infer_base
 
 
-def summarize(path: Path | str, *, base: Path | None = None) -> dict[str, Any]:
-    """A JSON-able summary of a config's layout, or of a single artifact directory."""
-    path = local_path(path)
+def summarize(location: AnyPath | str, *, base: AnyPath | None = None) -> dict[str, Any]:
+    """A JSON-able summary of a config's layout, or of a single artifact directory (a path or URL)."""
+    path = storage.resolve(location)
+    with storage.remote_errors(path, "path to summarize"):
+        if not path.exists():
+            raise MissingArtifactError(storage.display(path), "path to summarize")
     config_path = path if path.is_file() else _find_config(path)
     if config_path is None:
         return _summarize_dir(path)
@@ -41,10 +44,10 @@ def _safe(fn: Any, *args: Any) -> Any:
         return None
 
 
-def _summarize_config(cfg: ConfigSchema, config_path: Path, base: Path) -> dict[str, Any]:
-    entity_path = local_path(cfg.entity_path, base)
+def _summarize_config(cfg: ConfigSchema, config_path: AnyPath, base: AnyPath) -> dict[str, Any]:
+    entity_path = storage.resolve(cfg.entity_path, base)
     summary: dict[str, Any] = {
-        "config": str(config_path),
+        "config": storage.display(config_path),
         "dimension": cfg.dimension,
         "dynamic_relations": cfg.dynamic_relations,
         "entities": {
@@ -61,32 +64,32 @@ def _summarize_config(cfg: ConfigSchema, config_path: Path, base: Path) -> dict[
     }
     if cfg.dynamic_relations:
         summary["dynamic_rel_count"] = _safe(read_dynamic_rel_count, entity_path)
-    summary["edge_paths"] = [_summarize_edges(local_path(p, base)) for p in cfg.edge_paths]
-    summary["checkpoint"] = _summarize_checkpoint(local_path(cfg.checkpoint_path, base))
+    summary["edge_paths"] = [_summarize_edges(storage.resolve(p, base)) for p in cfg.edge_paths]
+    summary["checkpoint"] = _summarize_checkpoint(storage.resolve(cfg.checkpoint_path, base))
     return summary
 
 
-def _summarize_edges(edge_path: Path) -> dict[str, Any]:
+def _summarize_edges(edge_path: AnyPath) -> dict[str, Any]:
     buckets = {}
     if edge_path.is_dir():
         for lhs, rhs, file in iter_buckets(edge_path):
             buckets[f"{lhs}_{rhs}"] = _safe(bucket_length, file)
-    return {"path": str(edge_path), "buckets": buckets,
+    return {"path": storage.display(edge_path), "buckets": buckets,
             "total_edges": sum(n for n in buckets.values() if n is not None)}
 
 
-def _summarize_checkpoint(path: Path) -> dict[str, Any]:
+def _summarize_checkpoint(path: AnyPath) -> dict[str, Any]:
     ckpt = CheckpointDir(path)
-    return {"path": str(path), "exists": path.is_dir(), "version": _safe(ckpt.read_version),
+    return {"path": storage.display(path), "exists": path.is_dir(), "version": _safe(ckpt.read_version),
             "versions_on_disk": ckpt.versions_on_disk(),
             "snapshots": sorted(p.name for p in path.glob("epoch_*")) if path.is_dir() else []}
 
 
-def _summarize_dir(path: Path) -> dict[str, Any]:
+def _summarize_dir(path: AnyPath) -> dict[str, Any]:
     counts = {}
-    for file in sorted(path.glob("entity_count_*.txt")):
+    for file in storage.glob(path, "entity_count_*.txt"):
         parsed = naming.parse_entity_count_file(file.name)
         if parsed:
             counts[f"{parsed[0]}/{parsed[1]}"] = _safe(read_entity_count, path, *parsed)
-    return {"path": str(path), "entity_counts": counts, "edges": _summarize_edges(path),
+    return {"path": storage.display(path), "entity_counts": counts, "edges": _summarize_edges(path),
             "checkpoint": _summarize_checkpoint(path)}

@@ -1,44 +1,448 @@
-"""Where artifacts live: a URL or path becomes a local directory.
+"""Where artifacts live: local paths, and fsspec URLs for layouts on remote storage.
 
-Only local paths (plain or ``file://``) are supported today. Remote schemes
-(``hdfs://``, ``s3://`` …) will plug in here through fsspec; until then they are
-refused with a clear error instead of being treated as odd local paths.
+Every location of a layout (``entity_path``, ``edge_paths``, ``checkpoint_path``, ``init_path``, a CLI
+argument) is a plain path, a ``file://`` URL, or any URL that fsspec knows (``s3://``, ``gs://``,
+``abfs://``, ``hdfs://``, ``memory://`` …). :func:`resolve` turns it into a path object: a
+:class:`pathlib.Path` for local storage, a :class:`upath.UPath` (the pathlib API over fsspec) for
+remote storage, so readers and writers handle both with one code path. What only remote
+storage needs lives here:
 
->>> local_path("file:///tmp/graph").as_posix()
+- Credentials and endpoints (``storage_options``) come from fsspec's own configuration
+  (``~/.config/fsspec``, ``FSSPEC_*`` variables) and the client's environment (``AWS_*``, …),
+  never from a config file; :func:`redact` hides secrets that a URL carries, in every message.
+- Writes go to a local staging file first (HDF5 needs a seekable local file) and are uploaded as
+  one object (:func:`staged`): on object stores a single-object write is atomic, so a reader sees
+  the old object or the complete new one. Stores with a real rename (HDFS, SFTP …) get an upload
+  to a temporary name and a rename.
+- Remote failures (missing object, access denied, time-out, a server gone) become
+  :class:`StorageError` naming the (redacted) URL (:func:`remote_errors`).
+- :class:`LocalCache` keeps local copies of remote files that are read again and again (edge
+  buckets, once an epoch), bounded in bytes.
+
+>>> resolve("file:///tmp/graph").as_posix()
 '/tmp/graph'
->>> local_path("hdfs://cluster/graph")
-Traceback (most recent call last):
-...
-pbgio.storage.UnsupportedStorageError: hdfs://cluster/graph: storage scheme 'hdfs' is not supported yet; ...
+>>> resolve("data/edges", base=Path("/srv/project")).as_posix()
+'/srv/project/data/edges'
+>>> redact("s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/graph")
+'s3://***@bucket/graph'
+>>> redact("abfs://c/graph?sv=2024&sig=abc123&se=2026")
+'abfs://c/graph?sv=2024&sig=***&se=2026'
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 import re
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Union
 
-from pbgio.errors import PbgioError
+from typing_extensions import TypeIs
+
+from pbgio.errors import MissingArtifactError, PbgioError
+
+if TYPE_CHECKING:
+    from upath import UPath
+
+AnyPath = Union[Path, "UPath"]
+"""A local path or a remote one (both speak the pathlib API)."""
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]+)://")
+_USERINFO_RE = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]+://)[^/\s@'\"]+@")
+_SECRET_PARAM_RE = re.compile(
+    r"(?P<key>[?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|token|"
+    r"access_token|secret|password|key|sas)=)[^&\s'\"]*", re.IGNORECASE)
+LOCAL_SCHEMES = frozenset({"file", "local"})
+REMOTE_EXTRA = "pip install 'pbg[remote]'"
+TIMEOUT_ENV = "PBG_STORAGE_TIMEOUT"
+DEFAULT_TIMEOUT_SECONDS = 60.0
+READ_BLOCK_BYTES = 8 << 20
+"""Ranged reads of remote files fetch this much at a time (the memory a remote read holds)."""
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory", "oci", "oss"})
 
 
-class UnsupportedStorageError(PbgioError):
-    """A path with a storage scheme pbgio cannot read or write."""
+class StorageError(PbgioError):
+    """Remote storage failed: a missing bucket, denied access, a time-out, a server gone.
+
+    The message names the URL, with any secret it carries redacted.
+    """
+
+    def __init__(self, location: object, reason: str) -> None:
+        self.url = redact(str(location))
+        super().__init__(f"{self.url}: {redact(reason)}")
 
 
-def local_path(location: str | Path, base: Path | None = None) -> Path:
-    """The local directory or file ``location`` names, relative paths against ``base``."""
+class UnsupportedStorageError(StorageError):
+    """A URL whose scheme fsspec does not know, or whose implementation is not installed."""
+
+
+def redact(text: str) -> str:
+    """``text`` with the user info of URLs and secret query parameters replaced by ``***``."""
+    text = _USERINFO_RE.sub(lambda m: f"{m['scheme']}***@", text)
+    return _SECRET_PARAM_RE.sub(lambda m: f"{m['key']}***", text)
+
+
+def scheme_of(location: str) -> str | None:
+    """The URL scheme of ``location`` in lower case, or None for a plain path."""
+    m = _SCHEME_RE.match(location)
+    return m["scheme"].lower() if m else None
+
+
+def is_remote(path: AnyPath) -> TypeIs[UPath]:
+    """Whether ``path`` lives on remote storage (anything but a local :class:`~pathlib.Path`)."""
+    return not isinstance(path, Path)
+
+
+def is_url(location: str) -> bool:
+    """Whether ``location`` names remote storage (a URL with a scheme other than ``file``)."""
+    return scheme_of(location) not in (None, *LOCAL_SCHEMES)
+
+
+def resolve(location: str | os.PathLike[str] | AnyPath, base: AnyPath | None = None) -> AnyPath:
+    """The path object for ``location``; a relative path resolves against ``base``.
+
+    Plain paths and ``file://`` URLs give a :class:`~pathlib.Path`; other URLs a remote path
+    (an unknown scheme, or one whose fsspec implementation is not installed, raises
+    :class:`UnsupportedStorageError` saying what to install).
+    """
     if isinstance(location, Path):
-        path = location
+        path: AnyPath = location
+    elif isinstance(location, str):
+        scheme = scheme_of(location)
+        if scheme is None:
+            path = Path(location)
+        elif scheme in LOCAL_SCHEMES:
+            path = Path("/" + location[len(scheme) + 3:].lstrip("/"))
+        else:
+            return remote_path(location)
+    elif hasattr(location, "fs"):  # already a remote path
+        return location  # type: ignore[return-value]
     else:
-        m = _SCHEME_RE.match(location)
-        if m and m["scheme"].lower() != "file":
-            raise UnsupportedStorageError(
-                f"{location}: storage scheme {m['scheme']!r} is not supported yet; use a local path"
-            )
-        path = Path(location[len(m.group(0)):] if m else location)
-        if m:
-            path = Path("/" + str(path).lstrip("/"))
+        path = Path(location)
     if base is not None and not path.is_absolute():
-        path = base / path
+        return base / path
     return path
+
+
+def local_path(location: str | os.PathLike[str], base: Path | None = None) -> Path:
+    """The local path ``location`` names, for work that needs local files (a remote URL raises
+    :class:`UnsupportedStorageError`; callers stage remote data with :func:`copy_tree` first)."""
+    path = resolve(location, base)
+    if is_remote(path):
+        raise UnsupportedStorageError(location, "expected a local path here")
+    return path
+
+
+def remote_path(url: str) -> UPath:
+    """The :class:`upath.UPath` of a remote URL, its filesystem configured by :func:`storage_options`."""
+    scheme = scheme_of(url) or ""
+    try:
+        import fsspec
+        from upath import UPath
+    except ImportError:
+        raise UnsupportedStorageError(
+            url, f"remote storage needs fsspec and universal-pathlib: {REMOTE_EXTRA}") from None
+    try:
+        implementation = fsspec.get_filesystem_class(scheme)
+        if implementation.__module__.startswith("fsspec.implementations.arrow"):
+            import pyarrow  # noqa: F401  (imported lazily by fsspec; say what is missing up front)
+    except ValueError:
+        raise UnsupportedStorageError(url, f"storage scheme {scheme!r} is not known to fsspec") from None
+    except ImportError as exc:
+        hint = ("pip install pyarrow; HDFS also needs libhdfs and a JVM (docs/guides/remote.md)"
+                if scheme in ("hdfs", "viewfs") else f"for s3:// {REMOTE_EXTRA}")
+        raise UnsupportedStorageError(url, f"storage scheme {scheme!r} needs a package that is not installed "
+                                           f"({str(exc).splitlines()[0]}); {hint}") from None
+    remote: UPath = UPath(url, **storage_options(scheme))
+    return remote
+
+
+def storage_options(scheme: str) -> dict[str, Any]:
+    """Options for the filesystem of ``scheme``: fsspec's configuration for it, over pbgio's defaults.
+
+    The defaults hold no secret: listings are not cached (several processes share a layout), and
+    S3 requests time out after ``PBG_STORAGE_TIMEOUT`` seconds (60 by default) instead of hanging.
+    """
+    import fsspec.config
+
+    timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_SECONDS))
+    options: dict[str, Any] = {"use_listings_cache": False}
+    if scheme in ("s3", "s3a"):
+        options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout,
+                                    "retries": {"max_attempts": 3, "mode": "standard"}}
+    options.update(fsspec.config.conf.get(scheme, {}))
+    return options
+
+
+def absolute(path: AnyPath) -> AnyPath:
+    """``path`` made absolute with symlinks resolved (remote paths are absolute already)."""
+    return path if is_remote(path) else path.resolve()
+
+
+def children(path: AnyPath) -> list[AnyPath]:
+    """The entries of directory ``path``, sorted by name (remote failures become pbgio errors)."""
+    with remote_errors(path, "list"):
+        found: list[AnyPath] = list(path.iterdir())
+    return sorted(found, key=lambda p: p.name)
+
+
+def glob(path: AnyPath, pattern: str) -> list[AnyPath]:
+    """The entries of ``path`` matching ``pattern``, sorted by name."""
+    with remote_errors(path, "list"):
+        found: list[AnyPath] = list(path.glob(pattern))
+    return sorted(found, key=lambda p: p.name)
+
+
+def display(path: object) -> str:
+    """``path`` as messages show it (secrets redacted)."""
+    return redact(str(path))
+
+
+@contextlib.contextmanager
+def remote_errors(path: AnyPath, what: str) -> Iterator[None]:
+    """Turn a failure of remote storage while handling ``path`` into a pbgio error naming it.
+
+    A missing object becomes :class:`~pbgio.errors.MissingArtifactError`; anything else the store
+    or the network raised a :class:`StorageError`. Local paths pass errors through unchanged.
+    """
+    try:
+        yield
+    except PbgioError:
+        raise
+    except FileNotFoundError:
+        if not is_remote(path):
+            raise
+        raise MissingArtifactError(display(path), what) from None
+    except Exception as exc:
+        if not is_remote(path):
+            raise
+        raise StorageError(path, f"{what}: {describe_failure(exc)}") from None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line reason for a remote failure."""
+    if isinstance(exc, PermissionError):
+        return f"access denied ({_first_line(exc)})"
+    if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+        return f"timed out ({_first_line(exc)})"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_reachable(path: AnyPath, what: str) -> None:
+    """Touch ``path``'s store once, so that a wrong bucket or denied access is reported as such
+    (before listings silently come back empty)."""
+    if not is_remote(path):
+        return
+    with remote_errors(path, what):
+        path.exists()
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+def open_binary(path: AnyPath, what: str = "file") -> BinaryIO:
+    """``path`` opened for reading bytes; remote files read in ranged blocks of
+    :data:`READ_BLOCK_BYTES` (memory bounded by a block or two). A missing remote object raises
+    :class:`~pbgio.errors.MissingArtifactError`, denied access :class:`StorageError`."""
+    if not is_remote(path):
+        return open(path, "rb")
+    with remote_errors(path, what):
+        opened: BinaryIO = path.fs.open(path.path, "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
+    return opened
+
+
+def file_size(path: AnyPath) -> int:
+    with remote_errors(path, "size"):
+        return int(path.stat().st_size)
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+@contextlib.contextmanager
+def staged(path: UPath) -> Iterator[Path]:
+    """A local file to write in place of remote ``path``; on success it is uploaded and verified.
+
+    Object stores get one single-object upload to the final name (atomic there); other stores an
+    upload to a temporary name and a rename. On failure nothing is uploaded.
+    """
+    stage = Path(tempfile.mkdtemp(prefix="pbg-stage-"))
+    try:
+        local = stage / (path.name or "file")
+        yield local
+        upload(local, path)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def upload(local: Path, path: UPath) -> None:
+    """Copy ``local`` to remote ``path`` and check that the store holds every byte."""
+    size = local.stat().st_size
+    fs, target = path.fs, path.path
+    with remote_errors(path, "upload"):
+        if _protocol(path) in _OBJECT_STORES:
+            fs.put_file(str(local), target)
+        else:
+            tmp = f"{target}.uploading"
+            fs.put_file(str(local), tmp)
+            fs.mv(tmp, target)
+        stored = fs.info(target).get("size")
+    if stored != size:
+        raise StorageError(path, f"upload incomplete: wrote {size} bytes, the store holds {stored}")
+
+
+def write_bytes(path: UPath, data: bytes) -> None:
+    """Write a small remote object in one request (atomic on object stores)."""
+    with staged(path) as local:
+        local.write_bytes(data)
+
+
+def _protocol(path: UPath) -> str:
+    protocol = path.fs.protocol
+    return str(protocol[0] if isinstance(protocol, tuple | list) else protocol)
+
+
+def copy_tree(source: AnyPath, target: AnyPath, *, skip: frozenset[str] = frozenset()) -> list[str]:
+    """Copy every file under ``source`` to ``target`` (either may be remote); return the relative
+    names copied. Files named in ``skip`` are left for the caller to copy last (a commit marker)."""
+    names = []
+    for rel in _walk(source):
+        if rel in skip:
+            continue
+        copy_file(source / rel, target / rel)
+        names.append(rel)
+    return names
+
+
+def _walk(root: AnyPath, prefix: str = "") -> Iterator[str]:
+    with remote_errors(root, "list"):
+        entries: list[AnyPath] = sorted(root.iterdir(), key=lambda p: p.name)
+    for entry in entries:
+        rel = f"{prefix}{entry.name}"
+        if entry.is_dir():
+            yield from _walk(entry, f"{rel}/")
+        else:
+            yield rel
+
+
+def copy_file(source: AnyPath, target: AnyPath) -> None:
+    """Copy one file between any two locations (atomic at the target)."""
+    if not is_remote(target):
+        from pbgio import atomic
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.atomic_target(target) as tmp:
+            if is_remote(source):
+                with remote_errors(source, "download"):
+                    source.fs.get_file(source.path, str(tmp))
+            else:
+                shutil.copyfile(source, tmp)
+        return
+    if is_remote(source):
+        with staged(target) as local, remote_errors(source, "download"):
+            source.fs.get_file(source.path, str(local))
+        return
+    upload(source, target)
+
+
+# ---------------------------------------------------------------------------------------- caching
+
+
+class LocalCache:
+    """Local copies of remote files, least recently used dropped past ``max_bytes``.
+
+    A copy is keyed by the URL and the object's size and modification stamp (ETag where the store
+    has one), so a file replaced on the store is fetched again. Local paths pass through.
+
+    >>> cache = LocalCache(max_bytes=1 << 20)
+    >>> cache.local(Path("/data/edges_0_0.h5")).as_posix()
+    '/data/edges_0_0.h5'
+    """
+
+    def __init__(self, max_bytes: int, directory: Path | None = None) -> None:
+        self.max_bytes = max_bytes
+        self._dir = directory
+        self._entries: OrderedDict[str, tuple[Path, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes_fetched = 0
+        self.hits = 0
+
+    @property
+    def directory(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="pbg-cache-"))
+        return self._dir
+
+    def local(self, path: AnyPath) -> Path:
+        """A local file with the bytes of ``path``, fetched unless a current copy is cached."""
+        if not is_remote(path):
+            return path
+        with remote_errors(path, "read"):
+            info = path.fs.info(path.path)
+        size = int(info.get("size") or 0)
+        stamp = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime")
+                    or info.get("created") or "")
+        key = hashlib.sha256(f"{path}\0{size}\0{stamp}".encode()).hexdigest()[:32]
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return hit[0]
+        local = self.directory / f"{key}-{path.name}"
+        with remote_errors(path, "download"):
+            path.fs.get_file(path.path, str(local))
+        with self._lock:
+            self.bytes_fetched += size
+            self._entries[key] = (local, size)
+            self._evict(keep=key)
+        return local
+
+    def _evict(self, keep: str) -> None:
+        total = sum(size for _, size in self._entries.values())
+        for key in list(self._entries):
+            if total <= self.max_bytes:
+                break
+            if key == keep:
+                continue
+            local, size = self._entries.pop(key)
+            local.unlink(missing_ok=True)
+            total -= size
+
+    def close(self) -> None:
+        """Delete every cached copy."""
+        with self._lock:
+            self._entries.clear()
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+
+
+@contextlib.contextmanager
+def relocated(cache: LocalCache, path: AnyPath) -> Iterator[Path]:
+    """A local copy of ``path`` from ``cache``; format errors found in it name ``path``, not the copy."""
+    from dataclasses import replace
+
+    from pbgio.errors import FormatError
+
+    local = cache.local(path)
+    if local is path:
+        yield local
+        return
+    try:
+        yield local
+    except FormatError as exc:
+        if exc.issue.file != str(local):
+            raise
+        raise type(exc)(replace(exc.issue, file=display(path)), more=exc.more) from None

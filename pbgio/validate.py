@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pbgio import storage
 from pbgio.checks import Context
 from pbgio.checks.checkpoint import check_checkpoint_dir, check_checkpoint_file
 from pbgio.checks.edges import check_bucket
@@ -34,7 +35,7 @@ from pbgio.config import ConfigSchema, key_case_issues, parse_config, read_confi
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, Report
 from pbgio.h5 import format_version, open_h5
 from pbgio.spec import naming
-from pbgio.storage import local_path
+from pbgio.storage import AnyPath
 
 ProgressCallback = Callable[[str, int], None]
 """Called with a description and a byte size before each bucket is checked."""
@@ -42,13 +43,14 @@ ProgressCallback = Callable[[str, int], None]
 LEGACY_SEARCH_DEPTH = 3
 
 
-def validate_path(path: Path | str, *, base: Path | None = None,
+def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
                   on_bucket: ProgressCallback | None = None) -> Report:
-    """Validate whatever ``path`` is (see the module doc) and return the full report."""
-    path = local_path(path)
-    if not path.exists():
-        raise MissingArtifactError(str(path), "path to validate")
-    report = Report(target=str(path))
+    """Validate whatever ``location`` (a path or URL) is (see the module doc) and return the full report."""
+    path = storage.resolve(location)
+    with storage.remote_errors(path, "path to validate"):
+        if not path.exists():
+            raise MissingArtifactError(storage.display(path), "path to validate")
+    report = Report(target=storage.display(path))
     root = path if path.is_dir() else path.parent
     ctx = Context(report, root=root)
     if path.is_file():
@@ -74,31 +76,31 @@ def validate_path(path: Path | str, *, base: Path | None = None,
     return report
 
 
-def _find_config(path: Path) -> Path | None:
+def _find_config(path: AnyPath) -> AnyPath | None:
     """The config.json of a checkpoint or project directory (itself or one level down)."""
     direct = path / naming.CONFIG_JSON
     if direct.is_file():
         return direct
-    below = [p / naming.CONFIG_JSON for p in sorted(path.iterdir()) if (p / naming.CONFIG_JSON).is_file()]
+    below = [p / naming.CONFIG_JSON for p in storage.children(path) if (p / naming.CONFIG_JSON).is_file()]
     return below[0] if len(below) == 1 else None
 
 
-def _legacy_markers(path: Path, depth: int = LEGACY_SEARCH_DEPTH) -> list[Path]:
-    found = [p for p in sorted(path.iterdir()) if naming.is_legacy_marker(p.name)]
-    names = {p.name for p in path.iterdir()}
-    buckets = sorted(path / n for n in names if naming.parse_bucket_file(n))
+def _legacy_markers(path: AnyPath, depth: int = LEGACY_SEARCH_DEPTH) -> list[AnyPath]:
+    found = [p for p in storage.children(path) if naming.is_legacy_marker(p.name)]
+    names = {p.name for p in storage.children(path)}
+    buckets = sorted((path / n for n in names if naming.parse_bucket_file(n)), key=lambda p: p.name)
     if buckets and not any(_has_format_version(b) for b in buckets):
         found.append(buckets[0])
     if found or depth == 0:
         return found
-    for sub in sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink()):
+    for sub in [p for p in storage.children(path) if p.is_dir() and not p.is_symlink()]:
         found = _legacy_markers(sub, depth - 1)
         if found:
             return found
     return []
 
 
-def _has_format_version(bucket: Path) -> bool:
+def _has_format_version(bucket: AnyPath) -> bool:
     try:
         with open_h5(bucket) as f:
             return format_version(f) is not None
@@ -106,29 +108,31 @@ def _has_format_version(bucket: Path) -> bool:
         return True  # unreadable files are reported by the bucket checks, not as legacy
 
 
-def infer_base(config_path: Path, cfg: ConfigSchema) -> Path:
+def infer_base(config_path: AnyPath, cfg: ConfigSchema) -> AnyPath:
     """Directory that a config's relative paths resolve against (see the module doc)."""
-    directory = config_path.resolve().parent
-    checkpoint = local_path(cfg.checkpoint_path)
-    if config_path.name == naming.CONFIG_JSON and not checkpoint.is_absolute():
+    directory: AnyPath = storage.absolute(config_path).parent
+    checkpoint = storage.resolve(cfg.checkpoint_path)
+    if config_path.name == naming.CONFIG_JSON and not storage.is_remote(checkpoint) \
+            and not checkpoint.is_absolute():
         parts = checkpoint.parts
-        if parts and directory.parts[-len(parts):] == parts:
-            return Path(*directory.parts[: -len(parts)])
+        if parts and tuple(directory.parts[-len(parts):]) == parts:
+            for _ in parts:
+                directory = directory.parent
     return directory
 
 
-def validate_config(cfg: ConfigSchema, *, base: Path, source: str,
+def validate_config(cfg: ConfigSchema, *, base: AnyPath, source: str,
                     on_bucket: ProgressCallback | None = None) -> Report:
     """Validate the layout of a config already in memory (e.g. with ``-p`` overrides applied, or
     from a Python config file); its relative paths resolve against ``base``, and issues about the
     config itself name ``source``."""
     report = Report(target=source)
-    ctx = Context(report, root=base.resolve())
+    ctx = Context(report, root=storage.absolute(base))
     _validate_layout(ctx, cfg, Path(source), base, on_bucket)
     return report
 
 
-def _validate_config_file(ctx: Context, config_path: Path, base: Path | None,
+def _validate_config_file(ctx: Context, config_path: AnyPath, base: AnyPath | None,
                           on_bucket: ProgressCallback | None) -> None:
     try:
         raw = read_config_json(config_path)
@@ -143,26 +147,26 @@ def _validate_config_file(ctx: Context, config_path: Path, base: Path | None,
     _validate_layout(ctx, cfg, config_path, base if base is not None else infer_base(config_path, cfg), on_bucket)
 
 
-def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: Path, base: Path,
+def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base: AnyPath,
                      on_bucket: ProgressCallback | None) -> None:
     ctx.report.kind = "config"
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
             ctx.add(issue.rule, config_path, issue.dataset, issue.message)
     ctx.config = cfg
-    ctx.root = base.resolve()
-    entity_path = local_path(cfg.entity_path, base)
+    ctx.root = storage.absolute(base)
+    entity_path = storage.resolve(cfg.entity_path, base)
     if entity_path.is_dir():
         check_entity_dir(ctx, entity_path)
     else:
         ctx.add("path-missing", entity_path, None, "expected the entity_path directory, found nothing")
     lhs_parts, rhs_parts = cfg.bucket_grid()
     for edge_path_str in cfg.edge_paths:
-        edge_path = local_path(edge_path_str, base)
+        edge_path = storage.resolve(edge_path_str, base)
         if not edge_path.is_dir():
             ctx.add("path-missing", edge_path, None, "expected an edge_paths directory, found nothing")
             continue
-        present = {naming.parse_bucket_file(p.name): p for p in edge_path.iterdir()}
+        present = {naming.parse_bucket_file(p.name): p for p in storage.children(edge_path)}
         present.pop(None, None)
         for lhs in range(lhs_parts):
             for rhs in range(rhs_parts):
@@ -173,24 +177,24 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: Path, base: P
                             "found no file")
                     continue
                 if on_bucket is not None:
-                    on_bucket(ctx.display(bucket), bucket.stat().st_size)
+                    on_bucket(ctx.display(bucket), storage.file_size(bucket))
                 check_bucket(ctx, bucket, lhs, rhs)
         for key in sorted(k for k in present if k is not None and (k[0] >= lhs_parts or k[1] >= rhs_parts)):
             ctx.add("edge-file-extra", present[key], None,
                     f"expected buckets within the {lhs_parts}x{rhs_parts} grid, found ({key[0]}, {key[1]})")
-    checkpoint_path = local_path(cfg.checkpoint_path, base)
+    checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
     if checkpoint_path.is_dir():
         check_checkpoint_dir(ctx, checkpoint_path)
     if cfg.init_path is not None:
-        init_path = local_path(cfg.init_path, base)
+        init_path = storage.resolve(cfg.init_path, base)
         if init_path.is_dir():
             check_checkpoint_dir(ctx, init_path)
         else:
             ctx.add("path-missing", init_path, None, "expected the init_path directory, found nothing")
 
 
-def _validate_dir(ctx: Context, path: Path, on_bucket: ProgressCallback | None) -> None:
-    names = [p.name for p in path.iterdir()]
+def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | None) -> None:
+    names = [p.name for p in storage.children(path)]
     kinds = []
     if any(naming.parse_entity_count_file(n) or n == naming.DYNAMIC_REL_COUNT for n in names):
         kinds.append("entities")
@@ -200,7 +204,7 @@ def _validate_dir(ctx: Context, path: Path, on_bucket: ProgressCallback | None) 
         kinds.append("edges")
         for _, bucket in buckets:
             if on_bucket is not None:
-                on_bucket(ctx.display(bucket), bucket.stat().st_size)
+                on_bucket(ctx.display(bucket), storage.file_size(bucket))
             check_bucket(ctx, bucket)
     if any(naming.parse_versioned_file(n) or n == naming.CHECKPOINT_VERSION for n in names):
         kinds.append("checkpoint")
@@ -211,7 +215,7 @@ def _validate_dir(ctx: Context, path: Path, on_bucket: ProgressCallback | None) 
     ctx.report.kind = "+".join(kinds) or "unknown"
 
 
-def _validate_file(ctx: Context, path: Path) -> None:
+def _validate_file(ctx: Context, path: AnyPath) -> None:
     if naming.parse_bucket_file(path.name):
         ctx.report.kind = "bucket"
         check_bucket(ctx, path)

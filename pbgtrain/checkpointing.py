@@ -15,7 +15,6 @@ a v0 file in the checkpoint directory itself, else a seeded ``init_scale · N(0,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -34,6 +33,7 @@ from pbgio.errors import ConfigError, FormatError, Issue
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, public_to_private
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
 from pbgtrain.batching import stable_seed
 from pbgtrain.model.tables import EntityTable
 
@@ -53,7 +53,7 @@ class WrittenPartitions(Protocol):
 class TrainingCheckpoint:
     """Reads and writes the partitions and the model of one training run."""
 
-    def __init__(self, path: Path, config: ConfigSchema, *, init_path: Path | None = None, seed: int = 0,
+    def __init__(self, path: AnyPath, config: ConfigSchema, *, init_path: AnyPath | None = None, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
         self.dir = CheckpointDir(path)
         self.init = CheckpointDir(init_path) if init_path is not None else None

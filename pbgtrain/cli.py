@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -31,14 +30,14 @@ app = typer.Typer(
 CONFIG_HELP = ("The run config: a .json file, or the original's Python config (.py), which is executed "
                "(in a subprocess) to obtain the config from its get_torchbiggraph_config(); the relative "
                "paths of a .py config resolve against the current directory, as in the original.")
-ConfigArg = Annotated[Path, typer.Argument(help=CONFIG_HELP, exists=True, dir_okay=False)]
+ConfigArg = Annotated[str, typer.Argument(help=CONFIG_HELP + " A path or an fsspec URL (s3://…, gs://…, hdfs://…).")]
 Overrides = Annotated[list[str] | None, typer.Option(
     "-p", "--param", help="Override a config key, e.g. -p num_epochs=5 -p relations.0.operator=diagonal "
     "(lists split on commas; for a .py config, applied as the original applies them). Repeatable.")]
 Device = Annotated[str | None, typer.Option(
     "--device", help="torch device to train on: cpu, cuda, cuda:1 … (default: cuda when the config sets "
     "num_gpus=1, else cpu).")]
-BaseOption = Annotated[Path | None, typer.Option(
+BaseOption = Annotated[str | None, typer.Option(
     "--base", help="Directory relative paths in the config resolve against (default: the config's directory; "
     "for a .py config, the current directory).")]
 PrecisionOption = Annotated[str | None, typer.Option(
@@ -50,11 +49,12 @@ NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines
 
 
 
-def _load(config: Path, overrides: list[str] | None, base: Path | None) -> Any:
+def _load(config: str, overrides: list[str] | None, base: str | None) -> Any:
+    from pbgio import storage
     from pbgtrain.config import load_run_config
 
     with exit_codes(on_interrupt=lambda: None):
-        return load_run_config(config, overrides or [], base)
+        return load_run_config(config, overrides or [], None if base is None else storage.resolve(base))
 
 
 @app.command()
@@ -140,9 +140,9 @@ def _interrupted_fit(run: Any) -> None:
 def evaluate(
     config: ConfigArg,
     param: Overrides = None,
-    edges: Annotated[list[Path] | None, typer.Option(
+    edges: Annotated[list[str] | None, typer.Option(
         "--edges", help="Edge directory to evaluate (default: the config's edge_paths). Repeatable.")] = None,
-    filter_paths: Annotated[list[Path] | None, typer.Option(
+    filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", help="Edge directory whose edges are known true and are not counted as better-ranked "
         "(filtered ranking). Repeatable.")] = None,
     all_entities: Annotated[bool, typer.Option(
@@ -156,10 +156,12 @@ def evaluate(
     no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
+    from pbgio import storage
     from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
 
     run = _load(config, param, base)
-    options = EvalOptions(edge_paths=edges, filter_paths=filter_paths or [], all_entities=all_entities
+    options = EvalOptions(edge_paths=None if edges is None else [storage.resolve(e) for e in edges],
+                          filter_paths=[storage.resolve(f) for f in filter_paths or []], all_entities=all_entities
                           or bool(filter_paths), version=version, device=device, seed=seed,
                           interactive=progress_wanted(no_progress))
     with exit_codes(on_interrupt=lambda: None):
@@ -169,7 +171,7 @@ def evaluate(
 
 @app.command("config")
 def show_config(
-    config: Annotated[Path | None, typer.Argument(help=f"{CONFIG_HELP} Omit it with --schema.")] = None,
+    config: Annotated[str | None, typer.Argument(help=f"{CONFIG_HELP} Omit it with --schema.")] = None,
     param: Overrides = None,
     schema: Annotated[bool, typer.Option("--schema", help="Print the config's JSON Schema instead.")] = False,
 ) -> None:

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pbgio import storage
 from pbgio.config import ConfigSchema, parse_config, read_config_json
 from pbgio.errors import ConfigError
 from pbgio.pyconfig import config_from_python, is_python_config, override_config_dict
 from pbgio.spec.rules import rule
-from pbgio.storage import local_path
+from pbgio.storage import AnyPath
 from pbgio.validate import infer_base
 
 MAX_EDGES_PER_CHUNK_DEFAULT = 1_000_000_000
@@ -94,30 +95,31 @@ class RunConfig:
     """A validated config and the directory its relative paths resolve against."""
 
     config: ConfigSchema
-    base: Path
+    base: AnyPath
     source: str
 
-    def path(self, location: str) -> Path:
-        return local_path(location, self.base)
+    def path(self, location: str) -> AnyPath:
+        """A location of the config (a path or URL), relative ones against :attr:`base`."""
+        return storage.resolve(location, self.base)
 
     @property
-    def entity_path(self) -> Path:
+    def entity_path(self) -> AnyPath:
         return self.path(self.config.entity_path)
 
     @property
-    def edge_paths(self) -> list[Path]:
+    def edge_paths(self) -> list[AnyPath]:
         return [self.path(p) for p in self.config.edge_paths]
 
     @property
-    def checkpoint_path(self) -> Path:
+    def checkpoint_path(self) -> AnyPath:
         return self.path(self.config.checkpoint_path)
 
     @property
-    def init_path(self) -> Path | None:
+    def init_path(self) -> AnyPath | None:
         return None if self.config.init_path is None else self.path(self.config.init_path)
 
 
-def load_run_config(path: Path, overrides: Sequence[str] = (), base: Path | None = None) -> RunConfig:
+def load_run_config(path: str | AnyPath, overrides: Sequence[str] = (), base: AnyPath | None = None) -> RunConfig:
     """Read a config, apply overrides, check that the trainer supports every setting.
 
     A JSON config's relative paths resolve against ``base``, by default the config file's
@@ -129,16 +131,19 @@ def load_run_config(path: Path, overrides: Sequence[str] = (), base: Path | None
     as the original applies them, and relative paths resolve against ``base``, by default the
     current directory, as the original resolves them.
     """
-    if is_python_config(path):
-        cfg = config_from_python(path, overrides)
+    location = storage.resolve(path)
+    source = storage.display(location)
+    default_base: AnyPath
+    if is_python_config(location.name):
+        cfg = config_from_python(storage.local_path(str(location)), overrides)
         default_base = Path.cwd()
     else:
-        cfg = apply_overrides(read_config_json(path), overrides, source=str(path))
-        default_base = infer_base(Path(path), cfg)
+        cfg = apply_overrides(read_config_json(location), overrides, source=source)
+        default_base = infer_base(location, cfg)
     problems = unsupported_settings(cfg)
     if problems:
-        raise ConfigError(str(path), [rule("config-schema").issue(str(path), None, p) for p in problems])
-    return RunConfig(cfg, base if base is not None else default_base, str(path))
+        raise ConfigError(source, [rule("config-schema").issue(source, None, p) for p in problems])
+    return RunConfig(cfg, base if base is not None else default_base, source)
 
 
 def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "<config>") -> ConfigSchema:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +32,7 @@ from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
 from pbgtrain.batching import stable_seed
 from pbgtrain.checkpointing import load_model_params
 from pbgtrain.config import RunConfig
@@ -50,8 +50,8 @@ all-entities batch shrinks so memory stays bounded, on a GPU as on a CPU."""
 
 @dataclass(frozen=True)
 class EvalOptions:
-    edge_paths: list[Path] | None = None
-    filter_paths: list[Path] = field(default_factory=list)
+    edge_paths: list[AnyPath] | None = None
+    filter_paths: list[AnyPath] = field(default_factory=list)
     all_entities: bool = False
     version: int | None = None
     device: str | None = None
@@ -174,7 +174,7 @@ def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, opti
     return EvalProtocol(protocol.filtered, what, protocol.sides, protocol.filter_sources)
 
 
-def _filter_index(filter_paths: list[Path], bucket: Bucket) -> FilterIndex:
+def _filter_index(filter_paths: list[AnyPath], bucket: Bucket) -> FilterIndex:
     parts = []
     for directory in filter_paths:
         path = directory / naming.bucket_file(bucket.lhs, bucket.rhs)

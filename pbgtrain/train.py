@@ -24,12 +24,12 @@ import functools
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from pbgio import storage
 from pbgio.checkpoint import remove_uncommitted
 from pbgio.checks.edges import SideLimits, check_bounds, relation_limits
 from pbgio.config import semantic_issues
@@ -40,6 +40,7 @@ from pbgio.spec import naming
 from pbgio.spec.checkpoint import private_to_public
 from pbgio.spec.edges import chunk_bounds
 from pbgio.spec.stats import EXTRA_KEY
+from pbgio.storage import AnyPath, LocalCache
 from pbgtrain import interrupts
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params
@@ -106,6 +107,7 @@ class FitOptions:
     partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
     read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
     compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
+    remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
 
 
 @dataclass
@@ -299,6 +301,7 @@ class Trainer:
             else int(options.partition_memory * GIB)
         self.cache = PartitionCache(0 if cluster is not None else budget)
         self.prefetcher = Prefetcher() if cluster is None else None
+        self.bucket_cache = LocalCache(int(options.remote_cache * GIB))  # remote edge buckets only
         self.read_ahead_partitions = self.device.type == "cuda" if options.read_ahead_partitions is None \
             else options.read_ahead_partitions
         if cluster is not None:
@@ -446,7 +449,7 @@ class Trainer:
                 interrupts.check()
         return totals.result()
 
-    def _bucket_path(self, step: IterationStep, bucket: Bucket) -> Path:
+    def _bucket_path(self, step: IterationStep, bucket: Bucket) -> AnyPath:
         return self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
 
     def _read_edges(self, step: IterationStep, bucket: Bucket) -> EdgeBucket:
@@ -454,7 +457,8 @@ class Trainer:
         (an out-of-range id would be a device-side assert on a GPU): a pbgio error naming file and row.
         Runs on the read-ahead thread too: it reads only what no bucket changes."""
         path = self._bucket_path(step, bucket)
-        edges = read_bucket(path, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
+        with storage.relocated(self.bucket_cache, path) as local:
+            edges = read_bucket(local, chunk=(step.edge_chunk_idx, step.num_edge_chunks))
         first_row, _ = chunk_bounds(self._chunk_bucket_length(step, bucket), step.num_edge_chunks, step.edge_chunk_idx)
         check_bounds(edges, path, first_row=first_row,
                      **bucket_limits(self.cfg, self.counts, bucket, self.model.spec.num_dynamic_rels))
@@ -566,6 +570,7 @@ class Trainer:
         """Stop reading ahead (the background thread ends)."""
         if self.prefetcher is not None:
             self.prefetcher.close()
+        self.bucket_cache.close()
 
     @property
     def rank(self) -> int:
@@ -583,8 +588,9 @@ class Trainer:
         """Edges of the whole bucket file (lengths read once per edge path)."""
         key = (step.edge_path, bucket.lhs, bucket.rhs)
         if key not in self._bucket_lengths:
-            self._bucket_lengths[key] = bucket_length(self.run.path(step.edge_path)
-                                                      / naming.bucket_file(bucket.lhs, bucket.rhs))
+            path = self.run.path(step.edge_path) / naming.bucket_file(bucket.lhs, bucket.rhs)
+            with storage.relocated(self.bucket_cache, path) as local:
+                self._bucket_lengths[key] = bucket_length(local)
         return self._bucket_lengths[key]
 
     @staticmethod

@@ -8,7 +8,6 @@ memory stays bounded by a block, not by the dataset.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ from numpy.typing import NDArray
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, Issue, MissingArtifactError, Report
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath, display
 
 MAX_ROWS_SHOWN = 5
 
@@ -26,7 +26,7 @@ class Context:
     """What the checks know about the layout being validated."""
 
     report: Report
-    root: Path | None = None
+    root: AnyPath | None = None
     config: ConfigSchema | None = None
     counts: dict[tuple[str, int], int] = field(default_factory=dict)
     dynamic_rel_count: int | None = None
@@ -40,21 +40,21 @@ class Context:
             buf = self._buffers[key] = np.empty(size, dtype=dtype)
         return buf[:size]
 
-    def display(self, path: Path) -> str:
+    def display(self, path: AnyPath) -> str:
         """``path`` as shown in issues: relative to the validated root when inside it."""
-        if self.root is not None:
+        if self.root is not None and type(path) is type(self.root):
             try:
-                return path.relative_to(self.root).as_posix()
+                return path.relative_to(self.root).as_posix()  # type: ignore[arg-type]
             except ValueError:
                 pass
-        return str(path)
+        return display(path)
 
-    def add(self, rule_id: str, path: Path | None, dataset: str | None, message: str, *,
+    def add(self, rule_id: str, path: AnyPath | None, dataset: str | None, message: str, *,
             rows: tuple[int, ...] = (), count: int | None = None) -> None:
         self.report.add(rule(rule_id).issue(
             None if path is None else self.display(path), dataset, message, rows=rows, count=count))
 
-    def add_error(self, exc: FormatError | MissingArtifactError, path: Path) -> None:
+    def add_error(self, exc: FormatError | MissingArtifactError, path: AnyPath) -> None:
         """Record an error a reader raised, relocated to the displayed path."""
         if isinstance(exc, FormatError):
             issue = exc.issue
@@ -81,7 +81,7 @@ class Context:
 class RowCollector:
     """Collects offending rows of one rule across blocks; emits one issue at the end."""
 
-    def __init__(self, ctx: Context, rule_id: str, path: Path, dataset: str) -> None:
+    def __init__(self, ctx: Context, rule_id: str, path: AnyPath, dataset: str) -> None:
         self.ctx, self.rule_id, self.path, self.dataset = ctx, rule_id, path, dataset
         self.rows: list[int] = []
         self.total = 0

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
+from pbgio import storage
 from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
@@ -35,11 +35,12 @@ from pbgio.spec.checkpoint import (
     public_to_private,
 )
 from pbgio.spec.stats import line_problems
+from pbgio.storage import AnyPath
 
 ROW_BLOCK_BYTES = 16 << 20
 
 
-def check_checkpoint_dir(ctx: Context, path: Path) -> None:
+def check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
     """Check versions, files, attributes, embeddings, model, snapshots and stats."""
     ckpt = CheckpointDir(path)
     try:
@@ -76,7 +77,7 @@ def check_checkpoint_dir(ctx: Context, path: Path) -> None:
     _check_stats(ctx, path / naming.TRAINING_STATS)
 
 
-def _reference_config(ctx: Context, path: Path) -> dict[str, Any] | None:
+def _reference_config(ctx: Context, path: AnyPath) -> dict[str, Any] | None:
     """The normalized config.json of the checkpoint; compared with ctx.config and file attrs."""
     config_path = path / naming.CONFIG_JSON
     if not config_path.is_file():
@@ -100,7 +101,7 @@ def _reference_config(ctx: Context, path: Path) -> dict[str, Any] | None:
     return stored_dict
 
 
-def _compare_configs(ctx: Context, file: Path, reference: dict[str, Any], found: dict[str, Any],
+def _compare_configs(ctx: Context, file: AnyPath, reference: dict[str, Any], found: dict[str, Any],
                      what: str, *, drift: bool, dataset: str | None = None) -> None:
     differ = sorted(k for k in set(reference) | set(found) if reference.get(k) != found.get(k))
     defining = [k for k in differ if k in MODEL_DEFINING_KEYS]
@@ -116,7 +117,7 @@ def _compare_configs(ctx: Context, file: Path, reference: dict[str, Any], found:
                 f"expected the same config as {what}, found different {', '.join(others[:5])}")
 
 
-def _check_attrs(ctx: Context, file: Path, f: h5py.File, reference: dict[str, Any] | None) -> None:
+def _check_attrs(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str, Any] | None) -> None:
     missing = [k for k in (CONFIG_JSON_ATTR, *ITERATION_ATTRS) if k not in f.attrs]
     if missing:
         ctx.add("checkpoint-attrs", file, None,
@@ -134,7 +135,7 @@ def _check_attrs(ctx: Context, file: Path, f: h5py.File, reference: dict[str, An
     _compare_configs(ctx, file, reference, found, "config.json", drift=True, dataset=CONFIG_JSON_ATTR)
 
 
-def _check_blob(ctx: Context, file: Path, f: h5py.File, *, count: int | None = None,
+def _check_blob(ctx: Context, file: AnyPath, f: h5py.File, *, count: int | None = None,
                 shapes: list[tuple[int, ...] | None] | None = None, model: bool = False) -> None:
     """The optimizer blob: a torch payload that loads safely, holding the state the original resumes
     from (RowAdagrad of ``count`` rows for embeddings; Adagrad of ``shapes`` for the model)."""
@@ -162,7 +163,7 @@ def _check_blob(ctx: Context, file: Path, f: h5py.File, *, count: int | None = N
         ctx.add_error(exc, file)
 
 
-def _with_open(ctx: Context, file: Path, check: Callable[[h5py.File], None]) -> None:
+def _with_open(ctx: Context, file: AnyPath, check: Callable[[h5py.File], None]) -> None:
     """Open ``file`` (errors become issues), check its format_version, then run ``check``."""
     try:
         with open_h5(file) as f:
@@ -175,12 +176,12 @@ def _with_open(ctx: Context, file: Path, check: Callable[[h5py.File], None]) -> 
         ctx.add_error(exc, file)
 
 
-def _check_embeddings_file(ctx: Context, file: Path, etype: str, part: int,
+def _check_embeddings_file(ctx: Context, file: AnyPath, etype: str, part: int,
                            reference: dict[str, Any] | None) -> None:
     _with_open(ctx, file, lambda f: _check_embeddings(ctx, file, f, etype, part, reference))
 
 
-def _check_embeddings(ctx: Context, file: Path, f: h5py.File, etype: str, part: int,
+def _check_embeddings(ctx: Context, file: AnyPath, f: h5py.File, etype: str, part: int,
                       reference: dict[str, Any] | None) -> None:
     ctx.report.count_checked("embeddings files")
     _check_attrs(ctx, file, f, reference)
@@ -205,7 +206,7 @@ def _check_embeddings(ctx: Context, file: Path, f: h5py.File, etype: str, part: 
     _check_finite(ctx, file, ds, "embeddings-nonfinite", EMBEDDINGS_DATASET)
 
 
-def _check_finite(ctx: Context, file: Path, ds: Any, rule_id: str, dataset: str) -> None:
+def _check_finite(ctx: Context, file: AnyPath, ds: Any, rule_id: str, dataset: str) -> None:
     rows = RowCollector(ctx, rule_id, file, dataset)
     if ds.ndim == 0:
         value = np.asarray(ds[()])
@@ -225,11 +226,11 @@ def _check_finite(ctx: Context, file: Path, ds: Any, rule_id: str, dataset: str)
     rows.flush()
 
 
-def _check_model_file(ctx: Context, file: Path, reference: dict[str, Any] | None) -> None:
+def _check_model_file(ctx: Context, file: AnyPath, reference: dict[str, Any] | None) -> None:
     _with_open(ctx, file, lambda f: _check_model(ctx, file, f, reference))
 
 
-def _check_model(ctx: Context, file: Path, f: h5py.File, reference: dict[str, Any] | None) -> None:
+def _check_model(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str, Any] | None) -> None:
     ctx.report.count_checked("model files")
     _check_attrs(ctx, file, f, reference)
     cfg = ctx.config
@@ -256,7 +257,7 @@ def _walk(group: h5py.Group, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def _check_param(ctx: Context, file: Path, name: str, ds: Any,
+def _check_param(ctx: Context, file: AnyPath, name: str, ds: Any,
                  expected: dict[str, tuple[int, ...] | None] | None) -> None:
     full = f"{MODEL_GROUP}/{name}"
     private = public_to_private(name)
@@ -278,14 +279,16 @@ def _check_param(ctx: Context, file: Path, name: str, ds: Any,
     _check_finite(ctx, file, ds, "model-param-nonfinite", full)
 
 
-def _check_snapshots(ctx: Context, path: Path) -> None:
+def _check_snapshots(ctx: Context, path: AnyPath) -> None:
     """Each ``epoch_{k}/`` is a loadable checkpoint: a version file and, for that version, the model
     and every partition's embeddings, resolving to existing files (the original writes absolute
     symlinks, which dangle once the directory moves or the linked version is deleted)."""
     cfg = ctx.config
-    for snap in sorted(p for p in path.iterdir() if p.is_dir() and naming.SNAPSHOT_DIR_RE.match(p.name)):
+    for snap in storage.children(path):
+        if not (naming.SNAPSHOT_DIR_RE.match(snap.name) and snap.is_dir()):
+            continue
         ctx.report.count_checked("snapshots")
-        for entry in sorted(snap.iterdir()):
+        for entry in storage.children(snap):
             if entry.is_symlink() and not entry.exists():
                 ctx.add("checkpoint-snapshot-broken", entry, None,
                         f"expected the link to resolve, found it points to missing {entry.readlink()}")
@@ -311,7 +314,7 @@ def _check_snapshots(ctx: Context, path: Path) -> None:
                     + (f" (and {len(missing) - 1} more missing)" if len(missing) > 1 else ""))
 
 
-def _check_stats(ctx: Context, path: Path) -> None:
+def _check_stats(ctx: Context, path: AnyPath) -> None:
     if not path.is_file():
         return
     rows: dict[str, list[int]] = {}
@@ -331,12 +334,12 @@ def _check_stats(ctx: Context, path: Path) -> None:
         ctx.add(rule_id, path, None, first[rule_id], rows=tuple(found[:5]), count=len(found))
 
 
-def check_checkpoint_file(ctx: Context, file: Path) -> None:
+def check_checkpoint_file(ctx: Context, file: AnyPath) -> None:
     """Check one checkpoint .h5 file on its own (no config: structure and values only)."""
     _check_versioned_file(ctx, file, None)
 
 
-def _check_versioned_file(ctx: Context, file: Path, reference: dict[str, Any] | None) -> None:
+def _check_versioned_file(ctx: Context, file: AnyPath, reference: dict[str, Any] | None) -> None:
     parsed = naming.parse_versioned_file(file.name)
     if parsed is None:
         return

@@ -32,6 +32,7 @@ from pbgio.spec.edges import (
     offsets_name,
 )
 from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
 
 Ints = NDArray[np.int64]
 
@@ -84,7 +85,7 @@ def relation_limits(cfg: ConfigSchema | None, side: Side, part: int, num_relatio
     return SideLimits(limit, featurized, feature_limit, labels)
 
 
-def check_bounds(edges: EdgeBucket, path: Path, *, first_row: int, lhs: SideLimits, rhs: SideLimits) -> None:
+def check_bounds(edges: EdgeBucket, path: AnyPath, *, first_row: int, lhs: SideLimits, rhs: SideLimits) -> None:
     """Raise the first edge of ``edges`` (read from ``path``, file row ``first_row`` onwards) whose
     rel, plain entity id or feature id lies outside its table, as a :class:`FormatError` naming
     the file, dataset, row and rule (``edge-rel-range``, ``edge-lhs-range``, ``edge-rhs-range``,
@@ -135,7 +136,7 @@ def check_bounds(edges: EdgeBucket, path: Path, *, first_row: int, lhs: SideLimi
                 f"found {bags.data[i]} in the features of edge row {edge}", rows=(edge,), count=int(bad.sum())))
 
 
-def check_bucket(ctx: Context, path: Path, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
+def check_bucket(ctx: Context, path: AnyPath, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
     """Check one bucket file; partitions are needed for range checks against the config."""
     try:
         with open_h5(path) as f:
@@ -145,7 +146,7 @@ def check_bucket(ctx: Context, path: Path, lhs_part: int | None = None, rhs_part
     ctx.report.count_checked("bucket files")
 
 
-def _check_open_bucket(ctx: Context, path: Path, f: h5py.File, lhs_part: int | None,
+def _check_open_bucket(ctx: Context, path: AnyPath, f: h5py.File, lhs_part: int | None,
                        rhs_part: int | None) -> None:
     try:
         check_format_version(f, path)
@@ -191,7 +192,7 @@ def _check_open_bucket(ctx: Context, path: Path, f: h5py.File, lhs_part: int | N
     _scan(ctx, path, datasets, usable, sides, n, lhs_part, rhs_part)
 
 
-def _check_unused_features(ctx: Context, path: Path, datasets: dict[str, Any]) -> None:
+def _check_unused_features(ctx: Context, path: AnyPath, datasets: dict[str, Any]) -> None:
     """Feature datasets on a side where the config has no featurized type (flag ↔ datasets)."""
     cfg = ctx.config
     if cfg is None:
@@ -205,7 +206,7 @@ def _check_unused_features(ctx: Context, path: Path, datasets: dict[str, Any]) -
                     f"({', '.join(sorted(types))}), found {', '.join(present)} (ignored when training)")
 
 
-def _check_dtypes_and_shapes(ctx: Context, path: Path, datasets: dict[str, Any]) -> set[str]:
+def _check_dtypes_and_shapes(ctx: Context, path: AnyPath, datasets: dict[str, Any]) -> set[str]:
     usable = set()
     for name, ds in datasets.items():
         ok = True
@@ -242,13 +243,13 @@ class _Reader:
         return out
 
 
-def _scan(ctx: Context, path: Path, datasets: dict[str, Any], usable: set[str],
+def _scan(ctx: Context, path: AnyPath, datasets: dict[str, Any], usable: set[str],
           sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None, rhs_part: int | None) -> None:
     with contextlib.ExitStack() as files:
         _scan_blocks(ctx, files, path, datasets, usable, sides, n, lhs_part, rhs_part)
 
 
-def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: Path, datasets: dict[str, Any],
+def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: AnyPath, datasets: dict[str, Any],
                  usable: set[str], sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None,
                  rhs_part: int | None) -> None:
     block = READ_BLOCK_ELEMENTS

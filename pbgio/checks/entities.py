@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import entities
+from pbgio import entities, storage
 from pbgio.checks import Context
 from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.spec import naming
+from pbgio.storage import AnyPath
 
 
-def check_entity_dir(ctx: Context, entity_path: Path) -> None:
+def check_entity_dir(ctx: Context, entity_path: AnyPath) -> None:
     """Check every entity file; with a config, also completeness and relation files."""
     cfg = ctx.config
-    present: dict[tuple[str, int], Path] = {}
+    present: dict[tuple[str, int], AnyPath] = {}
     for path in entity_path.iterdir():
         parsed = naming.parse_entity_count_file(path.name)
         if parsed:
@@ -40,7 +40,7 @@ def check_entity_dir(ctx: Context, entity_path: Path) -> None:
             ctx.add_error(exc, path)
         ctx.report.count_checked("entity count files")
     hashes: dict[str, dict[int, NDArray[np.int64]]] = {}
-    for path in sorted(entity_path.glob("entity_names_*_*.json")):
+    for path in storage.glob(entity_path, "entity_names_*_*.json"):
         parsed = naming.parse_entity_names_file(path.name)
         if parsed:
             names = _check_names(ctx, entity_path, *parsed)
@@ -53,7 +53,7 @@ def check_entity_dir(ctx: Context, entity_path: Path) -> None:
     _check_relation_files(ctx, entity_path)
 
 
-def _check_names_across_partitions(ctx: Context, entity_path: Path, etype: str,
+def _check_names_across_partitions(ctx: Context, entity_path: AnyPath, etype: str,
                                    hashes: dict[int, NDArray[np.int64]]) -> None:
     """A name in two partitions of a type: found through one hash per name (memory bounded by
     8 bytes a name), confirmed on the strings of the partitions involved."""
@@ -81,7 +81,7 @@ def _check_names_across_partitions(ctx: Context, entity_path: Path, etype: str,
                 count=len(repeated))
 
 
-def _check_names(ctx: Context, entity_path: Path, etype: str, part: int) -> list[str] | None:
+def _check_names(ctx: Context, entity_path: AnyPath, etype: str, part: int) -> list[str] | None:
     path = entity_path / naming.entity_names_file(etype, part)
     try:
         names = entities.read_entity_names(entity_path, etype, part)
@@ -102,7 +102,7 @@ def _check_names(ctx: Context, entity_path: Path, etype: str, part: int) -> list
     return names
 
 
-def _check_relation_files(ctx: Context, entity_path: Path) -> None:
+def _check_relation_files(ctx: Context, entity_path: AnyPath) -> None:
     cfg = ctx.config
     count_path = entity_path / naming.DYNAMIC_REL_COUNT
     names_path = entity_path / naming.DYNAMIC_REL_NAMES

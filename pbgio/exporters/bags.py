@@ -17,7 +17,6 @@ time. No torch: ``pbgio embed`` starts fast.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Literal
 
 import numpy as np
@@ -28,6 +27,7 @@ from pbgio.errors import MissingArtifactError
 from pbgio.exporters.common import ExportError, ExportSource, open_export_source
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings, partition_names
 from pbgio.spec import naming
+from pbgio.storage import AnyPath
 
 Unknown = Literal["error", "ignore"]
 Feature = str | int
@@ -47,7 +47,7 @@ class BagError(ExportError):
 
 
 def embed_bags(
-    config: ConfigSchema | str | Path,
+    config: ConfigSchema | str | AnyPath,
     entity_type: str,
     bags: Sequence[Sequence[Feature]],
     *,
@@ -55,8 +55,8 @@ def embed_bags(
     partition: int = 0,
     add_global: bool = True,
     unknown: Unknown = "error",
-    checkpoint: Path | None = None,
-    base: Path | None = None,
+    checkpoint: str | AnyPath | None = None,
+    base: str | AnyPath | None = None,
 ) -> NDArray[np.float32]:
     """Embeddings ``[len(bags), dimension]`` (float32) of ``bags`` of features of a featurized type.
 

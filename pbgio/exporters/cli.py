@@ -66,9 +66,9 @@ NoGlobal = Annotated[bool, typer.Option(
     "is true).")]
 Layout = Annotated[ParquetLayout, typer.Option(
     "--parquet-layout", help="Parquet values: one fixed-size list column, or one column per dimension.")]
-Checkpoint = Annotated[Path | None, typer.Option(
+Checkpoint = Annotated[str | None, typer.Option(
     "--checkpoint", help="Checkpoint directory (default: the config's checkpoint_path).")]
-Base = Annotated[Path | None, typer.Option(
+Base = Annotated[str | None, typer.Option(
     "--base", help="Directory that relative paths in the config resolve against (default: the config's "
     "directory).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace existing output files.")]
@@ -77,7 +77,7 @@ NoProgress = Annotated[bool, typer.Option("--no-progress", help="No progress bar
 
 
 def export(
-    config: Annotated[Path, typer.Argument(help="The run config (.json) of the trained model.")],
+    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
     output: Output = None,
     fmt: Format = EmbeddingFormat.tsv,
     relations_output: RelationsOutput = None,
@@ -131,7 +131,7 @@ class UnknownFeatures(str, enum.Enum):
 
 
 def embed(
-    config: Annotated[Path, typer.Argument(help="The run config (.json) of the trained model.")],
+    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
     bags: Annotated[Path, typer.Argument(help="Text file of bags, one per line: features separated by "
                                               "--feature-separator.")],
     entity_type: Annotated[str, typer.Option("--type", "-t", help="The featurized entity type.")],

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pbgio import atomic
+from pbgio import atomic, storage
 from pbgio.checkpoint import CheckpointDir
 from pbgio.config import ConfigSchema, load_config
 from pbgio.errors import PbgioError
-from pbgio.storage import local_path
+from pbgio.storage import AnyPath
 
 
 class ExportError(PbgioError, ValueError):
@@ -38,14 +38,15 @@ class OutputExistsError(PbgioError, FileExistsError):
 @dataclass(frozen=True)
 class ExportSource:
     config: ConfigSchema
-    entity_path: Path
+    entity_path: AnyPath
     checkpoint: CheckpointDir
     version: int
 
 
-def open_export_source(config: ConfigSchema | str | Path, *, base: Path | None = None,
-                       checkpoint: Path | None = None, version: int | None = None) -> ExportSource:
+def open_export_source(config: ConfigSchema | str | AnyPath, *, base: str | AnyPath | None = None,
+                       checkpoint: str | AnyPath | None = None, version: int | None = None) -> ExportSource:
     """The config, its entity directory, the checkpoint directory and the version to export."""
+    base = None if base is None else storage.resolve(base)
     if isinstance(config, ConfigSchema):
         cfg = config
         base = base if base is not None else Path.cwd()
@@ -53,13 +54,15 @@ def open_export_source(config: ConfigSchema | str | Path, *, base: Path | None =
         from pbgio.validate import infer_base
 
         cfg = load_config(config)
-        base = base if base is not None else infer_base(Path(config), cfg)
-    ckpt = CheckpointDir(checkpoint if checkpoint is not None else local_path(cfg.checkpoint_path, base))
-    if not ckpt.path.is_dir():
-        raise ExportError(f"{ckpt.path}: expected a checkpoint directory, found none (train first, or pass "
-                          "--checkpoint)")
+        base = base if base is not None else infer_base(storage.resolve(config), cfg)
+    ckpt = CheckpointDir(checkpoint if checkpoint is not None else storage.resolve(cfg.checkpoint_path, base))
+    with storage.remote_errors(ckpt.path, "checkpoint directory"):
+        found = ckpt.path.is_dir()
+    if not found:
+        raise ExportError(f"{storage.display(ckpt.path)}: expected a checkpoint directory, found none "
+                          "(train first, or pass --checkpoint)")
     chosen = ckpt.read_version() if version is None else version
-    return ExportSource(cfg, local_path(cfg.entity_path, base), ckpt, chosen)
+    return ExportSource(cfg, storage.resolve(cfg.entity_path, base), ckpt, chosen)
 
 
 @dataclass

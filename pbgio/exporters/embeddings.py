@@ -45,6 +45,7 @@ from pbgio.exporters.common import (
 )
 from pbgio.progress import Progress
 from pbgio.spec.checkpoint import global_embedding_name
+from pbgio.storage import AnyPath
 
 EmbeddingFormat = Literal["tsv", "parquet", "npy"]
 ParquetLayout = Literal["list", "columns"]
@@ -54,7 +55,7 @@ Floats = NDArray[np.float32]
 
 
 def export_embeddings(
-    config: ConfigSchema | str | Path,
+    config: ConfigSchema | str | AnyPath,
     output: str | Path,
     *,
     fmt: EmbeddingFormat = "tsv",
@@ -62,8 +63,8 @@ def export_embeddings(
     entity_types: Sequence[str] | None = None,
     add_global: bool = True,
     parquet_layout: ParquetLayout = "list",
-    checkpoint: Path | None = None,
-    base: Path | None = None,
+    checkpoint: str | AnyPath | None = None,
+    base: str | AnyPath | None = None,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> ExportReport:

@@ -29,6 +29,7 @@ from pbgio.config import ConfigSchema
 from pbgio.entities import read_relation_names
 from pbgio.exporters.common import ExportError, ExportReport, ExportSource, open_export_source, output_file
 from pbgio.spec.checkpoint import OPERATORS, operator_param_name
+from pbgio.storage import AnyPath
 
 RelationFormat = Literal["tsv", "json"]
 
@@ -81,13 +82,13 @@ def relation_parameters(source: ExportSource) -> list[RelationParameter]:
 
 
 def export_relations(
-    config: ConfigSchema | str | Path,
+    config: ConfigSchema | str | AnyPath,
     output: str | Path,
     *,
     fmt: RelationFormat = "tsv",
     version: int | None = None,
-    checkpoint: Path | None = None,
-    base: Path | None = None,
+    checkpoint: str | AnyPath | None = None,
+    base: str | AnyPath | None = None,
     overwrite: bool = False,
 ) -> ExportReport:
     """Write the relation operator parameters of ``version`` (default: the committed one)."""

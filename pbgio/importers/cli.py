@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,9 +37,9 @@ class InputFormat(str, enum.Enum):
 
 
 
-Config = Annotated[Path, typer.Argument(
-    help="The run config (.json); the layout goes to its entity_path and edge_paths.")]
-Inputs = Annotated[list[Path], typer.Argument(
+Config = Annotated[str, typer.Argument(
+    help="The run config (.json); the layout goes to its entity_path and edge_paths (paths or fsspec URLs).")]
+Inputs = Annotated[list[str], typer.Argument(
     help="Edge-list files (TSV, CSV, text, Parquet): one per edge path in the config's order (e.g. train "
     "valid test), or any number for a config with one edge path.")]
 Delimiter = Annotated[str, typer.Option(
@@ -71,7 +70,7 @@ OnErrorOption = Annotated[OnError, typer.Option(
     "them).")]
 Overwrite = Annotated[bool, typer.Option(
     "--overwrite", help="Replace a layout already in the output directories.")]
-Base = Annotated[Path | None, typer.Option(
+Base = Annotated[str | None, typer.Option(
     "--base", help="Directory that relative paths in the config resolve against (default: the config's "
     "directory).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the import report as JSON on stdout.")]
@@ -101,6 +100,7 @@ def import_edges(
     """Import edge lists into a PBG layout: dictionaries, partitions, every bucket."""
     from rich.markup import escape
 
+    from pbgio import storage
     from pbgio.errors import MissingArtifactError
     from pbgio.importers.importer import import_edge_lists
     from pbgio.importers.plan import ImportSetupError
@@ -126,7 +126,8 @@ def import_edges(
             RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
         with bars as progress:
             report = import_edge_lists(
-                config, list(inputs), options=options, base=base, seed=seed,
+                config, list(inputs), options=options, seed=seed,
+                base=None if base is None else storage.resolve(base),
                 entity_min_count=entity_min_count, relation_min_count=relation_min_count,
                 on_error=on_error.value, overwrite=overwrite,
                 progress=progress)

@@ -38,6 +38,8 @@ that validates, and an overwritten layout survives a failed re-import.
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ from typing import Literal
 
 import polars as pl
 
+from pbgio import storage
 from pbgio.config import ConfigSchema, load_config
 from pbgio.entities import (
     write_dynamic_rel_count,
@@ -58,9 +61,9 @@ from pbgio.importers.mapping import Vocabulary, mapped_batches
 from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, checked_frame
 from pbgio.importers.read import WHITESPACE, InputOptions, Source, open_source
 from pbgio.importers.report import FileReport, ImportReport, Problem
-from pbgio.importers.write import BucketSink, Staging
+from pbgio.importers.write import BucketSink, RemoteTargets, Staging
 from pbgio.progress import Progress
-from pbgio.storage import local_path
+from pbgio.storage import AnyPath
 
 OnError = Literal["fail", "skip"]
 PathLike = str | Path
@@ -82,7 +85,7 @@ def import_edge_lists(
     inputs: Sequence[PathLike | Sequence[PathLike]],
     *,
     options: InputOptions | None = None,
-    base: Path | None = None,
+    base: AnyPath | None = None,
     seed: int = 0,
     entity_min_count: int = 1,
     relation_min_count: int = 1,
@@ -114,19 +117,58 @@ def import_edge_lists(
     else:
         from pbgio.validate import infer_base
 
-        cfg, config_name = load_config(config), str(config)
-        base = base if base is not None else infer_base(Path(config), cfg)
+        cfg, config_name = load_config(config), storage.display(config)
+        base = base if base is not None else infer_base(storage.resolve(config), cfg)
     plan = ImportPlan.build(cfg, has_rel_column=options.rel_col is not None,
                             feature_separator=options.feature_separator)
     if (options.delimiter == WHITESPACE and any(plan.featurized(t) for t in plan.types)
             and not options.feature_separator.strip()):
         raise ImportSetupError("expected a feature separator other than whitespace with a whitespace "
                                "delimiter (pass --feature-separator)")
-    entity_dir = local_path(cfg.entity_path, base)
-    edge_dirs = [local_path(p, base) for p in cfg.edge_paths]
-    if len({p.resolve() for p in edge_dirs}) != len(edge_dirs):
+    entity_target = storage.resolve(cfg.entity_path, base)
+    edge_targets = [storage.resolve(p, base) for p in cfg.edge_paths]
+    if len({str(storage.absolute(p)) for p in edge_targets}) != len(edge_targets):
         raise ImportSetupError(f"expected distinct edge_paths, found {cfg.edge_paths}")
-    sets = _input_sets(inputs, len(edge_dirs))
+    sets = _input_sets(inputs, len(edge_targets))
+    remote = RemoteTargets([entity_target, *edge_targets], overwrite=overwrite)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(remote.close)
+        remote.check()
+        report = _import(cfg, config_name, remote.stand_in(entity_target), [remote.stand_in(p) for p in edge_targets],
+                         [[_local_input(f, cleanup) for f in files] for files in sets], plan, options, overwrite,
+                         on_error, entity_min_count, relation_min_count, seed, progress)
+        remote.publish()
+    report.entity_path = storage.display(entity_target)
+    report.buckets = {storage.display(target): buckets
+                      for target, buckets in zip(edge_targets, report.buckets.values(), strict=True)}
+    for item in report.files:
+        item.edge_path = report_edge_path(item.edge_path, remote)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _local_input(location: PathLike, cleanup: contextlib.ExitStack) -> Path:
+    """An input file as a local path: a remote one is downloaded to a temporary file first."""
+    path = storage.resolve(location)
+    if not storage.is_remote(path):
+        return path
+    local = Path(tempfile.mkdtemp(prefix="pbg-input-")) / path.name
+    cleanup.callback(shutil.rmtree, local.parent, True)
+    storage.copy_file(path, local)
+    return local
+
+
+def report_edge_path(local: str, remote: RemoteTargets) -> str:
+    for target, stand_in in remote.local.values():
+        if local == str(stand_in):
+            return storage.display(target)
+    return local
+
+
+def _import(cfg: ConfigSchema, config_name: str | None, entity_dir: Path, edge_dirs: list[Path],
+            sets: list[list[Path]], plan: ImportPlan, options: InputOptions, overwrite: bool,
+            on_error: Literal["fail", "skip"], entity_min_count: int, relation_min_count: int, seed: int,
+            progress: Progress) -> ImportReport:
     staging = Staging([entity_dir, *edge_dirs], overwrite=overwrite)
     staging.check()
 
@@ -145,7 +187,6 @@ def import_edge_lists(
                 staging.staged(edge_dir), mine, plan, vocab, progress, weights=options.weight_col is not None)
         progress.stop()
         staging.commit()
-    report.seconds = time.perf_counter() - started
     return report
 
 

@@ -22,6 +22,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -29,12 +30,14 @@ from types import TracebackType
 import numpy as np
 from numpy.typing import NDArray
 
+from pbgio import storage
 from pbgio.atomic import fsync_dir
 from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists
 from pbgio.errors import PbgioError
 from pbgio.importers.mapping import EdgeBatch
 from pbgio.spec import naming
 from pbgio.spec.edges import WRITE_CHUNK_ELEMENTS
+from pbgio.storage import AnyPath
 
 # Edges buffered over all the buckets of an edge path before they are written (24 bytes each,
 # more with weights and features); with many buckets each one gets a share, but never fewer
@@ -65,6 +68,56 @@ def layout_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.is_file() and _rank(p.name) is not None)
+
+
+class RemoteTargets:
+    """Local stand-ins for remote output directories: the import writes (and commits) them
+    locally, then :meth:`publish` uploads them, counts last, so that a reader of the remote
+    layout never sees entity counts before the files they describe."""
+
+    def __init__(self, targets: Iterable[AnyPath], *, overwrite: bool) -> None:
+        self.overwrite = overwrite
+        self.local: dict[str, tuple[AnyPath, Path]] = {}
+        for target in targets:
+            if storage.is_remote(target) and str(target) not in self.local:
+                self.local[str(target)] = (target, Path(tempfile.mkdtemp(prefix="pbg-import-")) / "out")
+
+    def stand_in(self, target: AnyPath) -> Path:
+        """The local directory written in place of ``target`` (``target`` itself when local)."""
+        return self.local[str(target)][1] if storage.is_remote(target) else target
+
+    def check(self) -> None:
+        """Refuse remote directories that hold a layout already, unless overwriting."""
+        for target, _ in self.local.values():
+            existing = remote_layout_files(target)
+            if existing and not self.overwrite:
+                raise LayoutExistsError(
+                    f"{storage.display(existing[0])}: the output directory {storage.display(target)} already "
+                    f"holds layout files ({len(existing)}); pass --overwrite (overwrite=True) to replace them")
+
+    def publish(self) -> None:
+        """Upload every stand-in (buckets, then names, then counts); drop old layout files first."""
+        for target, _ in self.local.values():
+            for path in sorted(remote_layout_files(target), key=lambda p: -(_rank(p.name) or 0)):
+                with storage.remote_errors(path, "remove"):
+                    path.unlink()
+        for rank in (0, 1, 2):
+            for target, local in self.local.values():
+                for path in sorted(local.iterdir()):
+                    if _rank(path.name) == rank:
+                        storage.upload(path, target / path.name)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for _, local in self.local.values():
+            shutil.rmtree(local.parent, ignore_errors=True)
+
+
+def remote_layout_files(directory: AnyPath) -> list[AnyPath]:
+    """Layout files (entity files, relation files, buckets) in a remote directory."""
+    with storage.remote_errors(directory, "list"):
+        if not directory.is_dir():
+            return []
+    return [p for p in storage.children(directory) if _rank(p.name) is not None]
 
 
 class Staging:

@@ -19,29 +19,29 @@ weight is a float or None.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from pbgio import storage
 from pbgio.config import ConfigSchema, load_config
 from pbgio.edges import read_bucket
 from pbgio.entities import read_entity_names, read_relation_names
 from pbgio.spec import naming
-from pbgio.storage import local_path
+from pbgio.storage import AnyPath
 
 Edge = tuple[Any, str, Any, float | None]
 
 
-def layout_edges(config_path: Path, base: Path | None = None) -> dict[str, list[Edge]]:
+def layout_edges(config_path: AnyPath, base: AnyPath | None = None) -> dict[str, list[Edge]]:
     """Every edge of every edge path (keyed as written in the config), as names."""
     from pbgio.validate import infer_base
 
     cfg = load_config(config_path)
-    base = base if base is not None else infer_base(Path(config_path), cfg)
+    base = base if base is not None else infer_base(storage.resolve(config_path), cfg)
     return edges_as_names(cfg, base)
 
 
-def edges_as_names(cfg: ConfigSchema, base: Path) -> dict[str, list[Edge]]:
-    entity_path = local_path(cfg.entity_path, base)
+def edges_as_names(cfg: ConfigSchema, base: AnyPath) -> dict[str, list[Edge]]:
+    entity_path = storage.resolve(cfg.entity_path, base)
     names = {(t, p): read_entity_names(entity_path, t, p)
              for t, e in cfg.entities.items() for p in range(e.num_partitions)}
     relations = (read_relation_names(entity_path) if cfg.dynamic_relations
@@ -50,7 +50,7 @@ def edges_as_names(cfg: ConfigSchema, base: Path) -> dict[str, list[Edge]]:
     found: dict[str, list[Edge]] = {}
     for edge_path in cfg.edge_paths:
         edges: list[Edge] = []
-        directory = local_path(edge_path, base)
+        directory = storage.resolve(edge_path, base)
         for lhs_part in range(lhs_parts):
             for rhs_part in range(rhs_parts):
                 bucket = read_bucket(directory / naming.bucket_file(lhs_part, rhs_part))
