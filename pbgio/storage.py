@@ -99,10 +99,6 @@ def is_remote(path: AnyPath) -> TypeIs[UPath]:
     return not isinstance(path, Path)
 
 
-def is_url(location: str) -> bool:
-    """Whether ``location`` names remote storage (a URL with a scheme other than ``file``)."""
-    return scheme_of(location) not in (None, *LOCAL_SCHEMES)
-
 
 def resolve(location: str | os.PathLike[str] | AnyPath, base: AnyPath | None = None) -> AnyPath:
     """The path object for ``location``; a relative path resolves against ``base``.
@@ -238,14 +234,6 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
-
-def check_reachable(path: AnyPath, what: str) -> None:
-    """Touch ``path``'s store once, so that a wrong bucket or denied access is reported as such
-    (before listings silently come back empty)."""
-    if not is_remote(path):
-        return
-    with remote_errors(path, what):
-        path.exists()
 
 
 # ---------------------------------------------------------------------------------------- reading
