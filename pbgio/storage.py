@@ -32,6 +32,7 @@ storage needs lives here:
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import os
 import re
@@ -63,7 +64,11 @@ REMOTE_EXTRA = "pip install 'pbg[remote]'"
 TIMEOUT_ENV = "PBG_STORAGE_TIMEOUT"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 READ_BLOCK_BYTES = 8 << 20
-"""Ranged reads of remote files fetch this much at a time (the memory a remote read holds)."""
+"""Ranged reads of remote files fetch this much at a time."""
+READ_CACHE_BLOCKS = 8
+"""Blocks a remote file keeps (least recently used dropped): the memory an open remote file holds
+is at most ``READ_CACHE_BLOCKS * READ_BLOCK_BYTES``. Enough for readers that walk several datasets
+of a bucket side by side to fetch each byte once."""
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory", "oci", "oss"})
 
 
@@ -156,6 +161,10 @@ def remote_path(url: str) -> UPath:
         raise UnsupportedStorageError(url, f"storage scheme {scheme!r} needs a package that is not installed "
                                            f"({str(exc).splitlines()[0]}); {hint}") from None
     remote: UPath = UPath(url, **storage_options(scheme))
+    if scheme in ("s3", "s3a"):
+        # s3fs retries a failed request 5 times around botocore's own retries: an unanswering store
+        # would then take 5 x 3 timeouts per request. Leave retrying to botocore (3 attempts).
+        remote.fs.retries = 1
     return remote
 
 
@@ -163,7 +172,8 @@ def storage_options(scheme: str) -> dict[str, Any]:
     """Options for the filesystem of ``scheme``: fsspec's configuration for it, over pbgio's defaults.
 
     The defaults hold no secret: listings are not cached (several processes share a layout), and
-    S3 requests time out after ``PBG_STORAGE_TIMEOUT`` seconds (60 by default) instead of hanging.
+    an S3 request that gets no answer for ``PBG_STORAGE_TIMEOUT`` seconds (60 by default) is tried
+    again at most twice, so an unanswering store fails an operation after about 3 timeouts.
     """
     import fsspec.config
 
@@ -241,12 +251,13 @@ def _first_line(exc: BaseException) -> str:
 
 def open_binary(path: AnyPath, what: str = "file") -> BinaryIO:
     """``path`` opened for reading bytes; remote files read in ranged blocks of
-    :data:`READ_BLOCK_BYTES` (memory bounded by a block or two). A missing remote object raises
-    :class:`~pbgio.errors.MissingArtifactError`, denied access :class:`StorageError`."""
+    :data:`READ_BLOCK_BYTES`, at most :data:`READ_CACHE_BLOCKS` of them kept. A missing remote
+    object raises :class:`~pbgio.errors.MissingArtifactError`, denied access :class:`StorageError`."""
     if not is_remote(path):
         return open(path, "rb")
     with remote_errors(path, what):
-        opened: BinaryIO = path.fs.open(path.path, "rb", block_size=READ_BLOCK_BYTES, cache_type="readahead")
+        opened: BinaryIO = path.fs.open(path.path, "rb", block_size=READ_BLOCK_BYTES, cache_type="blockcache",
+                                          cache_options={"maxblocks": READ_CACHE_BLOCKS})
     return opened
 
 
@@ -301,13 +312,11 @@ def _protocol(path: UPath) -> str:
     return str(protocol[0] if isinstance(protocol, tuple | list) else protocol)
 
 
-def copy_tree(source: AnyPath, target: AnyPath, *, skip: frozenset[str] = frozenset()) -> list[str]:
+def copy_tree(source: AnyPath, target: AnyPath) -> list[str]:
     """Copy every file under ``source`` to ``target`` (either may be remote); return the relative
-    names copied. Files named in ``skip`` are left for the caller to copy last (a commit marker)."""
+    names copied."""
     names = []
     for rel in _walk(source):
-        if rel in skip:
-            continue
         copy_file(source / rel, target / rel)
         names.append(rel)
     return names
@@ -433,4 +442,6 @@ def relocated(cache: LocalCache, path: AnyPath) -> Iterator[Path]:
     except FormatError as exc:
         if exc.issue.file != str(local):
             raise
-        raise type(exc)(replace(exc.issue, file=display(path)), more=exc.more) from None
+        moved = copy.copy(exc)  # the same class, whatever its constructor takes
+        FormatError.__init__(moved, replace(exc.issue, file=display(path)), more=exc.more)
+        raise moved from None

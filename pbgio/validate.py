@@ -122,12 +122,12 @@ def infer_base(config_path: AnyPath, cfg: ConfigSchema) -> AnyPath:
 
 
 def validate_config(cfg: ConfigSchema, *, base: AnyPath, source: str,
-                    on_bucket: ProgressCallback | None = None) -> Report:
+                    on_bucket: ProgressCallback | None = None, cache: storage.LocalCache | None = None) -> Report:
     """Validate the layout of a config already in memory (e.g. with ``-p`` overrides applied, or
     from a Python config file); its relative paths resolve against ``base``, and issues about the
-    config itself name ``source``."""
+    config itself name ``source``. Remote buckets are read into ``cache`` when one is given."""
     report = Report(target=source)
-    ctx = Context(report, root=storage.absolute(base))
+    ctx = Context(report, root=storage.absolute(base), cache=cache)
     _validate_layout(ctx, cfg, Path(source), base, on_bucket)
     return report
 

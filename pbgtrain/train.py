@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from pbgio import storage
+from pbgio import interrupts, storage
 from pbgio.checkpoint import remove_uncommitted
 from pbgio.checks.edges import SideLimits, check_bounds, relation_limits
 from pbgio.config import semantic_issues
@@ -41,7 +41,6 @@ from pbgio.spec.checkpoint import private_to_public
 from pbgio.spec.edges import chunk_bounds
 from pbgio.spec.stats import EXTRA_KEY
 from pbgio.storage import AnyPath, LocalCache
-from pbgtrain import interrupts
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params
 from pbgtrain.config import RunConfig, default_device
@@ -225,14 +224,21 @@ def bucket_limits(cfg: Any, counts: dict[PartitionKey, int], bucket: Bucket,
     return {"lhs": lhs, "rhs": rhs}
 
 
+def remote_bucket_cache(options: FitOptions) -> LocalCache:
+    """The bounded local store of remote edge buckets (``--remote-cache`` GiB)."""
+    return LocalCache(int(options.remote_cache * GIB))
+
+
 def _option_error(run: RunConfig, where: str, message: str) -> FormatError:
     return FormatError(Issue("config-schema", "error", run.source, where, message))
 
 
-def _validate_inputs(run: RunConfig) -> None:
+def _validate_inputs(run: RunConfig, bucket_cache: LocalCache) -> None:
+    """Refuse a layout that does not validate; remote buckets are read whole into ``bucket_cache``,
+    where training then finds them."""
     from pbgio.validate import validate_config
 
-    report = validate_config(run.config, base=run.base, source=run.source)
+    report = validate_config(run.config, base=run.base, source=run.source, cache=bucket_cache)
     errors = [i for i in report.issues if i.severity == "error"]
     if errors:
         shown = "\n".join(f"  {i.rule}: {i.file or ''} {i.dataset or ''}: {i.message}" for i in errors[:10])
@@ -272,7 +278,8 @@ class Trainer:
     shared state is kept in agreement (:mod:`pbgtrain.distributed`).
     """
 
-    def __init__(self, run: RunConfig, options: FitOptions, cluster: Cluster | None = None) -> None:
+    def __init__(self, run: RunConfig, options: FitOptions, cluster: Cluster | None = None,
+                 bucket_cache: LocalCache | None = None) -> None:
         self.run = run
         self.cfg = cfg = run.config
         self.options = options
@@ -301,7 +308,7 @@ class Trainer:
             else int(options.partition_memory * GIB)
         self.cache = PartitionCache(0 if cluster is not None else budget)
         self.prefetcher = Prefetcher() if cluster is None else None
-        self.bucket_cache = LocalCache(int(options.remote_cache * GIB))  # remote edge buckets only
+        self.bucket_cache = bucket_cache or remote_bucket_cache(options)  # remote edge buckets only
         self.read_ahead_partitions = self.device.type == "cuda" if options.read_ahead_partitions is None \
             else options.read_ahead_partitions
         if cluster is not None:
@@ -661,15 +668,20 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
     rank = 0 if cluster is None else cluster.rank
     # a wrong --device or --precision fails before validation
     resolve_precision(options.precision, run, resolve_device(options.device, run, cluster))
-    if options.validate and rank == 0:
-        _validate_inputs(run)
-    first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
-        if cfg.num_edge_chunks is None else []
-    plan = IterationPlan.from_config(cfg, first_bucket_sizes)
-    if cluster is not None:
-        cluster.barrier("validated")
-    fused.use_compiled(options.compile)
-    trainer = Trainer(run, options, cluster)
+    bucket_cache = remote_bucket_cache(options)
+    try:
+        if options.validate and rank == 0:
+            _validate_inputs(run, bucket_cache)
+        first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
+            if cfg.num_edge_chunks is None else []
+        plan = IterationPlan.from_config(cfg, first_bucket_sizes)
+        if cluster is not None:
+            cluster.barrier("validated")
+        fused.use_compiled(options.compile)
+        trainer = Trainer(run, options, cluster, bucket_cache)
+    except BaseException:
+        bucket_cache.close()
+        raise
     try:
         with interrupts.noticed():
             return _train_plan(trainer, plan, rank)

@@ -196,6 +196,24 @@ def test_wrong_bucket_missing_object_and_redaction(s3: S3Server) -> None:
     assert storage.redact(f"s3://AKIA:secret@{s3.bucket}/x") == f"s3://***@{s3.bucket}/x"
 
 
+def test_cached_bucket_errors_name_the_url_and_a_replaced_object_is_fetched_again(tmp_path: Path) -> None:
+    from pbgio.edges import read_bucket
+    from pbgio.errors import CorruptFileError
+
+    url = f"memory://pbg-{uuid.uuid4().hex[:8]}/edges/edges_0_0.h5"
+    _put(url, b"not an HDF5 file")
+    cache = storage.LocalCache(max_bytes=1 << 20, directory=tmp_path / "cache")
+    try:
+        with pytest.raises(CorruptFileError) as corrupt, storage.relocated(cache, storage.resolve(url)) as local:
+            read_bucket(local)
+        assert corrupt.value.file == url and url in str(corrupt.value) and str(tmp_path) not in str(corrupt.value)
+        _put(url, b"also not HDF5, but longer")
+        assert cache.local(storage.resolve(url)).read_bytes() == b"also not HDF5, but longer"
+        assert cache.bytes_fetched == len(b"not an HDF5 file") + len(b"also not HDF5, but longer")
+    finally:
+        cache.close()
+
+
 def _hooked_run(s3: S3Server, tmp_path: Path) -> str:
     root = s3.url("run")
     _put(f"{root}/config.json", json.dumps(_config()).encode())
@@ -222,6 +240,30 @@ def test_server_gone_fails_within_the_timeout(s3: S3Server, tmp_path: Path,
         validate_path(f"{root}/config.json")
     assert time.monotonic() - started < 60
     assert f"{root}/config.json" in str(gone.value)
+
+
+def test_unanswering_server_fails_within_a_few_timeouts(s3: S3Server, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that accepts connections but never answers: every request times out after
+    PBG_STORAGE_TIMEOUT, is tried at most three times, and the first failure ends the command."""
+    root = _hooked_run(s3, tmp_path)
+    monkeypatch.setenv(storage.TIMEOUT_ENV, "1")
+    released = threading.Event()
+
+    def hang(request: Request) -> None:
+        if "/data/edges/" in request.path:
+            released.wait(120)
+
+    s3.hook = hang
+    try:
+        started = time.monotonic()
+        with pytest.raises(storage.StorageError) as hung:
+            validate_path(f"{root}/config.json")
+        elapsed = time.monotonic() - started
+    finally:
+        released.set()
+    assert "timed out" in str(hung.value) and f"{root}/data/edges" in str(hung.value)
+    assert elapsed < 3 * 1 + 10, elapsed
 
 
 # ------------------------------------------------------------------------- crash safety

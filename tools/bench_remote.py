@@ -69,7 +69,11 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--json", type=Path, help="Write the figures here too.")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-remote-"))
+    with tempfile.TemporaryDirectory(prefix="bench-remote-") as scratch:
+        run_benchmark(args, Path(scratch))
+
+
+def run_benchmark(args: argparse.Namespace, work: Path) -> None:
     print(f"writing a planted graph of {args.edges:,} edges under {work} …", flush=True)
     config = planted_graph(work / "layout", num_partitions=args.partitions, num_nodes=args.nodes,
                            num_edges=args.edges, dimension=32)

@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, Issue, MissingArtifactError, Report
 from pbgio.spec.rules import rule
-from pbgio.storage import AnyPath, display
+from pbgio.storage import AnyPath, LocalCache, display
 
 MAX_ROWS_SHOWN = 5
 
@@ -30,6 +30,9 @@ class Context:
     config: ConfigSchema | None = None
     counts: dict[tuple[str, int], int] = field(default_factory=dict)
     dynamic_rel_count: int | None = None
+    cache: LocalCache | None = None
+    """Where remote buckets are read from when set: whole local copies (a trainer validates into
+    the cache it then trains from), instead of ranged reads."""
     _buffers: dict[tuple[str, str], NDArray[Any]] = field(default_factory=dict, repr=False)
 
     def buffer(self, slot: str, size: int, dtype: np.dtype[Any]) -> NDArray[Any]:

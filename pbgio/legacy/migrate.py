@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbgio import atomic
+from pbgio import atomic, interrupts
 from pbgio.errors import PbgioError, Report
 from pbgio.legacy.plan import MigrationPlan, MigrationStep, plan_migration
 from pbgio.storage import local_path
@@ -128,20 +128,24 @@ def migrate(src: Path | str, dst: Path | str, *, dry_run: bool = False, trust_pi
     staging = _staging_path(target, "tmp")
     staging.mkdir()
     try:
-        report = progress or (lambda _description, _n: None)
-        for step in plan.steps:
-            assert step.action is not None
+        with interrupts.noticed():  # a Ctrl-C swallowed by a finalizer still stops the migration
+            report = progress or (lambda _description, _n: None)
+            for step in plan.steps:
+                assert step.action is not None
 
-            def advance(n: int, _step: MigrationStep = step) -> None:
-                report(f"writing {_step.target}", n)
+                def advance(n: int, _step: MigrationStep = step) -> None:
+                    interrupts.check()
+                    report(f"writing {_step.target}", n)
 
-            step.action(staging, advance)
-        reports = _validate(plan, staging, report)
-        errors = [str(i) for r in reports for i in r.errors]
-        if errors:
-            raise MigrationError(f"{source}: the migrated layout does not validate, so nothing was written "
-                                 f"to {target}", errors, reports)
-        _swap_into_place(staging, target)
+                step.action(staging, advance)
+                interrupts.check()
+            reports = _validate(plan, staging, report)
+            errors = [str(i) for r in reports for i in r.errors]
+            if errors:
+                raise MigrationError(f"{source}: the migrated layout does not validate, so nothing was "
+                                     f"written to {target}", errors, reports)
+            interrupts.check()
+            _swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

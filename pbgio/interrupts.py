@@ -1,9 +1,10 @@
-"""Ctrl-C that is never lost.
+"""Ctrl-C that is never lost (pbgtrain fit, pbgio convert).
 
 Python raises ``KeyboardInterrupt`` in whatever code runs when SIGINT arrives; if that is a
-finalizer or a weakref callback, the exception is printed as "ignored" and training would go on.
+finalizer or a weakref callback, the exception is printed as "ignored" and the work would go on.
 While :func:`noticed` is active, SIGINT is also remembered, and :func:`check` (called by the
-training loop after every batch) raises it again where it cannot be swallowed.
+training loop after every batch, by a migration after every block it writes) raises it again
+where it cannot be swallowed.
 
 >>> with noticed():
 ...     check()  # nothing pending: returns
