@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pbgio import storage
+from pbgio.errors import OutputError, PbgioError
 from pbgio.storage import AnyPath
 
 TMP_SUFFIX = ".tmp"
@@ -45,15 +46,28 @@ def atomic_target(path: AnyPath) -> Iterator[Path]:
             yield local
         return
     tmp = tmp_path_for(path)
-    tmp.unlink(missing_ok=True)
     try:
+        tmp.unlink(missing_ok=True)
         yield tmp
         fsync_path(tmp)
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except PbgioError:
+        _discard(tmp)
         raise
+    except (OSError, RuntimeError) as exc:  # h5py raises RuntimeError when a flush on close fails
+        _discard(tmp)
+        if isinstance(exc, RuntimeError) and "errno" not in str(exc):
+            raise
+        raise OutputError(str(path), exc) from None
+    except BaseException:
+        _discard(tmp)
+        raise
+
+
+def _discard(tmp: Path) -> None:
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 def write_text(path: AnyPath, text: str) -> None:

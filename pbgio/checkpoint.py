@@ -19,19 +19,29 @@ point therefore leaves the previous version intact and loadable.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import atomic, storage
-from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import attr_int, attr_str, check_format_version, is_float32, open_h5, write_format_version
+from pbgio.errors import CorruptFileError, FormatError, MissingArtifactError
+from pbgio.h5 import (
+    attr_int,
+    attr_str,
+    check_format_version,
+    is_float32,
+    open_h5,
+    read_whole,
+    write_format_version,
+)
+from pbgio.h5guard import h5_guard
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -51,6 +61,9 @@ if TYPE_CHECKING:
     from pbgio.config import ConfigSchema
 
 Float32Array = NDArray[np.float32]
+T = TypeVar("T")
+MAX_READ_ATTEMPTS = 100
+"""Times :func:`read_committed` starts over on a newer version before it gives up."""
 
 
 @dataclass(frozen=True)
@@ -194,17 +207,20 @@ class CheckpointDir:
 
     def read_embeddings(self, entity_type: str, part: int, version: int | None = None) -> EmbeddingsState:
         path = self.embeddings_path(entity_type, part, self._version_or_latest(version))
-        with open_h5(path) as f:
+        with open_h5(path) as f, h5_guard(path):
             check_format_version(f, path)
             if EMBEDDINGS_DATASET not in f:
                 raise FormatError(rule("embeddings-dataset").issue(
                     str(path), EMBEDDINGS_DATASET, "expected dataset embeddings, found none"))
             ds = f[EMBEDDINGS_DATASET]
+            if not hasattr(ds, "ndim"):  # a group or a named datatype
+                raise FormatError(rule("embeddings-dataset").issue(
+                    str(path), EMBEDDINGS_DATASET, f"expected a dataset, found a {type(ds).__name__}"))
             if not is_float32(ds.dtype) or ds.ndim != 2:
                 raise FormatError(rule("embeddings-dataset").issue(
                     str(path), EMBEDDINGS_DATASET,
                     f"expected 2-D float32, found {ds.ndim}-D {ds.dtype}"))
-            return EmbeddingsState(ds[...], _read_blob(f, path))
+            return EmbeddingsState(read_whole(ds, path), _read_blob(f, path))
 
     # ---- model
     def write_model(self, version: int, model: ModelState, metadata: FileMetadata | None = None) -> AnyPath:
@@ -219,7 +235,7 @@ class CheckpointDir:
 
     def read_model(self, version: int | None = None) -> ModelState:
         path = self.model_path(self._version_or_latest(version))
-        with open_h5(path) as f:
+        with open_h5(path) as f, h5_guard(path):
             check_format_version(f, path)
             params: dict[str, Float32Array] = {}
             if MODEL_GROUP in f:
@@ -232,11 +248,11 @@ class CheckpointDir:
                     if not is_float32(ds.dtype):
                         raise FormatError(rule("model-param-dtype").issue(
                             str(path), f"{MODEL_GROUP}/{name}", f"expected float32, found {ds.dtype}"))
-                    params[name] = ds[...]
+                    params[name] = read_whole(ds, path)
             return ModelState(params, _read_blob(f, path))
 
     def read_metadata(self, path: AnyPath) -> FileMetadata:
-        with open_h5(path) as f:
+        with open_h5(path) as f, h5_guard(path):
             check_format_version(f, path)
             return FileMetadata(attr_str(f, CONFIG_JSON_ATTR), IterationInfo.from_handle(f))
 
@@ -276,9 +292,8 @@ class CheckpointDir:
                 old = path.read_text(encoding="utf-8") if path.exists() else ""
             atomic.write_text(path, old + "".join(json.dumps(record) + "\n" for record in records))
             return
-        with path.open("a", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record) + "\n")
+        with path.open("a", encoding="utf-8") as out:  # one write: readers see whole lines
+            out.write("".join(json.dumps(record) + "\n" for record in records))
             out.flush()
             os.fsync(out.fileno())
 
@@ -288,15 +303,24 @@ class CheckpointDir:
         if not path.is_file():
             return []
         records = []
-        for index, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            bad = path.read_bytes()[:exc.start].count(b"\n")
+            raise FormatError(rule("training-stats-format").issue(
+                str(path), None, f"expected UTF-8 text, found invalid bytes on line {bad + 1} ({exc.reason})",
+                rows=(bad,), count=1)) from None
+        for index, line in enumerate(text.splitlines()):
             if not line.strip():
                 continue
             try:
                 value = json.loads(line)
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:  # invalid JSON, a too-long integer, too deep nesting
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else (
+                    "nesting too deep to decode" if isinstance(exc, RecursionError) else str(exc)[:200])
                 raise FormatError(rule("training-stats-format").issue(
                     str(path), None, f"expected a JSON object on line {index + 1}, found invalid JSON "
-                    f"({exc.msg})", rows=(index,), count=1)) from None
+                    f"({reason})", rows=(index,), count=1)) from None
             for rule_id, message in line_problems(value)[:1]:
                 raise FormatError(rule(rule_id).issue(str(path), None, f"line {index + 1}: {message}",
                                                       rows=(index,), count=1))
@@ -319,39 +343,38 @@ class CheckpointDir:
 def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
     import h5py
 
+    if not isinstance(group, h5py.Group):
+        raise FormatError(rule("model-param-name").issue(
+            str(group.file.filename), group.name.lstrip("/"), f"expected a group, found a {type(group).__name__}"))
     for key, item in group.items():
         name = f"{prefix}{key}"
         if isinstance(item, h5py.Dataset):
             yield name, item
-        else:
+        elif isinstance(item, h5py.Group):
             yield from _datasets(item, f"{name}/")
+        else:  # a named datatype: no parameter
+            raise FormatError(rule("model-param-name").issue(
+                str(group.file.filename), f"{group.name.lstrip('/')}/{key}",
+                f"expected a dataset or a group, found a {type(item).__name__}"))
 
 
-class _h5_writer:
-    """Write an HDF5 checkpoint file atomically, stamping the root attributes."""
+@contextlib.contextmanager
+def _h5_writer(path: AnyPath, metadata: FileMetadata | None) -> Iterator[Any]:
+    """Write an HDF5 checkpoint file atomically, stamping the root attributes. A failure of the
+    disk (while writing, flushing or closing) is an OutputError and leaves no file behind."""
+    import h5py
 
-    def __init__(self, path: AnyPath, metadata: FileMetadata | None) -> None:
-        self.path = path
-        self.metadata = metadata or FileMetadata()
-        self._ctx = atomic.atomic_target(path)
-
-    def __enter__(self) -> Any:
-        import h5py
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._ctx.__enter__()
-        self._file = h5py.File(tmp, "w")
-        write_format_version(self._file)
-        if self.metadata.config_json is not None:
-            self._file.attrs[CONFIG_JSON_ATTR] = self.metadata.config_json
-        if self.metadata.iteration is not None:
-            for key, value in self.metadata.iteration.to_attrs().items():
-                self._file.attrs[key] = value
-        return self._file
-
-    def __exit__(self, *exc: Any) -> None:
-        self._file.close()
-        self._ctx.__exit__(*exc)
+    metadata = metadata or FileMetadata()
+    with atomic.atomic_target(path) as tmp:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with h5py.File(tmp, "w") as f:
+            write_format_version(f)
+            if metadata.config_json is not None:
+                f.attrs[CONFIG_JSON_ATTR] = metadata.config_json
+            if metadata.iteration is not None:
+                for key, value in metadata.iteration.to_attrs().items():
+                    f.attrs[key] = value
+            yield f
 
 
 def _write_blob(f: Any, blob: bytes | None) -> None:
@@ -363,10 +386,50 @@ def _read_blob(f: Any, path: AnyPath) -> bytes | None:
     if OPTIMIZER_DATASET not in f:
         return None
     ds = f[OPTIMIZER_DATASET]
+    if not hasattr(ds, "ndim"):  # a group or a named datatype
+        raise FormatError(rule("optimizer-blob").issue(
+            str(path), OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found a {type(ds).__name__}"))
     if ds.ndim != 1 or ds.dtype.itemsize != 1:
         raise FormatError(rule("optimizer-blob").issue(
             str(path), OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found {ds.ndim}-D {ds.dtype}"))
-    return bytes(ds[...].tobytes())
+    return bytes(read_whole(ds, path).tobytes())
+
+
+# --------------------------------------------------------------------------- readers beside a writer
+
+
+def read_committed(ckpt: CheckpointDir, read: Callable[[int], T], version: int | None = None) -> T:
+    """``read(v)`` for the committed version ``v``, all of whose files it reads (never a mix).
+
+    A writer committing meanwhile removes the files of ``v`` once ``v + 1`` is committed; a read
+    that then misses one (or finds it gone mid-read) starts over on the new committed version, at
+    most :data:`MAX_READ_ATTEMPTS` times. A failure while the committed version stayed ``v`` is
+    the data's, and raised. With ``version`` given, ``read(version)`` runs once.
+
+    >>> import tempfile, pathlib
+    >>> ckpt = CheckpointDir(pathlib.Path(tempfile.mkdtemp()))
+    >>> model = ModelState({"relations/0/operator/rhs/diagonal": np.ones(2, np.float32)})
+    >>> write_checkpoint(ckpt, 1, embeddings={}, model=model)
+    >>> calls = []
+    >>> def read(v):  # the first attempt loses its file to a commit of version 2
+    ...     calls.append(v)
+    ...     if len(calls) == 1:
+    ...         write_checkpoint(ckpt, 2, embeddings={}, model=model)
+    ...     return ckpt.read_model(v).params["relations/0/operator/rhs/diagonal"].shape
+    >>> read_committed(ckpt, read), calls
+    ((2,), [1, 2])
+    """
+    if version is not None:
+        return read(version)
+    attempts = 0
+    while True:
+        current = ckpt.read_version()
+        try:
+            return read(current)
+        except (FileNotFoundError, CorruptFileError, storage.StorageError):
+            attempts += 1
+            if attempts >= MAX_READ_ATTEMPTS or ckpt.read_version() == current:
+                raise
 
 
 # --------------------------------------------------------------------------- commit protocol

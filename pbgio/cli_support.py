@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -49,19 +49,42 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
     """
     import typer
 
-    from pbgio.errors import PbgioError
+    from pbgio.errors import OutputError, PbgioError
 
     try:
         yield
     except usage as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
+    except OutputError as exc:
+        print_error(f"{exc}{note}")
+        _exit_at_once(EXIT_FAILED)
     except PbgioError as exc:
         print_error(f"{exc}{note}")
         raise typer.Exit(EXIT_FAILED) from None
+    except OSError as exc:  # an operating-system failure no writer turned into an OutputError
+        from pbgio.errors import describe_os_failure
+
+        where = f"{exc.filename}: " if exc.filename else ""
+        print_error(f"{where}{describe_os_failure(exc)}{note}")
+        _exit_at_once(EXIT_FAILED)
     except KeyboardInterrupt:
         if on_interrupt is None:
             stderr_console().print("interrupted")
         else:
             on_interrupt()
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _exit_at_once(code: int) -> NoReturn:
+    """Exit now, skipping the interpreter's exit handlers: after a write failed, HDF5 may still
+    hold a file it can neither flush nor close (the disk is full), and its own exit handler then
+    crashes the process (SIGSEGV) instead of exiting with ``code``. Every output was already
+    discarded or left uncommitted by the writers."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -51,6 +52,7 @@ LossFn = Literal["ranking", "logistic", "softmax"]
 BucketOrder = Literal["random", "affinity", "inside_out", "outside_in"]
 REGULARIZERS = ("N3",)
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 TRUE_STRINGS = frozenset({"1", "y", "yes", "true", "on"})
 FALSE_STRINGS = frozenset({"0", "n", "no", "false", "off"})
 
@@ -59,14 +61,24 @@ FALSE_STRINGS = frozenset({"0", "n", "no", "false", "off"})
 # too, being one in Python), a float is an int or a float, a bool is also 0/1 or one of the
 # strings above (any case). pydantic's lax mode would also take "20" or 1.0 for an int, which
 # the original refuses, so each kind gets its own check before pydantic's (None passes through
-# to the optional fields).
+# to the optional fields). Integers are int64 and numbers finite float64 (what HDF5, numpy and
+# torch hold): JSON's NaN and Infinity, which Python reads, are refused.
 def _as_int(value: Any) -> Any:
     if value is None or isinstance(value, int):
+        if value is not None and not INT64_MIN <= value <= INT64_MAX:
+            raise PydanticCustomError("int64_range", "expected an integer within int64 (at most 2**63 - 1)")
         return int(value) if isinstance(value, bool) else value
     raise PydanticCustomError("not_int", "expected an integer")
 
 
 def _as_float(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN and Infinity, as Python reads them
+        raise PydanticCustomError("not_finite", "expected a finite number")
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            raise PydanticCustomError("not_finite", "expected a number within float64") from None
     if value is None or isinstance(value, int | float):
         return float(value) if isinstance(value, bool) else value
     raise PydanticCustomError("not_float", "expected a number")
@@ -288,8 +300,8 @@ def semantic_issues(cfg: ConfigSchema) -> list[Issue]:
     def add(rule_id: str, path: str, message: str) -> None:
         issues.append(rule(rule_id).issue(None, path, message))
 
-    for name in cfg.entities:
-        problem = entity_type_name_problem(name)
+    for name, entity in cfg.entities.items():
+        problem = entity_type_name_problem(name, entity.num_partitions)
         if problem:
             add("entity-type-name-unsafe", f"entities.{name}",
                 f"expected a name the original can use in file and parameter names, found {name!r}, which {problem}")
@@ -499,9 +511,17 @@ def read_config_json(path: str | AnyPath) -> Any:
     except (FileNotFoundError, MissingArtifactError):
         raise ConfigError(str(path), [rule("config-unreadable").issue(
             str(path), None, "expected a config file, found nothing at this path")]) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: invalid JSON, or an integer of more digits than int() converts;
+        # RecursionError: nesting deeper than the decoder recurses
         raise ConfigError(str(path), [rule("config-unreadable").issue(
-            str(path), None, f"expected a JSON document, found {exc}")]) from None
+            str(path), None, f"expected a JSON document, found {_json_failure(exc)}")]) from None
+
+
+def _json_failure(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nesting too deep to decode"
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
 def load_config(path: str | AnyPath) -> ConfigSchema:

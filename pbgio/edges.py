@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from pbgio import atomic, storage
 from pbgio.errors import FormatError
 from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
+from pbgio.h5guard import h5_guard
 from pbgio.spec.edges import (
     INDEX_DATASETS,
     SIDES,
@@ -172,12 +173,12 @@ def _concat_features(parts: list[FeatureLists | None]) -> FeatureLists | None:
 
 def bucket_length(path: AnyPath) -> int:
     """Number of edges in a bucket file."""
-    with open_h5(path) as f:
+    with open_h5(path) as f, h5_guard(path):
         check_format_version(f, path)
         if "rel" not in f:
             raise FormatError(rule("edge-dataset-missing").issue(
                 str(path), "rel", "expected dataset rel, found none"))
-        return int(f["rel"].shape[0])
+        return _length(f, path)
 
 
 def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
@@ -186,13 +187,13 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
 
     Featurized offsets are rebased to start at 0 for the part read.
     """
-    with open_h5(path) as f:
+    with open_h5(path) as f, h5_guard(path):
         check_format_version(f, path)
         for name in INDEX_DATASETS:
             if name not in f:
                 raise FormatError(rule("edge-dataset-missing").issue(
                     str(path), name, f"expected dataset {name}, found none"))
-        n = int(f["rel"].shape[0])
+        n = _length(f, path)
         if chunk is not None:
             start, end = chunk_bounds(n, chunk[1], chunk[0])
         elif edge_range is not None:
@@ -203,7 +204,11 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
         arrays = {name: _read_int(f, path, name, start, end) for name in INDEX_DATASETS}
         weight = None
         if "weight" in f:
-            weight = np.asarray(f["weight"][start:end], dtype=np.float32)
+            weight_ds = _one_dimensional(f, path, "weight")
+            if weight_ds.dtype.kind not in "iuf":
+                raise FormatError(rule("edge-dataset-dtype").issue(
+                    str(path), "weight", f"expected float32 (or int64), found {weight_ds.dtype}"))
+            weight = np.asarray(weight_ds[start:end], dtype=np.float32)
         feats: dict[str, FeatureLists | None] = {}
         for side in SIDES:
             if offsets_name(side) in f:
@@ -213,20 +218,38 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
                 feats[side] = FeatureLists(off - off[0], data)
             else:
                 feats[side] = None
-        return EdgeBucket(arrays["rel"], arrays["lhs"], arrays["rhs"], weight,
-                          feats["lhs"], feats["rhs"])
+        try:
+            return EdgeBucket(arrays["rel"], arrays["lhs"], arrays["rhs"], weight,
+                              feats["lhs"], feats["rhs"])
+        except ValueError as exc:  # datasets of different lengths
+            raise FormatError(rule("edge-length-mismatch").issue(
+                str(path), None, f"expected datasets of one length per edge, found {exc}")) from None
+
+
+def _one_dimensional(f: Any, path: AnyPath, name: str) -> Any:
+    """Dataset ``name``, which must be 1-D (not a group, a scalar or a matrix)."""
+    ds = f[name]
+    if getattr(ds, "ndim", None) != 1:
+        found = f"{ds.ndim}-D" if hasattr(ds, "ndim") else f"a {type(ds).__name__}"
+        raise FormatError(rule("edge-dataset-shape").issue(str(path), name, f"expected a 1-D dataset, found {found}"))
+    return ds
+
+
+def _length(f: Any, path: AnyPath) -> int:
+    """The edge count: the length of the 1-D dataset ``rel``."""
+    return int(_one_dimensional(f, path, "rel").shape[0])
 
 
 def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int) -> Int64Array:
     if name not in f:
         raise FormatError(rule("edge-offsets-pair").issue(
             str(path), name, f"expected dataset {name}, found none"))
-    ds = f[name]
+    ds = _one_dimensional(f, path, name)
     if not is_int64(ds.dtype):
         raise FormatError(rule("edge-dataset-dtype").issue(
             str(path), name, f"expected int64, found {ds.dtype}"))
-    out = np.empty(max(0, end - start), dtype=np.int64)
-    with BlockReader(ds, path) as reader:
+    with BlockReader(ds, path) as reader:  # checks the file stores the rows before they are allocated
+        out = np.empty(max(0, end - start), dtype=np.int64)
         reader.read(start, end, out)
     return out
 

@@ -155,10 +155,32 @@ class VersionError(FormatError):
 class MissingArtifactError(PbgioError, FileNotFoundError):
     """A file or directory the layout requires does not exist."""
 
-    def __init__(self, path: str, what: str, rule: str = "artifact-missing") -> None:
+    def __init__(self, path: str, what: str, rule: str = "artifact-missing", *, found: str | None = None) -> None:
         self.path = path
         self.rule = rule
-        super().__init__(f"{path}: {what} does not exist [{rule}]")
+        if found is None:
+            super().__init__(f"{path}: {what} does not exist [{rule}]")
+        else:  # something unusable is there (a symbolic link loop …)
+            super().__init__(f"{path}: expected the {what}, found {found} [{rule}]")
+
+
+class CheckpointInUseError(PbgioError):
+    """A checkpoint directory another process is writing (``pbgtrain fit`` holds its lock).
+
+    >>> err = CheckpointInUseError("model/run", "pbgtrain fit (pid 1234 on host gpu1, user ana, since "
+    ...                            "2025-01-02 03:04:05)")
+    >>> print(err)
+    model/run: in use by pbgtrain fit (pid 1234 on host gpu1, user ana, since 2025-01-02 03:04:05); wait \
+for it to finish or stop it, then run again
+    >>> err.path
+    'model/run'
+    """
+
+    def __init__(self, path: str, holder: str, detail: str = "") -> None:
+        self.path = path
+        self.holder = holder
+        extra = f"; {detail}" if detail else ""
+        super().__init__(f"{path}: in use by {holder}{extra}; wait for it to finish or stop it, then run again")
 
 
 class ConfigError(PbgioError, ValueError):
@@ -227,3 +249,35 @@ class InputError(PbgioError, ValueError):
             where = f"{where}:{line}" if unit == "line" else f"{where}: {unit} {line}"
         more = f" ({count} problems in this file)" if count > 1 else ""
         super().__init__(f"{where}: {message}{more}")
+
+
+class OutputError(PbgioError):
+    """An output could not be written: the disk is full, the device failed, the directory is
+    read-only or vanished. Nothing under the output's final name changed.
+
+    >>> import errno
+    >>> print(OutputError("ckpt/model.v3.h5", OSError(errno.ENOSPC, "No space left on device")))
+    ckpt/model.v3.h5: could not write: no space left on device (ENOSPC)
+    """
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        self.path = path
+        self.reason = describe_os_failure(cause)
+        super().__init__(f"{path}: could not write: {self.reason}")
+
+
+def describe_os_failure(exc: BaseException) -> str:
+    """``no space left on device (ENOSPC)`` for an OSError, or for the errno h5py puts in the text
+    of the errors it raises when a write or a flush fails."""
+    import errno as errnos
+    import os
+    import re
+
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        found = re.search(r"errno = (\d+)", str(exc))
+        code = int(found[1]) if found else None
+    if code is None:
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return f"{os.strerror(code)[:1].lower()}{os.strerror(code)[1:]} ({errnos.errorcode.get(code, code)})"

@@ -67,6 +67,56 @@ def _h5_reason(exc: OSError) -> str:
     return m[1] if m else text or type(exc).__name__
 
 
+def check_written(ds: h5py.Dataset, path: storage.AnyPath) -> None:
+    """Raise :class:`CorruptFileError` unless the file stores every element ``ds`` claims.
+
+    HDF5 reads the never-written part of a dataset as fill values, so a 2 KB file whose datasets
+    claim 10^12 rows would stream terabytes of zeros: a truncated file in disguise. The check reads
+    only metadata (chunk index, storage size), before anything of the claimed size is read or
+    allocated.
+    """
+    claimed = int(ds.size) * ds.dtype.itemsize
+    if claimed == 0:
+        return
+    plist = ds.id.get_create_plist()
+    layout = plist.get_layout()
+    if layout == h5py.h5d.COMPACT:
+        return  # stored in the object header, whole
+    if plist.get_external_count() or layout not in (h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED):
+        kind = "external" if plist.get_external_count() else "virtual"
+        raise _unwritten(ds, path, f"expected data stored in the file, found {kind} storage")
+    stored = int(ds.id.get_storage_size())
+    if layout == h5py.h5d.CONTIGUOUS:
+        if ds.id.get_offset() is None or stored < claimed:
+            raise _unwritten(ds, path, f"expected {claimed:,} bytes of data ({_rows(ds):,} rows), found "
+                             f"{stored:,} written (a truncated file: the rest would read as fill values)")
+    else:
+        chunks = ds.chunks or ds.shape
+        grid = int(np.prod([-(-size // chunk) for size, chunk in zip(ds.shape, chunks, strict=True)]))
+        written = int(ds.id.get_num_chunks())
+        if written < grid:
+            raise _unwritten(ds, path, f"expected {grid:,} chunks of data ({_rows(ds):,} rows), found "
+                             f"{written:,} written (a truncated file: the rest would read as fill values)")
+    size = int(ds.file.id.get_filesize())
+    if stored > size:
+        raise _unwritten(ds, path, f"expected data within the file's {size:,} bytes, found {stored:,} "
+                         "bytes claimed (a truncated file)")
+
+
+def _rows(ds: h5py.Dataset) -> int:
+    return int(ds.shape[0]) if ds.ndim else 1
+
+
+def _unwritten(ds: h5py.Dataset, path: storage.AnyPath, message: str) -> CorruptFileError:
+    return CorruptFileError(rule("h5-unreadable").issue(storage.display(path), ds.name.lstrip("/"), message))
+
+
+def read_whole(ds: h5py.Dataset, path: storage.AnyPath) -> np.ndarray[Any, Any]:
+    """All of ``ds`` in memory, after :func:`check_written` (small datasets: parameters, blobs)."""
+    check_written(ds, path)
+    return cast(np.ndarray[Any, Any], ds[()])
+
+
 def format_version(handle: h5py.File) -> Any:
     return handle.attrs.get(FORMAT_VERSION_ATTR)
 
@@ -136,6 +186,7 @@ class BlockReader:
         self.itemsize = ds.dtype.itemsize
         self._chunk = 0
         self._offsets: dict[int, int] | None = None
+        check_written(ds, path)
         plist = ds.id.get_create_plist()
         if storage.is_remote(path) or ds.file.driver == "fileobj":
             return  # no file descriptor: h5py reads through the ranged-read file object

@@ -28,7 +28,7 @@ def summarize(location: AnyPath | str, *, base: AnyPath | None = None) -> dict[s
     path = storage.resolve(location)
     with storage.remote_errors(path, "path to summarize"):
         if not path.exists():
-            raise MissingArtifactError(storage.display(path), "path to summarize")
+            raise MissingArtifactError(storage.display(path), "path to summarize", found=storage.link_problem(path))
     config_path = path if path.is_file() else _find_config(path)
     if config_path is None:
         return _summarize_dir(path)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import hashlib
 import os
 import re
@@ -187,8 +188,51 @@ def storage_options(scheme: str) -> dict[str, Any]:
 
 
 def absolute(path: AnyPath) -> AnyPath:
-    """``path`` made absolute with symlinks resolved (remote paths are absolute already)."""
-    return path if is_remote(path) else path.resolve()
+    """``path`` made absolute with symlinks resolved (remote paths are absolute already); a path
+    through a symbolic link loop is made absolute without resolving (see :func:`link_problem`)."""
+    if is_remote(path):
+        return path
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13)
+        return Path(os.path.abspath(path))
+
+
+def link_problem(path: AnyPath) -> str | None:
+    """What stops a local ``path`` from being reached through its symbolic links, for messages:
+    ``"a symbolic link loop"``, ``"a symbolic link to nothing (TARGET)"``; None when nothing does.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (d / "self").symlink_to("self")
+    >>> link_problem(d / "self"), link_problem(d / "self" / "below"), link_problem(d)
+    ('a symbolic link loop', 'a symbolic link loop', None)
+    """
+    if is_remote(path):
+        return None
+    try:
+        os.stat(path)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+    with contextlib.suppress(OSError):
+        if os.path.islink(path):
+            return f"a symbolic link to nothing ({os.readlink(path)})"
+    return None
+
+
+def found_at(path: AnyPath) -> str:
+    """What ``path`` holds, for "expected …, found …" messages: nothing, a file, a directory, or
+    a broken symbolic link (:func:`link_problem`)."""
+    problem = link_problem(path)
+    if problem is not None:
+        return problem
+    if path.is_dir():
+        return "a directory"
+    if path.is_file():
+        return "a file"
+    return "something other than a file or directory" if path.exists() else "nothing"
 
 
 def children(path: AnyPath) -> list[AnyPath]:

@@ -21,9 +21,11 @@ against the bytes actually present, so a payload that claims a huge tensor alloc
 from __future__ import annotations
 
 import io
+import lzma
 import pickle
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +41,37 @@ Container = Literal["zip", "legacy"]
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
+# What zipfile raises for a damaged archive: bad offsets (ValueError, a negative seek), a
+# compression method it lacks (NotImplementedError), encryption (RuntimeError), bad data.
+_ZIP_ERRORS = (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError,
+               struct.error, zlib.error, lzma.LZMAError, UnicodeDecodeError)
+
+
+class BoundedReader:
+    """A read-only view of a seekable binary file whose reads never ask for more than remains.
+
+    ``BufferedReader.read(n)`` allocates ``n`` bytes before reading, so a pickle opcode claiming
+    a 4 GB string would allocate 4 GB; through this view it reads what the file holds.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        here = raw.tell()
+        self.size = raw.seek(0, io.SEEK_END)
+        raw.seek(here)
+
+    def read(self, n: int | None = -1) -> bytes:
+        left = max(0, self.size - self.raw.tell())
+        return self.raw.read(left if n is None or n < 0 else min(n, left))
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.raw.readline(limit)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.raw.seek(offset, whence)
 
 
 class PayloadError(ValueError):
@@ -124,17 +157,23 @@ class TorchPayload:
                         block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> Iterator[NDArray[Any]]:
         where, dtype = self._locations[storage.key]
         itemsize = dtype.itemsize
-        if self._zip is not None:
-            stream: IO[bytes] = self._zip.open(str(where))
-        else:
-            stream = self._source
-            stream.seek(int(where))
+        try:
+            if self._zip is not None:
+                stream: IO[bytes] = self._zip.open(str(where))
+            else:
+                stream = self._source
+                stream.seek(int(where))
+        except _ZIP_ERRORS as exc:
+            raise PayloadError(f"storage {storage.key!r} is unreadable ({exc})") from None
         try:
             _skip(stream, start * itemsize)
             remaining = count
             while remaining > 0:
                 n = min(remaining, block_elements)
-                raw = stream.read(n * itemsize)
+                try:
+                    raw = stream.read(n * itemsize)
+                except _ZIP_ERRORS as exc:
+                    raise PayloadError(f"storage {storage.key!r} is unreadable ({exc})") from None
                 if len(raw) != n * itemsize:
                     raise PayloadError(f"storage {storage.key!r} ends early")
                 yield _widen(np.frombuffer(raw, dtype=dtype).copy(), storage.dtype)
@@ -146,7 +185,10 @@ class TorchPayload:
 
 def _skip(stream: IO[bytes], nbytes: int) -> None:
     while nbytes > 0:
-        got = len(stream.read(min(nbytes, 1 << 20)))
+        try:
+            got = len(stream.read(min(nbytes, 1 << 20)))
+        except _ZIP_ERRORS as exc:
+            raise PayloadError(f"a storage is unreadable ({exc})") from None
         if got == 0:
             raise PayloadError("a storage ends early")
         nbytes -= got
@@ -256,7 +298,7 @@ def _read_zip(stream: IO[bytes]) -> TorchPayload:
     try:
         archive = zipfile.ZipFile(stream)
         members = {info.filename: info for info in archive.infolist()}
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except _ZIP_ERRORS as exc:
         raise PayloadError(f"the zip container is unreadable ({exc})") from None
     pickles = [name for name in members if name == "data.pkl" or name.endswith("/data.pkl")]
     if len(pickles) != 1:
@@ -267,7 +309,9 @@ def _read_zip(stream: IO[bytes]) -> TorchPayload:
             value, storages = _unpickle(member, legacy=False)
         order = members.get(f"{prefix}byteorder")
         little = archive.read(order).decode("ascii", "replace") != "big" if order is not None else True
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+    except PayloadError:
+        raise
+    except _ZIP_ERRORS as exc:
         raise PayloadError(f"the zip container is unreadable ({exc})") from None
     locations: dict[str, tuple[str | int, np.dtype[Any]]] = {}
     for key, ref in storages.items():
@@ -283,7 +327,8 @@ def _read_zip(stream: IO[bytes]) -> TorchPayload:
     return TorchPayload(value, "zip", stream, locations, archive)
 
 
-def _read_legacy(stream: IO[bytes]) -> TorchPayload:
+def _read_legacy(source: IO[bytes]) -> TorchPayload:
+    stream: Any = BoundedReader(source)
     magic, _ = _unpickle(stream, legacy=True)
     protocol, _ = _unpickle(stream, legacy=True)
     sys_info, _ = _unpickle(stream, legacy=True)

@@ -49,7 +49,7 @@ def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
     path = storage.resolve(location)
     with storage.remote_errors(path, "path to validate"):
         if not path.exists():
-            raise MissingArtifactError(storage.display(path), "path to validate")
+            raise MissingArtifactError(storage.display(path), "path to validate", found=storage.link_problem(path))
     report = Report(target=storage.display(path))
     root = path if path.is_dir() else path.parent
     ctx = Context(report, root=root)
@@ -159,12 +159,14 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
     if entity_path.is_dir():
         check_entity_dir(ctx, entity_path)
     else:
-        ctx.add("path-missing", entity_path, None, "expected the entity_path directory, found nothing")
+        ctx.add("path-missing", entity_path, None,
+                f"expected the entity_path directory, found {storage.found_at(entity_path)}")
     lhs_parts, rhs_parts = cfg.bucket_grid()
     for edge_path_str in cfg.edge_paths:
         edge_path = storage.resolve(edge_path_str, base)
         if not edge_path.is_dir():
-            ctx.add("path-missing", edge_path, None, "expected an edge_paths directory, found nothing")
+            ctx.add("path-missing", edge_path, None,
+                    f"expected an edge_paths directory, found {storage.found_at(edge_path)}")
             continue
         present = {naming.parse_bucket_file(p.name): p for p in storage.children(edge_path)}
         present.pop(None, None)
@@ -185,12 +187,17 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
     checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
     if checkpoint_path.is_dir():
         check_checkpoint_dir(ctx, checkpoint_path)
+    elif not storage.is_remote(checkpoint_path) and (
+            storage.link_problem(checkpoint_path) is not None or checkpoint_path.exists()):
+        ctx.add("path-missing", checkpoint_path, None, "expected the checkpoint_path directory (or nothing, "
+                f"before training), found {storage.found_at(checkpoint_path)}")
     if cfg.init_path is not None:
         init_path = storage.resolve(cfg.init_path, base)
         if init_path.is_dir():
             check_checkpoint_dir(ctx, init_path)
         else:
-            ctx.add("path-missing", init_path, None, "expected the init_path directory, found nothing")
+            ctx.add("path-missing", init_path, None,
+                    f"expected the init_path directory, found {storage.found_at(init_path)}")
 
 
 def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | None) -> None:

@@ -103,7 +103,9 @@ def fit(
     if distributed:
         _stop_on_sigterm()
     try:
-        with exit_codes(on_interrupt=lambda: _interrupted_fit(run)):
+        from pbgio.errors import CheckpointInUseError
+
+        with exit_codes(usage=(CheckpointInUseError,), on_interrupt=lambda: _interrupted_fit(run)):
             result = run_fit(run, options)
     except typer.Exit as stop:
         if distributed:  # leave now: a lost peer can leave gloo's threads waiting at interpreter exit

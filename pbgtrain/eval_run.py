@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from pbgio.checkpoint import CheckpointDir
+from pbgio.checkpoint import CheckpointDir, read_committed
 from pbgio.checks.edges import check_bounds
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
@@ -110,8 +110,18 @@ class CheckpointReader:
 
 
 def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> EvalResult:
-    """Metrics of a checkpoint version on edge paths (default: the config's ``edge_paths``)."""
+    """Metrics of a checkpoint version on edge paths (default: the config's ``edge_paths``).
+
+    Without ``options.version``, the committed version, all of it even while ``pbgtrain fit``
+    commits newer ones: when a commit removes one of its files meanwhile, evaluation starts over
+    on the new committed version (:func:`pbgio.checkpoint.read_committed`).
+    """
     options = options or EvalOptions()
+    return read_committed(CheckpointDir(run.checkpoint_path),
+                          lambda version: _evaluate(run, replace(options, version=version)), options.version)
+
+
+def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
     cfg = run.config
     started = time.perf_counter()
     torch.set_num_threads(cfg.workers or os.cpu_count() or 1)

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 from pbgio import interrupts, storage
-from pbgio.checkpoint import remove_uncommitted
+from pbgio.checkpoint import remove_superseded, remove_uncommitted
 from pbgio.checks.edges import SideLimits, check_bounds, relation_limits
 from pbgio.config import semantic_issues
 from pbgio.edges import EdgeBucket, bucket_length, read_bucket
@@ -662,10 +663,30 @@ def default_threads(cfg: Any, local_trainers: int = 1) -> int:
 
 
 def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitResult:
+    """The run, its checkpoint directory locked by rank 0 (the single process) from before anything
+    is written to the end (:mod:`pbgio.lock`): a second run on it is refused at once."""
+    rank = 0 if cluster is None else cluster.rank
+    if rank != 0:
+        return _fit_locked(run, options, cluster, rank, None)
+    from pbgio.lock import CheckpointLock
+
+    problem = storage.link_problem(run.checkpoint_path)
+    if problem is not None:  # the lock would fail to create the directory (EEXIST)
+        from pbgio.errors import ConfigError
+        from pbgio.spec.rules import rule
+
+        raise ConfigError(run.source, [rule("path-missing").issue(
+            storage.display(run.checkpoint_path), "checkpoint_path",
+            f"expected the checkpoint_path directory (or nothing, before training), found {problem}")])
+    with CheckpointLock(run.checkpoint_path, command="pbgtrain fit") as lock:
+        return _fit_locked(run, options, cluster, rank, lock.check)
+
+
+def _fit_locked(run: RunConfig, options: FitOptions, cluster: Cluster | None, rank: int,
+                check_lock: Callable[[], None] | None) -> FitResult:
     cfg = run.config
     torch.set_num_threads(default_threads(cfg, 1 if cluster is None else cluster.local_world_size))
     keep_freed_memory()
-    rank = 0 if cluster is None else cluster.rank
     # a wrong --device or --precision fails before validation
     resolve_precision(options.precision, run, resolve_device(options.device, run, cluster))
     bucket_cache = remote_bucket_cache(options)
@@ -684,15 +705,18 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
         raise
     try:
         with interrupts.noticed():
-            return _train_plan(trainer, plan, rank)
+            return _train_plan(trainer, plan, rank, check_lock)
     finally:
         trainer.close()
 
 
-def _train_plan(trainer: Trainer, plan: IterationPlan, rank: int) -> FitResult:
+def _train_plan(trainer: Trainer, plan: IterationPlan, rank: int,
+                check_lock: Callable[[], None] | None = None) -> FitResult:
     options, cfg, cluster = trainer.options, trainer.cfg, trainer.cluster
     if rank == 0:
         remove_uncommitted(trainer.ckpt.dir)
+        if trainer.ckpt.committed > 0:  # a run killed after its last commit point left the version before
+            remove_superseded(trainer.ckpt.dir, trainer.ckpt.committed)
     if trainer.coordination is not None:
         trainer.coordination.run_started()
     start = trainer.ckpt.committed
@@ -711,6 +735,8 @@ def _train_plan(trainer: Trainer, plan: IterationPlan, rank: int) -> FitResult:
             if issue.severity == "warning":
                 reporter.log(f"note [{issue.rule}]: {issue.dataset}: {issue.message}")
         for step in plan.steps(start):
+            if check_lock is not None:
+                check_lock()  # a remote lease lost to another writer stops the run before it commits
             record = trainer.run_iteration(step, reporter)
             result.iterations.append(record)
             result.final_version = record.version

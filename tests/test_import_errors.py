@@ -226,7 +226,8 @@ def test_failure_while_writing_leaves_nothing_that_validates(tmp_path: Path,
 
 
 def test_crash_during_commit_leaves_no_valid_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Killed after the buckets moved in but before the entity counts: the layout is incomplete."""
+    """Interrupted after the buckets moved in but before the entity counts: no layout is left (the
+    files already moved in are removed again; a kill -9 here is tests/test_crash_recovery.py's)."""
     import os
 
     from pbgio.importers import write
@@ -248,7 +249,8 @@ def test_crash_during_commit_leaves_no_valid_layout(tmp_path: Path, monkeypatch:
         import_edge_lists(config, [path])
     monkeypatch.setattr(write.os, "replace", real_replace)
     report = validate_path(config)
-    assert not report.ok and "entity-count-missing" in report.rule_ids()
+    assert not report.ok and report.rule_ids() == {"path-missing"}
+    assert not list((tmp_path / "data").rglob("*.h5"))
 
 
 # --------------------------------------------------------------------------- command line

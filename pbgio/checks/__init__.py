@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, Issue, MissingArtifactError, Report
 from pbgio.spec.rules import rule
-from pbgio.storage import AnyPath, LocalCache, display
+from pbgio.storage import AnyPath, LocalCache, display, found_at
 
 MAX_ROWS_SHOWN = 5
 
@@ -64,7 +64,7 @@ class Context:
             self.report.add(Issue(issue.rule, issue.severity, self.display(path), issue.dataset,
                                   issue.message, issue.rows, issue.count))
         else:
-            self.add("path-missing", path, None, "expected this file, found nothing")
+            self.add("path-missing", path, None, f"expected this file, found {found_at(path)}")
 
     def count(self, entity_type: str, part: int) -> int | None:
         """Entity count of a type in a bucket partition (unpartitioned types use part 0)."""

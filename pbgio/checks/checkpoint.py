@@ -14,7 +14,8 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
-from pbgio.h5 import attr_str, byte_dataset_file, check_format_version, is_float32, open_h5
+from pbgio.h5 import attr_str, byte_dataset_file, check_format_version, check_written, is_float32, open_h5
+from pbgio.h5guard import h5_guard
 from pbgio.optimizer_state import (
     accumulator_value_problem,
     accumulators,
@@ -40,8 +41,37 @@ from pbgio.storage import AnyPath
 ROW_BLOCK_BYTES = 16 << 20
 
 
+MAX_CHECK_ATTEMPTS = 20
+"""Times a checkpoint directory is checked again because a writer committed during the check."""
+
+
 def check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
-    """Check versions, files, attributes, embeddings, model, snapshots and stats."""
+    """Check versions, files, attributes, embeddings, model, snapshots and stats.
+
+    One complete version is checked even while ``pbgtrain fit`` commits: when the committed
+    version changed during a check that found problems (a file of the checked version removed by
+    the commit, say), its issues are dropped and the directory is checked again. While a writer
+    holds the directory (:mod:`pbgio.lock`), files of other versions are its commit in progress,
+    not leftovers: no ``checkpoint-stale-files`` warning then.
+    """
+    for attempt in range(MAX_CHECK_ATTEMPTS):
+        mark, checked, config = len(ctx.report.issues), dict(ctx.report.checked), ctx.config
+        version = _check_checkpoint_once(ctx, path)
+        if version is None or len(ctx.report.issues) == mark or attempt == MAX_CHECK_ATTEMPTS - 1:
+            return
+        try:
+            if CheckpointDir(path).read_version() == version:
+                return
+        except FormatError:
+            return
+        del ctx.report.issues[mark:]
+        ctx.report.checked, ctx.config = checked, config
+
+
+def _check_checkpoint_once(ctx: Context, path: AnyPath) -> int | None:
+    """One check of the directory; the committed version it checked (None: unreadable)."""
+    from pbgio.lock import holder_of
+
     ckpt = CheckpointDir(path)
     try:
         version: int | None = ckpt.read_version()
@@ -50,7 +80,7 @@ def check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
         version = None
     reference = _reference_config(ctx, path)
     if version is None:
-        return
+        return None
     ctx.report.count_checked("checkpoint versions")
     if version > 0 and not (path / naming.CONFIG_JSON).is_file():
         ctx.add("checkpoint-config-missing", path / naming.CONFIG_JSON, None,
@@ -68,13 +98,17 @@ def check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
     for file in ckpt.files_of_version(version):
         _check_versioned_file(ctx, file, reference)
     kept = ckpt.snapshot_versions() | {0, version}
-    for stale in sorted(set(ckpt.versions_on_disk()) - kept):
+    stale_versions = sorted(set(ckpt.versions_on_disk()) - kept)
+    if stale_versions and holder_of(path) is not None:
+        stale_versions = []  # a commit in progress, or the versions it is about to remove
+    for stale in stale_versions:
         files = ckpt.files_of_version(stale)
         ctx.add("checkpoint-stale-files", files[0], None,
                 f"expected only files of version {version} (and v0 or snapshots), found {len(files)} "
                 f"file(s) of version {stale}, likely left by an interrupted checkpoint write")
     _check_snapshots(ctx, path)
     _check_stats(ctx, path / naming.TRAINING_STATS)
+    return version
 
 
 def _reference_config(ctx: Context, path: AnyPath) -> dict[str, Any] | None:
@@ -146,6 +180,8 @@ def _check_blob(ctx: Context, file: AnyPath, f: h5py.File, *, count: int | None 
         found = f"{ds.ndim}-D {ds.dtype}" if isinstance(ds, h5py.Dataset) else "a group"
         ctx.add("optimizer-blob", file, OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found {found}")
         return
+    if not _written(ctx, file, ds):
+        return
     try:
         with byte_dataset_file(ds) as blob:
             state = read_state(blob, ctx.display(file))
@@ -166,7 +202,7 @@ def _check_blob(ctx: Context, file: AnyPath, f: h5py.File, *, count: int | None 
 def _with_open(ctx: Context, file: AnyPath, check: Callable[[h5py.File], None]) -> None:
     """Open ``file`` (errors become issues), check its format_version, then run ``check``."""
     try:
-        with open_h5(file) as f:
+        with open_h5(file) as f, h5_guard(file):
             try:
                 check_format_version(f, file)
             except FormatError as exc:
@@ -206,7 +242,19 @@ def _check_embeddings(ctx: Context, file: AnyPath, f: h5py.File, etype: str, par
     _check_finite(ctx, file, ds, "embeddings-nonfinite", EMBEDDINGS_DATASET)
 
 
+def _written(ctx: Context, file: AnyPath, ds: h5py.Dataset) -> bool:
+    """Whether ``ds`` stores all it claims; if not, the issue is recorded (nothing more is read)."""
+    try:
+        check_written(ds, file)
+    except FormatError as exc:
+        ctx.add_error(exc, file)
+        return False
+    return True
+
+
 def _check_finite(ctx: Context, file: AnyPath, ds: Any, rule_id: str, dataset: str) -> None:
+    if not _written(ctx, file, ds):
+        return
     rows = RowCollector(ctx, rule_id, file, dataset)
     if ds.ndim == 0:
         value = np.asarray(ds[()])
@@ -315,6 +363,8 @@ def _check_snapshots(ctx: Context, path: AnyPath) -> None:
 
 
 def _check_stats(ctx: Context, path: AnyPath) -> None:
+    from pbgio.lock import holder_of
+
     if not path.is_file():
         return
     rows: dict[str, list[int]] = {}
@@ -323,6 +373,8 @@ def _check_stats(ctx: Context, path: AnyPath) -> None:
         for index, line in enumerate(lines):
             if not line.strip():
                 continue
+            if not line.endswith("\n") and holder_of(path.parent) is not None:
+                break  # the last line, being appended by the writer right now
             try:
                 problems = line_problems(json.loads(line))
             except json.JSONDecodeError as exc:

@@ -21,7 +21,8 @@ from pbgio.checks import Context, RowCollector
 from pbgio.config import ConfigSchema
 from pbgio.edges import EdgeBucket
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5
+from pbgio.h5 import BlockReader, check_format_version, check_written, is_int64, open_h5
+from pbgio.h5guard import h5_guard
 from pbgio.spec.edges import (
     DATASETS_BY_NAME,
     INDEX_DATASETS,
@@ -139,7 +140,7 @@ def check_bounds(edges: EdgeBucket, path: AnyPath, *, first_row: int, lhs: SideL
 def check_bucket(ctx: Context, path: AnyPath, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
     """Check one bucket file; partitions are needed for range checks against the config."""
     try:
-        with open_h5(path if ctx.cache is None else ctx.cache.local(path)) as f:
+        with open_h5(path if ctx.cache is None else ctx.cache.local(path)) as f, h5_guard(path):
             _check_open_bucket(ctx, path, f, lhs_part, rhs_part)
     except (FormatError, MissingArtifactError) as exc:
         ctx.add_error(exc, path)
@@ -166,6 +167,15 @@ def _check_open_bucket(ctx: Context, path: AnyPath, f: h5py.File, lhs_part: int 
     usable = _check_dtypes_and_shapes(ctx, path, datasets)
     if missing or not {*INDEX_DATASETS} <= usable:
         return
+    unwritten = False
+    for name in sorted(usable):
+        try:
+            check_written(datasets[name], path)
+        except FormatError as exc:
+            ctx.add_error(exc, path)
+            unwritten = True
+    if unwritten:
+        return  # nothing to scan: the claimed rows are not in the file
     n = int(datasets["rel"].shape[0])
     ctx.report.count_checked("edges", n)
     ctx.report.count_checked("bucket bytes", sum(int(datasets[k].id.get_storage_size()) for k in INDEX_DATASETS))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import entities, storage
 from pbgio.checks import Context
-from pbgio.errors import FormatError, MissingArtifactError
+from pbgio.errors import FormatError, MissingArtifactError, PbgioError
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 
@@ -43,10 +41,9 @@ def check_entity_dir(ctx: Context, entity_path: AnyPath) -> None:
     for path in storage.glob(entity_path, "entity_names_*_*.json"):
         parsed = naming.parse_entity_names_file(path.name)
         if parsed:
-            names = _check_names(ctx, entity_path, *parsed)
-            if names is not None:
-                hashes.setdefault(parsed[0], {})[parsed[1]] = np.fromiter(
-                    (hash(n) for n in names), dtype=np.int64, count=len(names))
+            sorted_hashes = _check_names(ctx, entity_path, *parsed)
+            if sorted_hashes is not None:
+                hashes.setdefault(parsed[0], {})[parsed[1]] = sorted_hashes
     for etype, parts in sorted(hashes.items()):
         if len(parts) > 1:
             _check_names_across_partitions(ctx, entity_path, etype, parts)
@@ -58,21 +55,21 @@ def _check_names_across_partitions(ctx: Context, entity_path: AnyPath, etype: st
     """A name in two partitions of a type: found through one hash per name (memory bounded by
     8 bytes a name), confirmed on the strings of the partitions involved."""
     keys = sorted(hashes)
-    all_hashes = np.concatenate([np.unique(hashes[p]) for p in keys])
-    values, counts = np.unique(all_hashes, return_counts=True)
-    suspects = set(values[counts > 1].tolist())
-    if not suspects:
+    all_hashes = np.concatenate([_distinct(hashes[p]) for p in keys])
+    all_hashes.sort()
+    suspects = _repeated(all_hashes)
+    del all_hashes
+    if not len(suspects):
         return
     seen: dict[str, int] = {}
     repeated: list[tuple[str, int, int]] = []
     for part in keys:
-        rows = np.flatnonzero(np.isin(hashes[part], list(suspects)))
-        names = entities.read_entity_names(entity_path, etype, part)
-        for row in rows.tolist():
-            name = names[row]
-            first = seen.setdefault(name, part)
-            if first != part:
-                repeated.append((name, first, part))
+        for chunk in entities.iter_entity_names(entity_path, etype, part):
+            for offset in np.flatnonzero(np.isin(_hashes(chunk), suspects)).tolist():
+                name = chunk[offset]
+                first = seen.setdefault(name, part)
+                if first != part:
+                    repeated.append((name, first, part))
     if repeated:
         name, first, part = repeated[0]
         ctx.add("entity-names-duplicate", entity_path / naming.entity_names_file(etype, part), None,
@@ -81,25 +78,76 @@ def _check_names_across_partitions(ctx: Context, entity_path: AnyPath, etype: st
                 count=len(repeated))
 
 
-def _check_names(ctx: Context, entity_path: AnyPath, etype: str, part: int) -> list[str] | None:
+def _hashes(names: list[str]) -> NDArray[np.int64]:
+    return np.fromiter(map(hash, names), dtype=np.int64, count=len(names))
+
+
+def _distinct(sorted_values: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The distinct values of a sorted array."""
+    if len(sorted_values) < 2:
+        return sorted_values
+    keep = np.empty(len(sorted_values), dtype=bool)
+    keep[0] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=keep[1:])
+    return sorted_values[keep]
+
+
+def _repeated(sorted_values: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The values found more than once in a sorted array (each once)."""
+    if len(sorted_values) < 2:
+        return sorted_values[:0]
+    same = sorted_values[1:] == sorted_values[:-1]
+    return _distinct(sorted_values[1:][same])
+
+
+def _check_names(ctx: Context, entity_path: AnyPath, etype: str, part: int) -> NDArray[np.int64] | None:
+    """Check one names file, streamed: memory holds one 8-byte hash per name (sorted, returned for
+    the check across partitions), never the names; repeated hashes are confirmed on the strings
+    in a second pass over the file."""
     path = entity_path / naming.entity_names_file(etype, part)
+    count = ctx.counts.get((etype, part))
+    try:  # room for the count file's number of names (no copy while it is right), at most 1 per 3 bytes ('"",')
+        room = min(count or 0, storage.file_size(path) // 3 + 1)
+    except (OSError, PbgioError):
+        room = 0
+    hashes = np.empty(room, np.int64)
+    size = 0
     try:
-        names = entities.read_entity_names(entity_path, etype, part)
+        for chunk in entities.iter_entity_names(entity_path, etype, part):
+            if size + len(chunk) > len(hashes):
+                hashes = np.resize(hashes, max(size + len(chunk), len(hashes) * 3 // 2))
+            hashes[size:size + len(chunk)] = _hashes(chunk)
+            size += len(chunk)
     except (FormatError, MissingArtifactError) as exc:
         ctx.add_error(exc, path)
         return None
+    hashes = hashes[:size]
     ctx.report.count_checked("entity names files")
-    count = ctx.counts.get((etype, part))
-    if count is not None and len(names) != count:
+    if count is not None and len(hashes) != count:
         ctx.add("entity-names-count", path, None,
-                f"expected {count} names (entity_count_{etype}_{part}.txt), found {len(names)}")
-    dupes = [name for name, n in Counter(names).items() if n > 1]
+                f"expected {count} names (entity_count_{etype}_{part}.txt), found {len(hashes)}")
+    hashes.sort()
+    suspects = _repeated(hashes)
+    if len(suspects):
+        _report_duplicates(ctx, entity_path, etype, part, suspects)
+    return hashes
+
+
+def _report_duplicates(ctx: Context, entity_path: AnyPath, etype: str, part: int,
+                       suspects: NDArray[np.int64]) -> None:
+    """Confirm names whose hashes repeat (a second pass, keeping only those names)."""
+    rows_of: dict[str, list[int]] = {}
+    row = 0
+    for chunk in entities.iter_entity_names(entity_path, etype, part):
+        for offset in np.flatnonzero(np.isin(_hashes(chunk), suspects)).tolist():
+            rows_of.setdefault(chunk[offset], []).append(row + offset)
+        row += len(chunk)
+    dupes = [name for name, rows in rows_of.items() if len(rows) > 1]  # in order of first appearance
     if dupes:
-        first_rows = [i for i, name in enumerate(names) if name in set(dupes[:5])]
-        ctx.add("entity-names-duplicate", path, None,
+        first_rows = sorted(r for name in dupes[:5] for r in rows_of[name])
+        ctx.add("entity-names-duplicate", entity_path / naming.entity_names_file(etype, part), None,
                 f"expected unique names, found {len(dupes)} repeated, e.g. {dupes[0]!r}",
                 rows=tuple(first_rows[:5]), count=len(dupes))
-    return names
 
 
 def _check_relation_files(ctx: Context, entity_path: AnyPath) -> None:

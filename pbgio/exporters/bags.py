@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from pbgio.config import ConfigSchema
 from pbgio.errors import MissingArtifactError
-from pbgio.exporters.common import ExportError, ExportSource, open_export_source
+from pbgio.exporters.common import ExportError, ExportSource, consistent_version, open_export_source
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings, partition_names
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -46,6 +46,7 @@ class BagError(ExportError):
         self.reason = reason
 
 
+@consistent_version
 def embed_bags(
     config: ConfigSchema | str | AnyPath,
     entity_type: str,
@@ -151,7 +152,7 @@ def _name_index(source: ExportSource, entity_type: str, partition: int, num_feat
     """Row of each feature name of the partition's names file; ``bag`` and ``feature`` are the
     first to need it (named when there is no names file)."""
     try:
-        names = partition_names(source, entity_type, partition, num_features)
+        names = partition_names(source, entity_type, partition, num_features).to_list()
     except MissingArtifactError as exc:
         raise BagError(bag, f"feature {feature!r} is a name, but {entity_type!r} partition {partition} has no "
                             f"names file ({exc.path}); give features as row offsets (ints; --offsets on the "

@@ -15,13 +15,15 @@ exported checkpoint version 3: user 10 rows in 0.50 s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import contextvars
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 from pbgio import atomic, storage
-from pbgio.checkpoint import CheckpointDir
+from pbgio.checkpoint import CheckpointDir, read_committed
 from pbgio.config import ConfigSchema, load_config
 from pbgio.errors import PbgioError
 from pbgio.storage import AnyPath
@@ -82,6 +84,49 @@ class ExportReport:
         return asdict(self)
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+_ATTEMPT_OUTPUTS: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("attempt_outputs",
+                                                                                     default=None)
+
+
+def consistent_version(export: Callable[P, T]) -> Callable[P, T]:
+    """Run an export (``config`` first, keyword ``version``, ``base``, ``checkpoint``) on one complete
+    version while ``pbgtrain fit`` may be committing: without ``version``, the committed one, and
+    when a commit removes one of its files meanwhile, the export starts over on the new committed
+    version (:func:`pbgio.checkpoint.read_committed`), removing the outputs it wrote first."""
+
+    @functools.wraps(export)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        if kwargs.get("version") is not None:
+            return export(*args, **kwargs)
+        config = args[0] if args else kwargs["config"]
+        source = open_export_source(cast(Any, config), base=cast(Any, kwargs.get("base")),
+                                    checkpoint=cast(Any, kwargs.get("checkpoint")))
+        outputs: list[Path] = []
+
+        def attempt(version: int) -> T:
+            for path in outputs:  # a failed attempt's outputs: the new one writes them again
+                path.unlink(missing_ok=True)
+            outputs.clear()
+            token = _ATTEMPT_OUTPUTS.set(outputs)
+            try:
+                return cast(T, cast(Any, export)(*args, **{**kwargs, "version": version}))
+            finally:
+                _ATTEMPT_OUTPUTS.reset(token)
+
+        return read_committed(source.checkpoint, attempt)
+
+    return run
+
+
+def wrote(path: Path) -> None:
+    """Note an output an export attempt put in place (removed if the attempt starts over)."""
+    outputs = _ATTEMPT_OUTPUTS.get()
+    if outputs is not None:
+        outputs.append(path)
+
+
 def check_free(path: Path, overwrite: bool) -> None:
     if path.exists() and not overwrite:
         raise OutputExistsError(f"{path}: exists; pass --overwrite (overwrite=True) to replace it")
@@ -94,3 +139,4 @@ def output_file(path: Path, overwrite: bool) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_target(path) as tmp:
         yield tmp
+    wrote(path)

@@ -34,16 +34,19 @@ import polars as pl
 from numpy.typing import NDArray
 
 from pbgio.config import ConfigSchema
-from pbgio.entities import read_entity_count, read_entity_names, write_name_list
+from pbgio.entities import iter_entity_names, read_entity_count, write_name_list
 from pbgio.exporters.common import (
     ExportError,
     ExportReport,
     ExportSource,
     check_free,
+    consistent_version,
     open_export_source,
     output_file,
+    wrote,
 )
 from pbgio.progress import Progress
+from pbgio.spec import naming
 from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.storage import AnyPath
 
@@ -54,6 +57,7 @@ ROWS_PER_WRITE = 1 << 16
 Floats = NDArray[np.float32]
 
 
+@consistent_version
 def export_embeddings(
     config: ConfigSchema | str | AnyPath,
     output: str | Path,
@@ -89,8 +93,9 @@ def export_embeddings(
     if fmt == "tsv":
         with output_file(output, overwrite) as tmp, tmp.open("wb") as out:
             for entity_type in types:
-                for names, values in _partitions(source, entity_type, shift.get(entity_type), progress):
-                    _check_tsv_names(names, entity_type)
+                parts = _partitions(source, entity_type, shift.get(entity_type), progress)
+                for part, (names, values) in enumerate(parts):
+                    _check_tsv_names(names, source, entity_type, part)
                     write_tsv(out, names, values)
                     report.rows[entity_type] = report.rows.get(entity_type, 0) + len(names)
         report.outputs.append(str(output))
@@ -129,19 +134,41 @@ def _partitions(source: ExportSource, entity_type: str, shift: Floats | None,
     """Names and rows of each partition, global embedding added when ``shift`` is given."""
     for part in range(source.config.num_partitions(entity_type)):
         values = source.checkpoint.read_embeddings(entity_type, part, source.version).embeddings
-        names = pl.Series("name", partition_names(source, entity_type, part, values.shape[0]), dtype=pl.String)
+        names = partition_names(source, entity_type, part, values.shape[0])
         yield names, add_global_embedding(values, shift, entity_type)
         progress.advance()
 
 
-def partition_names(source: ExportSource, entity_type: str, part: int, num_rows: int) -> list[str]:
-    """The names of a partition's ``num_rows`` checkpoint rows (``entity_names_{type}_{part}.json``)."""
-    names = read_entity_names(source.entity_path, entity_type, part)
+def partition_names(source: ExportSource, entity_type: str, part: int, num_rows: int) -> pl.Series:
+    """The names of a partition's ``num_rows`` checkpoint rows (``entity_names_{type}_{part}.json``),
+    streamed into a string column (a few bytes a name over their UTF-8, not a list of objects)."""
+    chunks: list[pl.Series] = []
+    row = 0
+    for chunk in iter_entity_names(source.entity_path, entity_type, part):
+        try:
+            chunks.append(pl.Series("name", chunk, dtype=pl.String))
+        except UnicodeEncodeError:
+            raise _unencodable(source, entity_type, part, row, chunk) from None
+        row += len(chunk)
+    names = pl.concat(chunks) if chunks else pl.Series("name", [], dtype=pl.String)
     if len(names) != num_rows:
         path = source.checkpoint.embeddings_path(entity_type, part, source.version)
         raise ExportError(f"{path}: expected {len(names)} rows (entity_names_{entity_type}_{part}.json), "
                           f"found {num_rows}")
     return names
+
+
+def _unencodable(source: ExportSource, entity_type: str, part: int, row: int, chunk: list[str]) -> ExportError:
+    """A name that is no Unicode text (a lone surrogate, which JSON's \\u escapes can spell)."""
+    for offset, name in enumerate(chunk):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            path = source.entity_path / naming.entity_names_file(entity_type, part)
+            return ExportError(f"{path}: name {row + offset} ({name[:40]!r}) holds the lone surrogate "
+                               f"{name[exc.start]!r} at character {exc.start}, which no Unicode text (TSV, "
+                               "Parquet) can hold [entity-names-format]")
+    return ExportError(f"{source.entity_path}: names of {entity_type!r} partition {part} cannot be encoded")
 
 
 def add_global_embedding(values: Floats, shift: Floats | None, entity_type: str) -> Floats:
@@ -154,11 +181,14 @@ def add_global_embedding(values: Floats, shift: Floats | None, entity_type: str)
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
-def _check_tsv_names(names: pl.Series, entity_type: str) -> None:
-    bad = names.filter(names.str.contains(r"[\t\n\r]"))
-    if len(bad):
-        raise ExportError(f"{entity_type!r} has names holding a tab or a line break, e.g. {bad[0]!r}, which "
-                          "TSV cannot hold; export to Parquet or npy instead")
+def _check_tsv_names(names: pl.Series, source: ExportSource, entity_type: str, part: int) -> None:
+    rows = names.str.contains(r"[\t\n\r]").arg_true()
+    if len(rows):
+        path = source.entity_path / naming.entity_names_file(entity_type, part)
+        row = int(rows[0])
+        more = f" ({len(rows)} names in all)" if len(rows) > 1 else ""
+        raise ExportError(f"{path}: name {row} ({names[row][:40]!r}) holds a tab or a line break, which TSV "
+                          f"cannot hold{more}; export {entity_type!r} to Parquet or npy instead")
 
 
 def _value_columns(values: Floats) -> dict[str, Floats]:
@@ -244,4 +274,5 @@ def _write_npy(path: Path, names_path: Path, source: ExportSource, entity_type: 
         array.flush()
         del array
     write_name_list(names_path, (name for names in all_names for name in names))
+    wrote(names_path)
     return total

@@ -27,7 +27,14 @@ from numpy.typing import NDArray
 
 from pbgio.config import ConfigSchema
 from pbgio.entities import read_relation_names
-from pbgio.exporters.common import ExportError, ExportReport, ExportSource, open_export_source, output_file
+from pbgio.exporters.common import (
+    ExportError,
+    ExportReport,
+    ExportSource,
+    consistent_version,
+    open_export_source,
+    output_file,
+)
 from pbgio.spec.checkpoint import OPERATORS, operator_param_name
 from pbgio.storage import AnyPath
 
@@ -81,6 +88,7 @@ def relation_parameters(source: ExportSource) -> list[RelationParameter]:
     return records
 
 
+@consistent_version
 def export_relations(
     config: ConfigSchema | str | AnyPath,
     output: str | Path,

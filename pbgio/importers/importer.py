@@ -127,6 +127,8 @@ def import_edge_lists(
                                "delimiter (pass --feature-separator)")
     entity_target = storage.resolve(cfg.entity_path, base)
     edge_targets = [storage.resolve(p, base) for p in cfg.edge_paths]
+    for key, target in [("entity_path", entity_target), *(("edge_paths", t) for t in edge_targets)]:
+        _check_reachable(key, target)
     if len({str(storage.absolute(p)) for p in edge_targets}) != len(edge_targets):
         raise ImportSetupError(f"expected distinct edge_paths, found {cfg.edge_paths}")
     sets = _input_sets(inputs, len(edge_targets))
@@ -145,6 +147,18 @@ def import_edge_lists(
         item.edge_path = report_edge_path(item.edge_path, remote)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _check_reachable(key: str, target: AnyPath) -> None:
+    """Refuse an output directory behind a symbolic link loop or a dangling link (the import could
+    neither create nor fill it)."""
+    if storage.is_remote(target):
+        return
+    for path in (target, *Path(target).parents):
+        problem = storage.link_problem(path)
+        if problem is not None:
+            raise ImportSetupError(f"{storage.display(path)}: expected a directory (or nothing) on the way to "
+                                   f"the {key} directory {storage.display(target)}, found {problem}")
 
 
 def _local_input(location: PathLike, cleanup: contextlib.ExitStack) -> Path:
@@ -212,7 +226,7 @@ def _reading(source: Source) -> Iterator[None]:
     """Polars errors while reading a file become :class:`InputError` naming the file (and line)."""
     try:
         yield
-    except pl.exceptions.PolarsError as exc:
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as exc:  # a damaged file can panic polars
         text = str(exc)
         if "utf8" in text.lower() or "utf-8" in text.lower():
             line = _invalid_utf8_line(source.path)

@@ -175,7 +175,9 @@ class Source:
 def open_source(path: Path, options: InputOptions) -> Source:
     """The :class:`Source` of one input file; problems with the whole file raise :class:`InputError`."""
     if not path.is_file():
-        raise MissingArtifactError(str(path), "input edge list")
+        from pbgio.storage import link_problem
+
+        raise MissingArtifactError(str(path), "input edge list", found=link_problem(path))
     if options.format_of(path) == "parquet":
         return _parquet_source(path, options)
     return _text_source(path, options)

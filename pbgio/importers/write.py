@@ -7,6 +7,14 @@ entity count files last. A layout interrupted at any point therefore lacks count
 files, and ``pbgio validate`` rejects it; a failed import removes its staging
 directories and leaves any earlier layout as it was.
 
+A killed import (``kill -9``, a power cut) cannot clean up: it leaves its staging
+directories behind, and, when killed while moving files into place, part of a layout.
+The commit marks itself in progress first (:data:`COMMIT_MARKER` in the first staging
+directory, removed once every file is in place), so the next import into the same
+directories (:func:`remove_stale_staging`) knows the layout files beside a dead import's
+marker are an unfinished commit: it removes them and the dead import's staging
+directories, and imports as if they had never been there.
+
 >>> import tempfile, pathlib
 >>> root = pathlib.Path(tempfile.mkdtemp())
 >>> with Staging([root / "entities"], overwrite=False) as stage:
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -46,6 +55,10 @@ BUFFER_BUDGET_EDGES = 2 * WRITE_CHUNK_ELEMENTS
 MIN_BUFFER_EDGES = 1 << 14
 # Above this many buckets, bucket files are closed between writes (open-file limits).
 MAX_OPEN_BUCKETS = 256
+STAGING_PREFIX = ".pbgio-import-"
+_STAGING_RE = re.compile(rf"^{re.escape(STAGING_PREFIX)}(?P<pid>\d+)-[0-9a-f]+$")
+COMMIT_MARKER = "COMMITTING"
+"""In the first staging directory while :meth:`Staging.commit` moves files into place."""
 
 
 class LayoutExistsError(PbgioError, FileExistsError):
@@ -126,12 +139,15 @@ class Staging:
     def __init__(self, targets: Iterable[Path], *, overwrite: bool) -> None:
         self.targets = list(dict.fromkeys(Path(os.path.abspath(t)) for t in targets))
         self.overwrite = overwrite
-        self.token = f".pbgio-import-{os.getpid()}-{secrets.token_hex(4)}"
+        self.token = f"{STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self._created: list[Path] = []
+        self._committing = False
         self._committed = False
 
     def check(self) -> None:
-        """Refuse directories that hold a layout already, unless overwriting."""
+        """Clean up after killed imports into the same directories (:func:`remove_stale_staging`),
+        then refuse directories that hold a layout already, unless overwriting."""
+        remove_stale_staging(self.targets)
         if self.overwrite:
             return
         for target in self.targets:
@@ -161,11 +177,17 @@ class Staging:
         return Path(os.path.abspath(target)) / self.token
 
     def commit(self) -> None:
-        """Move every staged file into place (counts last); replace old layout files if asked."""
+        """Move every staged file into place (counts last); replace old layout files if asked.
+
+        :data:`COMMIT_MARKER` brackets the moves: an import killed in between leaves it for the
+        next import to find (:func:`remove_stale_staging`); an exception or Ctrl-C in between
+        removes the files already moved (:meth:`abort`)."""
+        marker = self.staged(self.targets[0]) / COMMIT_MARKER
+        marker.write_bytes(b"")
+        fsync_dir(marker.parent)
+        self._committing = True
         if self.overwrite:
-            old = [p for t in self.targets for p in layout_files(t)]
-            for path in sorted(old, key=lambda p: -(_rank(p.name) or 0)):  # counts go first
-                path.unlink()
+            _remove_layout(self.targets)
         staged = [(p, t) for t in self.targets for p in sorted(self.staged(t).iterdir())]
         for rank in (0, 1, 2):
             for path, target in staged:
@@ -173,17 +195,70 @@ class Staging:
                     os.replace(path, target / path.name)
             for target in self.targets:
                 fsync_dir(target)
+        marker.unlink()
+        fsync_dir(marker.parent)
+        self._committed = True
         for target in self.targets:
             shutil.rmtree(self.staged(target), ignore_errors=True)
-        self._committed = True
 
     def abort(self) -> None:
-        """Remove the staging directories and the directories this import created."""
+        """Remove the staging directories, the files of an unfinished commit, and the directories
+        this import created."""
+        if self._committing and not self._committed:
+            _remove_layout(self.targets)
         for target in self.targets:
             shutil.rmtree(self.staged(target), ignore_errors=True)
         for directory in reversed(self._created):
             with contextlib.suppress(OSError):
                 directory.rmdir()  # only when empty
+
+
+def _remove_layout(targets: Iterable[Path]) -> None:
+    """Delete the layout files of ``targets``, entity counts first (the layout stops validating)."""
+    old = [p for t in targets for p in layout_files(t)]
+    for path in sorted(old, key=lambda p: -(_rank(p.name) or 0)):
+        path.unlink(missing_ok=True)
+    for target in targets:
+        if target.is_dir():
+            fsync_dir(target)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_staging(targets: Iterable[Path]) -> list[Path]:
+    """Clean up after imports into ``targets`` that were killed; return what was removed.
+
+    Their staging directories (``.pbgio-import-<pid>-<hex>``, the pid no longer running) go; where
+    one of them still holds :data:`COMMIT_MARKER`, the import was killed while moving its files
+    into place, and the layout files of the directories it was writing go first (they are an
+    incomplete layout: its entity counts are missing or stale).
+    """
+    by_token: dict[str, list[Path]] = {}
+    for target in targets:
+        if not target.is_dir():
+            continue
+        for path in target.iterdir():
+            m = _STAGING_RE.match(path.name)
+            if m and path.is_dir() and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
+                by_token.setdefault(path.name, []).append(path)
+    removed: list[Path] = []
+    for dirs in by_token.values():
+        if any((d / COMMIT_MARKER).exists() for d in dirs):
+            interrupted = [d.parent for d in dirs]
+            removed += [p for t in interrupted for p in layout_files(t)]
+            _remove_layout(interrupted)
+        for directory in dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
 
 
 class BucketSink:

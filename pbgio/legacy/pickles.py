@@ -32,10 +32,13 @@ pbgio.errors.UnsafePickleError: ...METADATA_1.pt: refused to unpickle: ... the g
 from __future__ import annotations
 
 import _compat_pickle
+import lzma
 import pickle
 import pickletools
 import re
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,7 @@ from typing import IO, Any, Literal, cast
 from pbgio.errors import FormatError, UnsafePickleError
 from pbgio.legacy.spec import legacy_error
 from pbgio.spec.checkpoint import TORCH_LEGACY_MAGIC, TORCH_ZIP_MAGIC
+from pbgio.torch_payload import BoundedReader
 
 Container = Literal["zip", "legacy", "pickle"]
 """``zip``: torch.save since torch 1.6; ``legacy``: the pre-1.6 container (a header of
@@ -152,7 +156,8 @@ def check_pickle(path: Path, *, trust: bool = False) -> PickleInfo:
 def inspect_pickle(path: Path) -> PickleInfo:
     """The container and the globals of a ``.pt`` file; nothing is unpickled."""
     try:
-        with path.open("rb") as f:
+        with path.open("rb") as raw:
+            f: Any = BoundedReader(raw)  # reads never allocate more than the file holds
             head = f.read(len(TORCH_LEGACY_MAGIC))
             container = container_of(head)
             if container is None:
@@ -173,7 +178,9 @@ def inspect_pickle(path: Path) -> PickleInfo:
     except FileNotFoundError:
         raise legacy_error("legacy-pickle-unreadable", str(path),
                            "expected this file, found nothing") from None
-    except (ValueError, EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError, IndexError) as exc:
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError, IndexError,
+            NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error) as exc:
+        # NotImplementedError, RuntimeError: a zip of a version, compression or encryption zipfile lacks
         raise legacy_error("legacy-pickle-unreadable", str(path),
                            f"expected a complete pickle, found an unreadable one ({exc})") from None
     return PickleInfo(container, tuple(dict.fromkeys(names)))
@@ -226,7 +233,8 @@ def load_pickle(path: Path, *, trust: bool = False) -> Any:
         name = _torch_refused_global(str(exc), info.globals)
         raise UnsafePickleError(str(path), name, None if name else _torch_refusal_reason(str(exc))) from None
     except (RuntimeError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError,
-            AttributeError) as exc:
+            AttributeError, AssertionError, struct.error, UnicodeDecodeError) as exc:
+        # torch.load asserts on some malformed payloads (e.g. "saved_id must be a tuple")
         raise _unreadable(path, exc) from None
 
 

@@ -24,7 +24,10 @@ def parse_count_text(text: str) -> int | None:
     """The count a count file holds, or None when it does not hold one."""
     if not _COUNT_RE.match(text):
         return None
-    return int(text.strip())
+    try:
+        return int(text.strip())
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+        return None
 
 
 def format_count(count: int) -> str:

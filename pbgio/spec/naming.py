@@ -36,6 +36,7 @@ DYNAMIC_REL_NAMES = "dynamic_rel_names.json"
 CHECKPOINT_VERSION = "checkpoint_version.txt"
 CONFIG_JSON = "config.json"
 SHARED_PROBE = ".pbg-shared-probe"  # written and removed by the first trainer of a distributed run
+CHECKPOINT_LOCK = ".pbg-lock"  # held by the writer of a checkpoint directory (pbgio.lock); readers skip it
 TRAINING_STATS = "training_stats.json"
 
 # Names that mark the legacy (.pt era) layout; see pbgio.legacy for migration.
@@ -103,9 +104,15 @@ def is_legacy_marker(name: str) -> bool:
     return bool(LEGACY_MARKERS_RE.match(name))
 
 
-def entity_type_name_problem(name: str) -> str | None:
-    """Why the original cannot use ``name`` as an entity type (rule ``entity-type-name-unsafe``),
-    or None: it must fit in its file names and its model's parameter names."""
+def entity_type_name_problem(name: str, num_partitions: int = 1) -> str | None:
+    """Why the original cannot use ``name`` as an entity type of ``num_partitions`` partitions
+    (rule ``entity-type-name-unsafe``), or None: it must fit in its file names (the longest is that
+    of the last partition) and its model's parameter names.
+
+    >>> name = "t" * 231
+    >>> entity_type_name_problem(name) is None, entity_type_name_problem(name, num_partitions=11) is None
+    (True, False)
+    """
     if not name:
         return "is empty"
     if "/" in name:
@@ -114,7 +121,7 @@ def entity_type_name_problem(name: str) -> str | None:
         return "contains a NUL character, which no file name can hold"
     if "." in name:
         return "contains a dot, which the model file's entities/{type}/global_embedding names cannot hold"
-    longest = embeddings_file(name, 0, 999_999)  # its longest file name, versions up to 999999
+    longest = embeddings_file(name, max(num_partitions - 1, 0), 999_999)  # the longest, versions up to 999999
     if len(longest.encode("utf-8")) > MAX_FILE_NAME_BYTES:
         return f"makes {longest[:40]}… longer than the {MAX_FILE_NAME_BYTES} bytes a file name may have"
     return None

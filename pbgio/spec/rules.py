@@ -52,7 +52,7 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "An entity type name can be part of the layout's file names and of model dataset names, as "
      "the original needs: not empty, no '/' or NUL (file names), no dot (the original's model "
      "maps entities/{type}/global_embedding with [^./]+ and cannot register a dotted name), and "
-     "embeddings_{type}_0.v999999.h5 at most 255 bytes."),
+     "embeddings_{type}_{part}.v999999.h5 at most 255 bytes for its last partition."),
     ("entity-type-name-unportable", "warning", "config",
      "An entity type name is portable across file systems: at most 200 bytes in UTF-8, no "
      "backslash, control character or any of <>:\"|?*, no leading or trailing space (Linux, "
@@ -146,7 +146,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("edge-file-extra", "warning", "edges",
      "No bucket file lies outside the partition grid of the config."),
     ("h5-unreadable", "error", "hdf5",
-     "An .h5 file opens as HDF5 (not truncated, not another format)."),
+     "An .h5 file opens as HDF5 and stores every element its datasets claim (not truncated, no "
+     "unwritten chunks, not another format)."),
     ("h5-format-version", "error", "hdf5",
      "The root attribute format_version exists and equals 1."),
     ("edge-dataset-missing", "error", "edges", "Datasets rel, lhs and rhs exist."),

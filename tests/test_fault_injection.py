@@ -1,0 +1,195 @@
+"""Faults on writes — a full disk, I/O errors on write and on fsync, a read-only or vanished
+output directory — during `pbgtrain fit` checkpoint commits and `pbgio import` (before the first
+bucket is written). Each ends with one clear error line (no traceback), the previous committed state
+intact, no output that looks complete but is not, and the same command succeeding once the
+fault is gone.
+
+The faults are the OS's own errors: an LD_PRELOAD shim makes libc's write/fsync/open calls on
+the output's paths fail (pbgio.testing.faults), and a size-limited tmpfs fills up for real
+where this machine may mount one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pbgio.checkpoint import CheckpointDir
+from pbgio.testing.faults import FaultsUnavailable, build_shim, shim_env, small_tmpfs
+from pbgio.testing.planted import planted_graph
+from pbgio.validate import validate_path
+
+try:
+    build_shim()
+except FaultsUnavailable as exc:  # pragma: no cover - machines without a C compiler
+    pytest.skip(str(exc), allow_module_level=True)
+
+EXIT_FAILED = 1
+FIT = ["-m", "pbgtrain", "fit", "--no-progress", "-p", "num_epochs=1", "-p", "num_edge_chunks=3"]
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def assert_clean_failure(done: subprocess.CompletedProcess[str], log: Path, names: str) -> None:
+    """Exit 1, an error line naming ``names`` (a path), no traceback of pbg's code; the fault fired.
+
+    (h5py itself may print "Exception ignored in ObjectID.__dealloc__" for the objects of the
+    file whose write failed, as they are freed: noise from inside h5py, not a pbg traceback.)"""
+    assert log.exists(), f"the fault never fired:\n{done.stderr}"
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert 'File "/' not in done.stderr and "│" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors and names in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------------- fit
+
+
+@pytest.fixture(scope="module")
+def one_version(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A partitioned layout with version 1 of 3 committed (the state a fault must not harm)."""
+    root = tmp_path_factory.mktemp("fit") / "layout"
+    config = planted_graph(root, num_partitions=2, num_nodes=600, num_edges=3000, dimension=8, workers=1)
+    done = run([*FIT, str(config), "--max-iterations", "1"])
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def _copy(source: Path, tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "layout"
+    shutil.copytree(source, root)
+    return root / "config.json", root / "checkpoint"
+
+
+def _version_bytes(checkpoint: Path) -> int:
+    return sum(p.stat().st_size for p in checkpoint.glob("*.v1.h5"))
+
+
+SLOW = pytest.mark.slow  # the whole matrix: `pytest -m slow tests/test_fault_injection.py`
+FIT_FAULTS = [  # (fault, where it starts: bytes into the next commit as a fraction of a version)
+    ("enospc", 0.5), pytest.param("enospc", 0.0, marks=SLOW), pytest.param("eio", 0.0, marks=SLOW),
+    pytest.param("eio", 0.9, marks=SLOW), pytest.param("eio-fsync", 0.0, marks=SLOW),
+    pytest.param("erofs", 0.0, marks=SLOW),
+]
+
+
+@pytest.mark.parametrize(("fault", "fraction"), FIT_FAULTS)
+def test_fit_fault_during_commit(one_version: Path, tmp_path: Path, fault: str, fraction: float) -> None:
+    config, checkpoint = _copy(one_version, tmp_path)
+    before = {p.name: p.read_bytes() for p in checkpoint.glob("*.v1.h5")}
+    # The files of version 2 only: the fault meets the commit, not the lock or the stats.
+    log = tmp_path / "fault.log"
+    match = ".v2.h5" if fault != "erofs" else f"{checkpoint}/.model.v2"
+    env = shim_env(fault, match, after=int(fraction * _version_bytes(checkpoint)), log=log)
+    done = run([*FIT, str(config)], env)
+    assert_clean_failure(done, log, str(checkpoint))
+    assert "could not write" in done.stderr
+    ckpt = CheckpointDir(checkpoint)
+    assert ckpt.read_version() == 1
+    assert {p.name: p.read_bytes() for p in checkpoint.glob("*.v1.h5")} == before
+    ckpt.read_model(1)
+    report = validate_path(config)
+    assert report.ok, [str(i) for i in report.errors]
+    rerun = run([*FIT, str(config)])
+    assert rerun.returncode == 0, rerun.stderr
+    assert CheckpointDir(checkpoint).read_version() == 3 and validate_path(config).ok
+
+
+def test_fit_fault_on_the_version_file(one_version: Path, tmp_path: Path) -> None:
+    """The commit point itself fails: version 2's files are complete, yet 1 stays the version."""
+    config, checkpoint = _copy(one_version, tmp_path)
+    log = tmp_path / "fault.log"
+    env = shim_env("eio-fsync", ".checkpoint_version.txt", log=log)
+    done = run([*FIT, str(config)], env)
+    assert_clean_failure(done, log, "checkpoint_version.txt")
+    assert CheckpointDir(checkpoint).read_version() == 1 and validate_path(config).ok
+    assert run([*FIT, str(config)]).returncode == 0
+    assert CheckpointDir(checkpoint).read_version() == 3
+
+
+def test_fit_checkpoint_directory_vanishes(one_version: Path, tmp_path: Path) -> None:
+    """The checkpoint directory is removed while the trainer runs: a clear error, not a traceback,
+    and a rerun starts over."""
+    config, checkpoint = _copy(one_version, tmp_path)
+    proc = subprocess.Popen([sys.executable, *FIT, str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    # Wait for the run to begin training (it has read version 1), then pull the directory away.
+    for _ in range(600):
+        if proc.poll() is not None or (checkpoint / ".pbg-lock").exists() or any(checkpoint.glob(".*.tmp")):
+            break
+        subprocess.run(["sleep", "0.05"])
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    _, stderr = proc.communicate(timeout=300)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the directory was removed")  # a fast machine
+    assert proc.returncode == EXIT_FAILED and "Traceback" not in stderr and "error:" in stderr, stderr
+    rerun = run([*FIT, str(config)])
+    assert rerun.returncode == 0, rerun.stderr
+    assert CheckpointDir(checkpoint).read_version() == 3
+
+
+def test_fit_on_a_disk_that_really_fills_up(one_version: Path, tmp_path: Path) -> None:
+    """A tmpfs with room for one version and a half: the next commit meets the kernel's ENOSPC."""
+    config, checkpoint = _copy(one_version, tmp_path)
+    size = sum(p.stat().st_size for p in checkpoint.iterdir() if p.is_file())
+    mount = tmp_path / "disk"
+    try:
+        disk = small_tmpfs(mount, size + size // 2)
+        disk.__enter__()
+    except FaultsUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        shutil.copytree(checkpoint, mount / "checkpoint")
+        raw = json.loads(config.read_text())
+        raw["checkpoint_path"] = str(mount / "checkpoint")
+        config.write_text(json.dumps(raw))
+        done = run([*FIT, str(config)])
+        assert done.returncode == EXIT_FAILED, done.stderr
+        assert "no space left on device (ENOSPC)" in done.stderr and 'File "/' not in done.stderr
+        assert CheckpointDir(mount / "checkpoint").read_version() == 1 and validate_path(config).ok
+        subprocess.run(["mount", "-o", f"remount,size={size * 8}", str(mount)], check=True)
+        rerun = run([*FIT, str(config)])
+        assert rerun.returncode == 0, rerun.stderr
+        assert CheckpointDir(mount / "checkpoint").read_version() == 3 and validate_path(config).ok
+    finally:
+        disk.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------------------------- import
+
+
+def _import_case(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    root = tmp_path / "imp"
+    root.mkdir()
+    edges = root / "edges.tsv"
+    edges.write_text("".join(f"n{i % 97}\tr{i % 3}\tn{(i * 7) % 97}\n" for i in range(3000)))
+    config = root / "config.json"
+    config.write_text(json.dumps({
+        "entities": {"node": {"num_partitions": 2}},
+        "relations": [{"name": f"r{i}", "lhs": "node", "rhs": "node"} for i in range(3)],
+        "dimension": 8, "entity_path": "data", "edge_paths": ["data/edges"], "checkpoint_path": "model"}))
+    return config, root / "data", ["-m", "pbgio", "import", str(config), str(edges), "--rel-col", "1",
+                                   "--rhs-col", "2", "--no-progress"]
+
+
+@pytest.mark.parametrize(("fault", "after"), [("enospc", 0), pytest.param("eio-fsync", 0, marks=SLOW),
+                                              pytest.param("erofs", 0, marks=SLOW)])
+def test_import_fault(tmp_path: Path, fault: str, after: int) -> None:
+    config, data, command = _import_case(tmp_path)
+    log = tmp_path / "fault.log"
+    done = run(command, shim_env(fault, f"{data}", after=after, log=log))
+    assert_clean_failure(done, log, str(data))
+    report = validate_path(config)
+    assert not report.ok, "a failed import left a layout that validates as complete"
+    rerun = run(command)
+    assert rerun.returncode == 0, rerun.stderr
+    assert validate_path(config).ok

@@ -1,0 +1,141 @@
+"""Fuzz pbgio's readers of user files (see docs/guides/fuzzing.md).
+
+    python tools/fuzz.py --list
+    python tools/fuzz.py --target edges-read --inputs 5000 --jobs 2
+    python tools/fuzz.py --all --inputs 100000 --jobs 2 --seconds-per-target 100 --json fuzz.json
+    python tools/fuzz.py --target edges-read --replay fuzz-crashes/edges-read/*.bin
+    python tools/fuzz.py --target config --replay tests/fuzz_inputs/config/*  # the regression inputs
+    python tools/fuzz.py --target config --minimize fuzz-crashes/config/exception-123-ab.bin
+
+Exit status: 0 when no input failed, 1 when one did, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pbgio.testing import fuzz, fuzzrun
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--target", action="append", help="a target name (repeatable)")
+    which.add_argument("--all", action="store_true", help="every target")
+    which.add_argument("--list", action="store_true", help="list the targets and exit")
+    parser.add_argument("--inputs", type=int, default=1000, help="inputs per target (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per input (default 5)")
+    parser.add_argument("--memory-mb", type=int, default=1024,
+                        help="address space a worker may add while reading one input (default 1024; 0: no limit)")
+    parser.add_argument("--seconds-per-target", type=float, default=None,
+                        help="stop a target after this many seconds even if --inputs are not all run")
+    parser.add_argument("--crashes", type=Path, default=Path("fuzz-crashes"),
+                        help="where failing inputs are written (default fuzz-crashes/)")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--replay", type=Path, nargs="+", help="run these input files instead of generated ones")
+    parser.add_argument("--only", type=int, default=None, help="run only generated input number N")
+    parser.add_argument("--minimize", type=Path, default=None,
+                        help="shrink this failing input (in-process) and write it next to the original")
+    args = parser.parse_args(argv)
+
+    if args.list:
+        for target in fuzz.TARGETS.values():
+            print(f"{target.name:24} {target.filename:28} {target.kind:11} {target.description}")
+        return 0
+    names = list(fuzz.TARGETS) if args.all else args.target
+    unknown = [n for n in names if n not in fuzz.TARGETS and n not in fuzz.SELFTEST_TARGETS]
+    if unknown:
+        parser.error(f"unknown target(s) {', '.join(unknown)}; see --list")
+    if args.minimize is not None:
+        if len(names) != 1:
+            parser.error("--minimize takes one --target")
+        return _minimize(names[0], args.minimize, args.timeout)
+
+    results: dict[str, fuzzrun.TargetStats] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="pbgio-fuzz-corpus-") as tmp:
+        corpus = Path(tmp)
+        fuzz.build_corpus(corpus, names)
+        print(f"seed corpus built in {time.monotonic() - started:.1f} s", flush=True)
+        with fuzzrun.Campaign(names, corpus, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
+                              memory_mb=args.memory_mb, crashes=args.crashes,
+                              log=lambda line: print(line, flush=True)) as campaign:
+            for name in names:
+                if args.replay:
+                    tasks = fuzzrun.replayed(name, args.replay)
+                elif args.only is not None:
+                    tasks = list(fuzzrun.generated(name, 1, start=args.only))
+                else:
+                    tasks = list(fuzzrun.generated(name, args.inputs))
+                deadline = time.monotonic() + args.seconds_per_target if args.seconds_per_target else None
+                results[name] = stats = campaign.run(name, tasks, deadline=deadline)
+                print(stats.summary(), flush=True)
+    total = sum(s.inputs for s in results.values())
+    failed = sum(s.failed for s in results.values())
+    print(f"total: {total} inputs, {failed} failures, {time.monotonic() - started:.0f} s wall"
+          + (f"; failing inputs under {args.crashes}/" if failed else ""))
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "command": " ".join(sys.argv), "seed": args.seed, "jobs": args.jobs, "timeout": args.timeout,
+            "memory_mb": args.memory_mb, "targets": {n: s.to_dict() for n, s in results.items()},
+        }, indent=2) + "\n", encoding="utf-8")
+    return 1 if failed else 0
+
+
+def _minimize(name: str, path: Path, timeout: float) -> int:
+    """Delta-debug an input in-process: drop chunks while the same failure signature reproduces."""
+    import signal
+
+    target = fuzz.get_target(name)
+    scratch = Path(tempfile.mkdtemp(prefix="pbgio-fuzz-min-"))
+    signal.signal(signal.SIGALRM, fuzzrun._on_alarm)
+
+    def signature(data: bytes) -> str:
+        exc: BaseException | None = None
+        try:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                fuzz.run_input(target, data, scratch)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except BaseException as error:
+            exc = error
+        outcome, kind = fuzz.classify(exc)
+        return fuzzrun._signature(kind, exc) if outcome == "failure" else outcome
+
+    data = path.read_bytes()
+    wanted = signature(data)
+    if not wanted.startswith(("exception", "memory", "recursion", "hang")):
+        print(f"{path}: does not fail ({wanted})")
+        return 1
+    print(f"{path}: {len(data)} bytes, {wanted}")
+    chunk = max(1, len(data) // 2)
+    tries = 0
+    while chunk >= 1 and tries < 2000:
+        i, shrunk = 0, False
+        while i < len(data) and tries < 2000:
+            candidate = data[:i] + data[i + chunk:]
+            tries += 1
+            if signature(candidate) == wanted:
+                data, shrunk = candidate, True
+            else:
+                i += chunk
+        if not shrunk:
+            chunk //= 2
+    out = path.with_name(path.stem + ".min" + path.suffix)
+    out.write_bytes(data)
+    print(f"{out}: {len(data)} bytes after {tries} tries")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
