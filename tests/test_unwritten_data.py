@@ -108,11 +108,9 @@ def test_checkpoint_files_claiming_unwritten_data(tmp_path: Path, pattern: str, 
     file = _checkpoint_file(root, pattern)
     _claim(file, dataset, dtype=dtype)
     ckpt = CheckpointDir(file.parent)
+    read = (lambda: ckpt.read_model(1)) if pattern.startswith("model") else (lambda: ckpt.read_embeddings("user", 0, 1))
     with pytest.raises(CorruptFileError) as err:
-        if pattern.startswith("model"):
-            ckpt.read_model(1)
-        else:
-            ckpt.read_embeddings("user", 0, 1)
+        read()
     assert err.value.dataset == dataset
     report = validate_path(file)
     assert [i.dataset for i in report.errors if i.rule == "h5-unreadable"] == [dataset]
