@@ -15,9 +15,9 @@ What it does (see docs/guides/crash-safety.md):
    a legacy layout of 9 buckets) and runs the command uninterrupted twice, each time on a fresh
    copy: both runs must leave identical files (the reference), and their durations give ``T``.
 2. Trials, ``--jobs`` at a time: a fresh copy, then up to ``--chain`` runs of the same command in
-   the same directory, each SIGKILLed after a random delay (uniform in ``[0, T]``; for fit three
-   in four are drawn after the first checkpoint write, so that kills land in training and in
-   commits rather than in torch's import). After every kill the state is checked: for fit the
+   the same directory, each SIGKILLed after a random delay (one in four uniform in ``[0, T]``,
+   three in four uniform over what follows the process's first write, so that kills land in
+   training and in commits rather than in torch's import). After every kill the state is checked: for fit the
    committed version (``checkpoint_version.txt``) has all its files, they load, and
    ``pbgio validate`` passes; for import and convert the output is either not visible as complete
    (``pbgio validate`` rejects it, or DST does not exist) or it is complete, valid and identical
@@ -135,12 +135,13 @@ class Summary:
 def tree(root: Path) -> dict[str, Path]:
     """Every file and directory under ``root`` (hidden ones included), by relative path; dirs end in /."""
     out: dict[str, Path] = {}
-    if not root.exists():
-        return out
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        out[rel + "/" if path.is_dir() and not path.is_symlink() else rel] = path
-    return out
+    for top, dirs, files in os.walk(root):  # errors ignored: a running process may remove what is listed
+        base = Path(top)
+        for name in dirs:
+            out[(base / name).relative_to(root).as_posix() + "/"] = base / name
+        for name in files:
+            out[(base / name).relative_to(root).as_posix()] = base / name
+    return dict(sorted(out.items()))
 
 
 def h5_content(path: Path) -> Any:
@@ -627,7 +628,8 @@ class Harness:
                 complete = True
                 break
             delays.append(round(delay, 3))
-            phase = self.target.phase(work, before)
+            wrote = _changed(before, fingerprint(self.target.watched(work)))
+            phase = self.target.phase(work, before) if wrote else "startup"
             state, found, complete = self.target.check(work, self.reference)
             kills.append(KillRecord(index, round(delay, 3), phase, state, found))
             problems += [f"after kill at {delay:.3f} s ({phase}, {state}): {p}" for p in found]
