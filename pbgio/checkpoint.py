@@ -41,7 +41,6 @@ from pbgio.h5 import (
     read_whole,
     write_format_version,
 )
-from pbgio.h5guard import h5_guard
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -207,7 +206,7 @@ class CheckpointDir:
 
     def read_embeddings(self, entity_type: str, part: int, version: int | None = None) -> EmbeddingsState:
         path = self.embeddings_path(entity_type, part, self._version_or_latest(version))
-        with open_h5(path) as f, h5_guard(path):
+        with open_h5(path) as f:
             check_format_version(f, path)
             if EMBEDDINGS_DATASET not in f:
                 raise FormatError(rule("embeddings-dataset").issue(
@@ -235,7 +234,7 @@ class CheckpointDir:
 
     def read_model(self, version: int | None = None) -> ModelState:
         path = self.model_path(self._version_or_latest(version))
-        with open_h5(path) as f, h5_guard(path):
+        with open_h5(path) as f:
             check_format_version(f, path)
             params: dict[str, Float32Array] = {}
             if MODEL_GROUP in f:
@@ -252,7 +251,7 @@ class CheckpointDir:
             return ModelState(params, _read_blob(f, path))
 
     def read_metadata(self, path: AnyPath) -> FileMetadata:
-        with open_h5(path) as f, h5_guard(path):
+        with open_h5(path) as f:
             check_format_version(f, path)
             return FileMetadata(attr_str(f, CONFIG_JSON_ATTR), IterationInfo.from_handle(f))
 

@@ -36,7 +36,6 @@ from numpy.typing import NDArray
 from pbgio import atomic, storage
 from pbgio.errors import FormatError
 from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
-from pbgio.h5guard import h5_guard
 from pbgio.spec.edges import (
     INDEX_DATASETS,
     SIDES,
@@ -173,7 +172,7 @@ def _concat_features(parts: list[FeatureLists | None]) -> FeatureLists | None:
 
 def bucket_length(path: AnyPath) -> int:
     """Number of edges in a bucket file."""
-    with open_h5(path) as f, h5_guard(path):
+    with open_h5(path) as f:
         check_format_version(f, path)
         if "rel" not in f:
             raise FormatError(rule("edge-dataset-missing").issue(
@@ -187,7 +186,7 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
 
     Featurized offsets are rebased to start at 0 for the part read.
     """
-    with open_h5(path) as f, h5_guard(path):
+    with open_h5(path) as f:
         check_format_version(f, path)
         for name in INDEX_DATASETS:
             if name not in f:

@@ -19,6 +19,7 @@ import numpy as np
 
 from pbgio import storage
 from pbgio.errors import CorruptFileError, MissingArtifactError, VersionError
+from pbgio.h5guard import h5_guard
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR
 from pbgio.spec.rules import rule
 
@@ -28,7 +29,9 @@ def open_h5(path: storage.AnyPath, mode: str = "r") -> Iterator[h5py.File]:
     """Open an HDF5 file; errors name the file and the rule it breaks.
 
     A remote file opens for reading only, through ranged reads (:func:`pbgio.storage.open_binary`);
-    writers stage a local file (:func:`pbgio.atomic.atomic_target`).
+    writers stage a local file (:func:`pbgio.atomic.atomic_target`). While a file opened for
+    reading is in use, damaged structures that h5py meets become a ``CorruptFileError`` too
+    (:func:`pbgio.h5guard.h5_guard`).
     """
     remote = storage.is_remote(path)
     if remote and mode != "r":
@@ -48,7 +51,8 @@ def open_h5(path: storage.AnyPath, mode: str = "r") -> Iterator[h5py.File]:
                 raise
             raise storage.StorageError(path, f"read: {storage.describe_failure(exc)}") from None
         try:
-            yield handle
+            with h5_guard(path) if mode == "r" else contextlib.nullcontext():
+                yield handle
         finally:
             handle.close()
     finally:

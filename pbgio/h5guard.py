@@ -3,9 +3,9 @@
 :func:`pbgio.h5.open_h5` turns a file that cannot be opened into a
 :class:`~pbgio.errors.CorruptFileError`; a file that opens but whose object headers, B-trees
 or heaps are damaged fails later, inside h5py, with a ``RuntimeError``, ``KeyError``,
-``OSError`` or ``ValueError`` from HDF5. :func:`h5_guard` wraps the code that reads an open
-file and turns exactly those (the ones raised inside h5py) into the same ``h5-unreadable``
-error; an exception raised by pbgio's own code passes unchanged.
+``OSError`` or ``ValueError`` from HDF5. :func:`h5_guard`, which ``open_h5`` applies to every
+file it opens for reading, turns exactly those (the ones raised inside h5py) into the same
+``h5-unreadable`` error; an exception raised by pbgio's own code passes unchanged.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "edges_0_0.h5"

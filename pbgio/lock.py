@@ -118,10 +118,15 @@ class Holder:
         """Whether a lease of this holder may be taken over: expired, or its process on this host gone."""
         if self.expires is not None and self.expires < now:
             return True
-        return self.host == socket.gethostname() and not _alive(self.pid)
+        return self.host == socket.gethostname() and not process_alive(self.pid)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's process counts).
+
+    >>> process_alive(os.getpid())
+    True
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -100,15 +100,7 @@ def _minimize(name: str, path: Path, timeout: float) -> int:
     signal.signal(signal.SIGALRM, fuzzrun._on_alarm)
 
     def signature(data: bytes) -> str:
-        exc: BaseException | None = None
-        try:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            try:
-                fuzz.run_input(target, data, scratch)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        except BaseException as error:
-            exc = error
+        exc, _ = fuzzrun.run_bounded(target, data, scratch, timeout)
         outcome, kind = fuzz.classify(exc)
         return fuzzrun._signature(kind, exc) if outcome == "failure" else outcome
 

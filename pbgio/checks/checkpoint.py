@@ -15,7 +15,6 @@ from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
 from pbgio.h5 import attr_str, byte_dataset_file, check_format_version, check_written, is_float32, open_h5
-from pbgio.h5guard import h5_guard
 from pbgio.optimizer_state import (
     accumulator_value_problem,
     accumulators,
@@ -202,7 +201,7 @@ def _check_blob(ctx: Context, file: AnyPath, f: h5py.File, *, count: int | None 
 def _with_open(ctx: Context, file: AnyPath, check: Callable[[h5py.File], None]) -> None:
     """Open ``file`` (errors become issues), check its format_version, then run ``check``."""
     try:
-        with open_h5(file) as f, h5_guard(file):
+        with open_h5(file) as f:
             try:
                 check_format_version(f, file)
             except FormatError as exc:

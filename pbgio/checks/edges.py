@@ -22,7 +22,6 @@ from pbgio.config import ConfigSchema
 from pbgio.edges import EdgeBucket
 from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.h5 import BlockReader, check_format_version, check_written, is_int64, open_h5
-from pbgio.h5guard import h5_guard
 from pbgio.spec.edges import (
     DATASETS_BY_NAME,
     INDEX_DATASETS,
@@ -140,7 +139,7 @@ def check_bounds(edges: EdgeBucket, path: AnyPath, *, first_row: int, lhs: SideL
 def check_bucket(ctx: Context, path: AnyPath, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
     """Check one bucket file; partitions are needed for range checks against the config."""
     try:
-        with open_h5(path if ctx.cache is None else ctx.cache.local(path)) as f, h5_guard(path):
+        with open_h5(path if ctx.cache is None else ctx.cache.local(path)) as f:
             _check_open_bucket(ctx, path, f, lhs_part, rhs_part)
     except (FormatError, MissingArtifactError) as exc:
         ctx.add_error(exc, path)

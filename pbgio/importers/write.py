@@ -44,6 +44,7 @@ from pbgio.atomic import fsync_dir
 from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists
 from pbgio.errors import PbgioError
 from pbgio.importers.mapping import EdgeBatch
+from pbgio.lock import process_alive
 from pbgio.spec import naming
 from pbgio.spec.edges import WRITE_CHUNK_ELEMENTS
 from pbgio.storage import AnyPath
@@ -223,16 +224,6 @@ def _remove_layout(targets: Iterable[Path]) -> None:
             fsync_dir(target)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_staging(targets: Iterable[Path]) -> list[Path]:
     """Clean up after imports into ``targets`` that were killed; return what was removed.
 
@@ -247,7 +238,7 @@ def remove_stale_staging(targets: Iterable[Path]) -> list[Path]:
             continue
         for path in target.iterdir():
             m = _STAGING_RE.match(path.name)
-            if m and path.is_dir() and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
+            if m and path.is_dir() and int(m["pid"]) != os.getpid() and not process_alive(int(m["pid"])):
                 by_token.setdefault(path.name, []).append(path)
     removed: list[Path] = []
     for dirs in by_token.values():

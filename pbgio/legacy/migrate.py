@@ -36,6 +36,7 @@ from pathlib import Path
 from pbgio import atomic, interrupts
 from pbgio.errors import PbgioError, Report
 from pbgio.legacy.plan import MigrationPlan, MigrationStep, plan_migration
+from pbgio.lock import process_alive
 from pbgio.storage import local_path
 
 __all__ = ["DestinationError", "MigrationError", "MigrationPlan", "MigrationResult", "MigrationStep",
@@ -172,16 +173,6 @@ def _staging_path(dst: Path, kind: str) -> Path:
     return dst.parent / f".{dst.name}{STAGING_TAG}.{os.getpid()}.{kind}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_staging(dst: Path) -> list[Path]:
     """Remove staging directories of DST left by conversions that were killed."""
     removed: list[Path] = []
@@ -189,7 +180,7 @@ def remove_stale_staging(dst: Path) -> list[Path]:
         return removed
     for path in dst.parent.iterdir():
         m = _STAGING_RE.match(path.name)
-        if m and m["name"] == dst.name and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
+        if m and m["name"] == dst.name and int(m["pid"]) != os.getpid() and not process_alive(int(m["pid"])):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

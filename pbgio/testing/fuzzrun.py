@@ -160,21 +160,9 @@ def _worker(conn: Connection, corpus_dir: str, names: list[str], seed: int, time
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_task(task: tuple[str, str, Any, bytes | None], corpora: dict[str, list[bytes]], seed: int,
-              timeout: float, scratch: Path, marker: Path) -> Result:
-    how, name, index, payload = task
-    target = fuzz.get_target(name)
-    exc: BaseException | None = None
-    data = b""
-    started = time.perf_counter()
-    try:
-        data = payload if how == "data" and payload is not None else fuzz.generate(
-            target, corpora[name], seed, int(index), scratch, marker)
-    except BaseException as error:
-        return Result(name, index, "failure", "generator", _signature("generator", error),
-                      traceback.format_exc(), b"", 0.0, str(error)[:300])
-    started = time.perf_counter()
-    tb = ""
+def run_bounded(target: Any, data: bytes, scratch: Path, timeout: float) -> tuple[BaseException | None, str]:
+    """Run one input under the time bound (the caller installed :func:`_on_alarm` for SIGALRM);
+    return what it raised, if anything, and its traceback."""
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
@@ -182,8 +170,22 @@ def _run_task(task: tuple[str, str, Any, bytes | None], corpora: dict[str, list[
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException as error:
-        exc = error
-        tb = traceback.format_exc()
+        return error, traceback.format_exc()
+    return None, ""
+
+
+def _run_task(task: tuple[str, str, Any, bytes | None], corpora: dict[str, list[bytes]], seed: int,
+              timeout: float, scratch: Path, marker: Path) -> Result:
+    how, name, index, payload = task
+    target = fuzz.get_target(name)
+    try:
+        data = payload if how == "data" and payload is not None else fuzz.generate(
+            target, corpora[name], seed, int(index), scratch, marker)
+    except BaseException as error:
+        return Result(name, index, "failure", "generator", _signature("generator", error),
+                      traceback.format_exc(), b"", 0.0, str(error)[:300])
+    started = time.perf_counter()
+    exc, tb = run_bounded(target, data, scratch, timeout)
     seconds = time.perf_counter() - started
     outcome, detail = fuzz.classify(exc)
     if marker.exists():
