@@ -10,7 +10,7 @@ Two sources, both real errors from the kernel's interface rather than patched Py
   CAP_SYS_ADMIN): a disk that really fills up.
 
 >>> sorted(FAULTS)
-['enospc', 'eio', 'eio-fsync', 'erofs']
+['eio', 'eio-fsync', 'enospc', 'erofs']
 """
 
 from __future__ import annotations
