@@ -4,20 +4,36 @@ A reader never sees a half-written file under its final name; after a crash
 either the old file or the complete new one is there (plus, at worst, a
 ``*.tmp`` leftover that no reader looks at). On remote storage the file is
 staged locally and uploaded as one object (:func:`pbgio.storage.staged`).
+
+Inside :func:`together`, local files are moved into place only when the whole block
+succeeds: a command that writes several outputs (an export) leaves all or none.
+
+>>> import tempfile
+>>> folder = Path(tempfile.mkdtemp())
+>>> try:
+...     with together():
+...         write_text(folder / "a.txt", "a")
+...         raise OSError("the disk failed before b.txt")
+... except OSError:
+...     pass
+>>> sorted(p.name for p in folder.iterdir())
+[]
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from pbgio import storage
-from pbgio.errors import OutputError, PbgioError
+from pbgio.errors import OutputError, PbgioError, os_error_code
 from pbgio.storage import AnyPath
 
 TMP_SUFFIX = ".tmp"
+_PENDING: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("pending", default=None)
 
 
 def tmp_path_for(path: Path) -> Path:
@@ -38,31 +54,73 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
+def write_failures(path: AnyPath) -> Iterator[None]:
+    """Turn the OS's write failures raised inside into :class:`OutputError` naming ``path``: an
+    OSError, or another library's error that carries the failed call's errno (h5py's when a flush
+    fails, polars' when a sink fails: :func:`~pbgio.errors.os_error_code`)."""
+    try:
+        yield
+    except PbgioError:
+        raise
+    except Exception as exc:
+        if not isinstance(exc, OSError) and os_error_code(exc) is None:
+            raise
+        raise OutputError(str(path), exc) from None
+
+
+@contextlib.contextmanager
 def atomic_target(path: AnyPath) -> Iterator[Path]:
     """Yield a local temp path to write; on success fsync it and rename it to ``path`` (or, for a
-    remote ``path``, upload it there)."""
+    remote ``path``, upload it there). A failed write raises :class:`OutputError` and leaves no
+    temp file behind."""
     if storage.is_remote(path):
         with storage.staged(path) as local:
             yield local
         return
     tmp = tmp_path_for(path)
+    pending = _PENDING.get()
     try:
-        tmp.unlink(missing_ok=True)
-        yield tmp
-        fsync_path(tmp)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except PbgioError:
-        _discard(tmp)
-        raise
-    except (OSError, RuntimeError) as exc:  # h5py raises RuntimeError when a flush on close fails
-        _discard(tmp)
-        if isinstance(exc, RuntimeError) and "errno" not in str(exc):
-            raise
-        raise OutputError(str(path), exc) from None
+        with write_failures(path):
+            tmp.unlink(missing_ok=True)
+            yield tmp
+            fsync_path(tmp)
+            if pending is not None:
+                pending[path] = tmp  # moved into place when together() ends
+                return
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
     except BaseException:
         _discard(tmp)
         raise
+
+
+@contextlib.contextmanager
+def together() -> Iterator[None]:
+    """Hold back the renames of every local :func:`atomic_target` in the block until it succeeds,
+    then make them one after the other; if the block fails, discard every file it wrote, so
+    that none of its outputs appears. A nested ``together()`` joins the outer one."""
+    if _PENDING.get() is not None:
+        yield
+        return
+    pending: dict[Path, Path] = {}
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp in pending.values():
+            _discard(tmp)
+        raise
+    finally:
+        _PENDING.reset(token)
+    try:
+        for path, tmp in pending.items():
+            with write_failures(path):
+                os.replace(tmp, path)
+    finally:
+        for tmp in pending.values():  # the ones not moved, if a rename failed
+            _discard(tmp)
+    for folder in {path.parent for path in pending}:
+        fsync_dir(folder)
 
 
 def _discard(tmp: Path) -> None:

@@ -47,10 +47,15 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
     ``note`` (e.g. " (nothing was written)"); Ctrl-C exits :data:`EXIT_INTERRUPTED` after
     ``on_interrupt`` (by default the line "interrupted").
     """
+    import sys
+
     import typer
 
     from pbgio.errors import OutputError, PbgioError
 
+    previous_hooks = sys.unraisablehook, sys.excepthook
+    sys.unraisablehook = _quiet_failed_h5_writes(previous_hooks[0])
+    sys.excepthook = _quiet_failed_h5_writes(previous_hooks[1])
     try:
         yield
     except usage as exc:
@@ -74,6 +79,21 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         else:
             on_interrupt()
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        sys.unraisablehook, sys.excepthook = previous_hooks
+
+
+def _quiet_failed_h5_writes(previous: Callable[..., object]) -> Callable[..., object]:
+    """A hook (for ``sys.unraisablehook`` or ``sys.excepthook``) that drops what h5py reports
+    while freeing the objects of a file whose write failed ("Exception ignored in
+    ObjectID.__dealloc__ ... file write failed", printed through both hooks): the writer already
+    raised that failure as an OutputError, which is reported once."""
+    def hook(*args: Any) -> object:
+        error = args[0].exc_value if len(args) == 1 else args[1]
+        if isinstance(error, RuntimeError) and "file write failed" in str(error):
+            return None
+        return previous(*args)
+    return hook
 
 
 def _exit_at_once(code: int) -> NoReturn:

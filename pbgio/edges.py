@@ -20,6 +20,7 @@ Large buckets stream through :class:`BucketWriter`, which buffers and appends:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -200,7 +201,7 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
             end = max(start, min(n, edge_range[1]))  # an empty or reversed range reads nothing
         else:
             start, end = 0, n
-        arrays = {name: _read_int(f, path, name, start, end) for name in INDEX_DATASETS}
+        arrays = {name: _read_int(f, path, name, start, end, "edge-length-mismatch") for name in INDEX_DATASETS}
         weight = None
         if "weight" in f:
             weight_ds = _one_dimensional(f, path, "weight")
@@ -211,9 +212,13 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
         feats: dict[str, FeatureLists | None] = {}
         for side in SIDES:
             if offsets_name(side) in f:
-                off = _read_int(f, path, offsets_name(side), start, end + 1)
-                data = (_read_int(f, path, data_name(side), int(off[0]), int(off[-1])) if len(off)
-                        else np.zeros(0, np.int64))
+                off = _read_int(f, path, offsets_name(side), start, end + 1, "edge-offsets-length")
+                if len(off) > 1 and bool((off[1:] < off[:-1]).any()):
+                    row = start + int(np.flatnonzero(off[1:] < off[:-1])[0]) + 1
+                    raise FormatError(rule("edge-offsets-order").issue(
+                        str(path), offsets_name(side), f"expected non-decreasing offsets, found {off[row - start]} "
+                        f"after {off[row - start - 1]}", rows=(row,)))
+                data = _read_int(f, path, data_name(side), int(off[0]), int(off[-1]), "edge-offsets-end")
                 feats[side] = FeatureLists(off - off[0], data)
             else:
                 feats[side] = None
@@ -239,7 +244,9 @@ def _length(f: Any, path: AnyPath) -> int:
     return int(_one_dimensional(f, path, "rel").shape[0])
 
 
-def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int) -> Int64Array:
+def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int, range_rule: str) -> Int64Array:
+    """Rows ``[start, end)`` of int64 dataset ``name``; rows it does not have break ``range_rule``
+    (checked before anything is allocated: the range may come from values in the file)."""
     if name not in f:
         raise FormatError(rule("edge-offsets-pair").issue(
             str(path), name, f"expected dataset {name}, found none"))
@@ -247,6 +254,9 @@ def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int) -> Int64Ar
     if not is_int64(ds.dtype):
         raise FormatError(rule("edge-dataset-dtype").issue(
             str(path), name, f"expected int64, found {ds.dtype}"))
+    if not 0 <= start <= end <= ds.shape[0]:
+        raise FormatError(rule(range_rule).issue(
+            str(path), name, f"expected rows [{start}, {end}) of its {ds.shape[0]}, found them out of range"))
     with BlockReader(ds, path) as reader:  # checks the file stores the rows before they are allocated
         out = np.empty(max(0, end - start), dtype=np.int64)
         reader.read(start, end, out)
@@ -304,7 +314,8 @@ class BucketWriter:
         self._buffer.append(edges)
         self._buffered += len(edges)
         if self._buffered >= self.buffer_edges:
-            self._flush()
+            with atomic.write_failures(self.path):
+                self._flush()
 
     def _flush(self) -> None:
         if not self._buffer:
@@ -352,7 +363,12 @@ class BucketWriter:
                                  dtype=np.int64)
 
     def close(self) -> None:
-        """Write what is buffered and move the file into place (empty buckets too)."""
+        """Write what is buffered and move the file into place (empty buckets too); a failed
+        write raises :class:`~pbgio.errors.OutputError` naming the bucket."""
+        with atomic.write_failures(self.path):
+            self._commit()
+
+    def _commit(self) -> None:
         self._flush()
         if not self._started:
             self._open(chunk=1)
@@ -372,9 +388,11 @@ class BucketWriter:
     def abort(self) -> None:
         """Drop everything; the target file is left as it was."""
         if self._file is not None:
-            self._file.close()
-            self._file = None
-        self._tmp.unlink(missing_ok=True)
+            file, self._file = self._file, None
+            with contextlib.suppress(Exception):  # a file whose flush failed fails to close again
+                file.close()
+        with contextlib.suppress(OSError):
+            self._tmp.unlink(missing_ok=True)
         if self._stage is not None:
             shutil.rmtree(self._stage, ignore_errors=True)
 

@@ -262,21 +262,46 @@ class OutputError(PbgioError):
 
     def __init__(self, path: str, cause: BaseException) -> None:
         self.path = path
+        self.cause = cause
         self.reason = describe_os_failure(cause)
         super().__init__(f"{path}: could not write: {self.reason}")
 
+    def named_at(self, staged: object, final: object) -> OutputError:
+        """This failure named at ``final`` when it happened under the staging directory
+        ``staged`` (the user asked for ``final``; the staged copy is an implementation detail)."""
+        import os
 
-def describe_os_failure(exc: BaseException) -> str:
-    """``no space left on device (ENOSPC)`` for an OSError, or for the errno h5py puts in the text
-    of the errors it raises when a write or a flush fails."""
-    import errno as errnos
-    import os
+        prefix = f"{staged}{os.sep}"
+        if self.path == str(staged):
+            return OutputError(str(final), self.cause)
+        if self.path.startswith(prefix):
+            return OutputError(os.path.join(str(final), self.path[len(prefix):]), self.cause)
+        return self
+
+
+def os_error_code(exc: BaseException) -> int | None:
+    """The errno of a failed system call: an OSError's own, or the one another library puts in
+    the text of its error (h5py's "errno = 28" when a flush fails, polars' "(os error 28)").
+
+    >>> os_error_code(RuntimeError("file write failed: ..., errno = 28, error message = ..."))
+    28
+    >>> os_error_code(ValueError("no errno here")) is None
+    True
+    """
     import re
 
-    code = exc.errno if isinstance(exc, OSError) else None
-    if code is None:
-        found = re.search(r"errno = (\d+)", str(exc))
-        code = int(found[1]) if found else None
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    found = re.search(r"errno = (\d+)|\(os error (\d+)\)", str(exc))
+    return int(found[1] or found[2]) if found else None
+
+
+def describe_os_failure(exc: BaseException) -> str:
+    """``no space left on device (ENOSPC)`` for a failed system call (:func:`os_error_code`)."""
+    import errno as errnos
+    import os
+
+    code = os_error_code(exc)
     if code is None:
         text = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -208,6 +208,7 @@ class BlockReader:
             self._chunk, self._offsets = chunk, offsets
         if self._offsets is not None:
             self._fd = os.open(path, os.O_RDONLY)
+            self._file_size = os.fstat(self._fd).st_size
 
     @property
     def direct(self) -> bool:
@@ -229,7 +230,12 @@ class BlockReader:
                 dest[...] = self.ds.fillvalue
                 continue
             want = (hi - lo) * size
-            got = os.preadv(self._fd, [cast(Any, dest)], base + (lo - k * chunk) * size)
+            position = base + (lo - k * chunk) * size
+            if not 0 <= position <= self._file_size - want:  # a corrupt chunk address
+                raise CorruptFileError(rule("h5-unreadable").issue(
+                    str(self.path), self.ds.name.lstrip("/"),
+                    f"expected {want} bytes at offset {position}, beyond the file's {self._file_size} bytes"))
+            got = os.preadv(self._fd, [cast(Any, dest)], position)
             if got != want:
                 raise CorruptFileError(rule("h5-unreadable").issue(
                     str(self.path), self.ds.name.lstrip("/"),

@@ -1,8 +1,8 @@
 """Faults on writes — a full disk, I/O errors on write and on fsync, a read-only or vanished
-output directory — during `pbgtrain fit` checkpoint commits and `pbgio import` (before the first
-bucket is written). Each ends with one clear error line (no traceback), the previous committed state
-intact, no output that looks complete but is not, and the same command succeeding once the
-fault is gone.
+output directory — during `pbgtrain fit` checkpoint commits, `pbgio import`, `pbgio convert` and
+`pbgio export`. Each ends with one clear error line (no traceback) naming the file the user asked
+for, the previous committed state intact, no output that looks complete but is not, and the same
+command succeeding once the fault is gone.
 
 The faults are the OS's own errors: an LD_PRELOAD shim makes libc's write/fsync/open calls on
 the output's paths fail (pbgio.testing.faults), and a size-limited tmpfs fills up for real
@@ -181,15 +181,131 @@ def _import_case(tmp_path: Path) -> tuple[Path, Path, list[str]]:
                                    "--rhs-col", "2", "--no-progress"]
 
 
-@pytest.mark.parametrize(("fault", "after"), [("enospc", 0), pytest.param("eio-fsync", 0, marks=SLOW),
-                                              pytest.param("erofs", 0, marks=SLOW)])
-def test_import_fault(tmp_path: Path, fault: str, after: int) -> None:
+IMPORT_FAULTS = [  # (fault, files it meets, bytes written to them first, the path the error names)
+    ("enospc", "edges_", 20_000, "data/edges/edges_0_0.h5"),  # in the middle of the first bucket
+    pytest.param("enospc", "imp/data", 0, "data/entity_names_node_0.json", marks=SLOW),  # the first file
+    pytest.param("eio", "edges_1_1", 10_000, "data/edges/edges_1_1.h5", marks=SLOW),
+    pytest.param("eio-fsync", "edges_0_1", 0, "data/edges/edges_0_1.h5", marks=SLOW),
+    pytest.param("enospc", "entity_count_node_1", 0, "data/entity_count_node_1.txt", marks=SLOW),
+    pytest.param("erofs", "data/edges/", 0, "data/edges", marks=SLOW),
+]
+
+
+@pytest.mark.parametrize(("fault", "match", "after", "names"), IMPORT_FAULTS)
+def test_import_fault(tmp_path: Path, fault: str, match: str, after: int, names: str) -> None:
     config, data, command = _import_case(tmp_path)
     log = tmp_path / "fault.log"
-    done = run(command, shim_env(fault, f"{data}", after=after, log=log))
-    assert_clean_failure(done, log, str(data))
+    done = run(command, shim_env(fault, match, after=after, log=log))
+    assert_clean_failure(done, log, str(tmp_path / "imp" / names))
+    assert not list(tmp_path.rglob(".pbgio-import-*")) and not list(tmp_path.rglob("*.tmp")), "leftovers"
     report = validate_path(config)
     assert not report.ok, "a failed import left a layout that validates as complete"
     rerun = run(command)
     assert rerun.returncode == 0, rerun.stderr
     assert validate_path(config).ok
+
+
+# --------------------------------------------------------------------------------- convert
+
+
+@pytest.fixture(scope="module")
+def legacy_layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from pbgio.legacy.testing import LegacySpec, write_legacy_layout
+
+    root = tmp_path_factory.mktemp("legacy") / "legacy"
+    write_legacy_layout(root, LegacySpec(seed=7, num_partitions=3, num_users=300, edges_per_bucket=5000))
+    return root
+
+
+CONVERT_FAULTS = [  # (fault, files it meets, bytes written to them first, the path the error names)
+    ("enospc", "train_partitioned/.edges_1", 30_000, "out/data/train_partitioned/edges_1_0.h5"),
+    pytest.param("enospc", ".out.pbgio-convert", 0, "out/config.json", marks=SLOW),
+    pytest.param("eio", "checkpoint/.model", 2_000, "out/checkpoint/model.v1.h5", marks=SLOW),
+    pytest.param("eio-fsync", "checkpoint_version", 0, "out/checkpoint/checkpoint_version.txt", marks=SLOW),
+    pytest.param("enospc", "embeddings_user_1", 100, "out/checkpoint/embeddings_user_1.v1.h5", marks=SLOW),
+    pytest.param("erofs", ".out.pbgio-convert", 0, "out", marks=SLOW),
+]
+
+
+@pytest.mark.parametrize(("fault", "match", "after", "names"), CONVERT_FAULTS)
+def test_convert_fault(legacy_layout: Path, tmp_path: Path, fault: str, match: str, after: int,
+                       names: str) -> None:
+    source = tmp_path / "legacy"
+    shutil.copytree(legacy_layout, source)
+    command = ["-m", "pbgio", "convert", "--from", "legacy", str(source), str(tmp_path / "out"), "--no-progress"]
+    log = tmp_path / "fault.log"
+    done = run(command, shim_env(fault, match, after=after, log=log))
+    assert_clean_failure(done, log, str(tmp_path / names))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fault.log", "legacy"], "a failed convert left output"
+    rerun = run(command)
+    assert rerun.returncode == 0, rerun.stderr
+    assert validate_path(tmp_path / "out").ok
+
+
+# ---------------------------------------------------------------------------------- export
+
+
+@pytest.fixture(scope="module")
+def trained(one_version: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``one_version`` with entity names, so that every export format applies."""
+    from pbgio.config import load_config
+    from pbgio.entities import read_entity_count, write_entity_names
+
+    root = tmp_path_factory.mktemp("export") / "layout"
+    shutil.copytree(one_version, root)
+    cfg = load_config(root / "config.json")
+    entities = root / cfg.entity_path
+    for part in range(cfg.num_partitions("node")):
+        count = read_entity_count(entities, "node", part)
+        write_entity_names(entities, "node", part, [f"node-{part}-{i}" for i in range(count)])
+    return root
+
+
+EXPORT_FAULTS = [  # (format, fault, files it meets, bytes written to them first, the output the error names)
+    ("npy", "enospc", "out/.node.npy", 3_000, "out/node.npy"),  # space reserved up front: ENOSPC, not SIGBUS
+    pytest.param("tsv", "enospc", ".emb.tsv", 5_000, "emb.tsv", marks=SLOW),
+    pytest.param("tsv", "eio-fsync", ".relations.tsv", 0, "relations.tsv", marks=SLOW),
+    pytest.param("parquet", "eio", "out/", 2_000, "out/node.parquet", marks=SLOW),
+    pytest.param("npy", "enospc", "out/.node.names", 0, "out/node.names.json", marks=SLOW),
+    pytest.param("npy", "erofs", "out", 0, "out", marks=SLOW),
+]
+
+
+@pytest.mark.parametrize(("fmt", "fault", "match", "after", "names"), EXPORT_FAULTS)
+def test_export_fault(trained: Path, tmp_path: Path, fmt: str, fault: str, match: str, after: int,
+                      names: str) -> None:
+    """Embeddings and relations are one export: a fault in either leaves neither (no half set of
+    outputs that a rerun without --overwrite would then refuse)."""
+    output = tmp_path / ("emb.tsv" if fmt == "tsv" else "out")
+    command = ["-m", "pbgio", "export", str(trained / "config.json"), "-o", str(output), "-f", fmt,
+               "--relations-output", str(tmp_path / "relations.tsv"), "--no-progress"]
+    log = tmp_path / "fault.log"
+    done = run(command, shim_env(fault, f"{tmp_path}/{match}", after=after, log=log))
+    assert_clean_failure(done, log, str(tmp_path / names))
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["fault.log"], "a failed export left output"
+    rerun = run(command)
+    assert rerun.returncode == 0, rerun.stderr
+    assert (tmp_path / "relations.tsv").exists()
+
+
+def test_export_to_a_disk_that_really_fills_up(trained: Path, tmp_path: Path) -> None:
+    """An npy export larger than the tmpfs: the kernel's ENOSPC when the space is reserved, where a
+    memory-mapped write would have died of SIGBUS."""
+    mount = tmp_path / "disk"
+    try:
+        disk = small_tmpfs(mount, 16 * 1024)
+        disk.__enter__()
+    except FaultsUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        command = ["-m", "pbgio", "export", str(trained / "config.json"), "-o", str(mount / "out"), "-f", "npy",
+                   "--no-progress"]
+        done = run(command)
+        assert done.returncode == EXIT_FAILED, done.stderr
+        assert "node.npy: could not write: no space left on device (ENOSPC)" in done.stderr, done.stderr
+        assert not [p for p in mount.rglob("*") if p.is_file()]
+        subprocess.run(["mount", "-o", "remount,size=4m", str(mount)], check=True)
+        assert run(command).returncode == 0
+        assert (mount / "out" / "node.npy").exists()
+    finally:
+        disk.__exit__(None, None, None)

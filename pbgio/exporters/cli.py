@@ -95,6 +95,7 @@ def export(
     """Export trained embeddings (TSV, Parquet, npy) and relation parameters (TSV, JSON)."""
     from rich.markup import escape
 
+    from pbgio import atomic
     from pbgio.exporters.embeddings import export_embeddings
     from pbgio.exporters.relations import export_relations
     from pbgio.progress import Progress, RichProgress
@@ -104,7 +105,7 @@ def export(
         raise typer.Exit(EXIT_USAGE)
     console = stderr_console()
     reports = []
-    with exit_codes(usage=_usage_errors()):
+    with exit_codes(usage=_usage_errors()), atomic.together():  # every output, or none
         if output is not None:
             bars: contextlib.AbstractContextManager[Progress] = (
                 RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))

@@ -15,7 +15,6 @@ exported checkpoint version 3: user 10 rows in 0.50 s
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -86,45 +85,27 @@ class ExportReport:
 
 P = ParamSpec("P")
 T = TypeVar("T")
-_ATTEMPT_OUTPUTS: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("attempt_outputs",
-                                                                                     default=None)
 
 
 def consistent_version(export: Callable[P, T]) -> Callable[P, T]:
     """Run an export (``config`` first, keyword ``version``, ``base``, ``checkpoint``) on one complete
     version while ``pbgtrain fit`` may be committing: without ``version``, the committed one, and
     when a commit removes one of its files meanwhile, the export starts over on the new committed
-    version (:func:`pbgio.checkpoint.read_committed`), removing the outputs it wrote first."""
+    version (:func:`pbgio.checkpoint.read_committed`). Its outputs appear together when it succeeds
+    (:func:`pbgio.atomic.together`): a failed or restarted attempt leaves none behind."""
 
     @functools.wraps(export)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        if kwargs.get("version") is not None:
-            return export(*args, **kwargs)
-        config = args[0] if args else kwargs["config"]
-        source = open_export_source(cast(Any, config), base=cast(Any, kwargs.get("base")),
-                                    checkpoint=cast(Any, kwargs.get("checkpoint")))
-        outputs: list[Path] = []
-
-        def attempt(version: int) -> T:
-            for path in outputs:  # a failed attempt's outputs: the new one writes them again
-                path.unlink(missing_ok=True)
-            outputs.clear()
-            token = _ATTEMPT_OUTPUTS.set(outputs)
-            try:
-                return cast(T, cast(Any, export)(*args, **{**kwargs, "version": version}))
-            finally:
-                _ATTEMPT_OUTPUTS.reset(token)
-
-        return read_committed(source.checkpoint, attempt)
+        with atomic.together():
+            if kwargs.get("version") is not None:
+                return export(*args, **kwargs)
+            config = args[0] if args else kwargs["config"]
+            source = open_export_source(cast(Any, config), base=cast(Any, kwargs.get("base")),
+                                        checkpoint=cast(Any, kwargs.get("checkpoint")))
+            return cast(T, read_committed(
+                source.checkpoint, lambda version: cast(Any, export)(*args, **{**kwargs, "version": version})))
 
     return run
-
-
-def wrote(path: Path) -> None:
-    """Note an output an export attempt put in place (removed if the attempt starts over)."""
-    outputs = _ATTEMPT_OUTPUTS.get()
-    if outputs is not None:
-        outputs.append(path)
 
 
 def check_free(path: Path, overwrite: bool) -> None:
@@ -134,9 +115,10 @@ def check_free(path: Path, overwrite: bool) -> None:
 
 @contextlib.contextmanager
 def output_file(path: Path, overwrite: bool) -> Iterator[Path]:
-    """A temp path to write ``path`` through; moved into place (fsynced) when the block succeeds."""
+    """A temp path to write ``path`` through; moved into place (fsynced) when the block succeeds (or,
+    inside :func:`pbgio.atomic.together`, when the whole export does)."""
     check_free(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.write_failures(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_target(path) as tmp:
         yield tmp
-    wrote(path)

@@ -24,6 +24,7 @@ Formats (values are float32 and read back bit for bit):
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -43,7 +44,6 @@ from pbgio.exporters.common import (
     consistent_version,
     open_export_source,
     output_file,
-    wrote,
 )
 from pbgio.progress import Progress
 from pbgio.spec import naming
@@ -260,6 +260,8 @@ def _write_npy(path: Path, names_path: Path, source: ExportSource, entity_type: 
     with output_file(path, overwrite) as tmp:
         shape = (total, cfg.entity_dimension(entity_type))
         array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+        with tmp.open("r+b") as reserve:  # claim the disk space now: a full disk is then an
+            os.posix_fallocate(reserve.fileno(), 0, tmp.stat().st_size)  # ENOSPC, not a SIGBUS later
         start = 0
         for names, values in parts:
             if values.shape[1] != array.shape[1] or start + len(names) > total:
@@ -274,5 +276,4 @@ def _write_npy(path: Path, names_path: Path, source: ExportSource, entity_type: 
         array.flush()
         del array
     write_name_list(names_path, (name for names in all_names for name in names))
-    wrote(names_path)
     return total

@@ -40,9 +40,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import storage
-from pbgio.atomic import fsync_dir
+from pbgio.atomic import fsync_dir, write_failures
 from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists
-from pbgio.errors import PbgioError
+from pbgio.errors import OutputError, PbgioError
 from pbgio.importers.mapping import EdgeBatch
 from pbgio.lock import process_alive
 from pbgio.spec import naming
@@ -160,18 +160,28 @@ class Staging:
 
     def __enter__(self) -> Staging:
         self.check()
-        for target in self.targets:
-            for parent in reversed([target, *target.parents]):
-                if not parent.exists():
-                    parent.mkdir()
-                    self._created.append(parent)
-            self.staged(target).mkdir()
+        try:
+            for target in self.targets:
+                with write_failures(target):
+                    for parent in reversed([target, *target.parents]):
+                        if not parent.exists():
+                            parent.mkdir()
+                            self._created.append(parent)
+                    self.staged(target).mkdir()
+        except BaseException:
+            self.abort()
+            raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if not self._committed:
             self.abort()
+        if isinstance(exc, OutputError):  # name the file the user asked for, not its staged copy
+            for target in self.targets:
+                renamed = exc.named_at(self.staged(target), target)
+                if renamed is not exc:
+                    raise renamed from None
 
     def staged(self, target: Path) -> Path:
         """Where files meant for ``target`` are written until the commit."""

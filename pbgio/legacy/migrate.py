@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pbgio import atomic, interrupts
-from pbgio.errors import PbgioError, Report
+from pbgio.errors import OutputError, PbgioError, Report
 from pbgio.legacy.plan import MigrationPlan, MigrationStep, plan_migration
 from pbgio.lock import process_alive
 from pbgio.storage import local_path
@@ -124,10 +124,11 @@ def migrate(src: Path | str, dst: Path | str, *, dry_run: bool = False, trust_pi
         raise MigrationError(f"{source}: cannot be migrated", plan.errors)
     if dry_run:
         return MigrationResult(plan, target, written=False)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(target)
     staging = _staging_path(target, "tmp")
-    staging.mkdir()
+    with atomic.write_failures(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(target)
+        staging.mkdir()
     try:
         with interrupts.noticed():  # a Ctrl-C swallowed by a finalizer still stops the migration
             report = progress or (lambda _description, _n: None)
@@ -146,7 +147,11 @@ def migrate(src: Path | str, dst: Path | str, *, dry_run: bool = False, trust_pi
                 raise MigrationError(f"{source}: the migrated layout does not validate, so nothing was "
                                      f"written to {target}", errors, reports)
             interrupts.check()
-            _swap_into_place(staging, target)
+            with atomic.write_failures(target):
+                _swap_into_place(staging, target)
+    except OutputError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise exc.named_at(staging, target) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -195,7 +200,12 @@ def _swap_into_place(staging: Path, dst: Path) -> None:
         else:
             old = _staging_path(dst, "old")
             os.rename(dst, old)
-    os.rename(staging, dst)
+    try:
+        os.rename(staging, dst)
+    except OSError:
+        if old is not None:  # put the replaced DST back
+            os.rename(old, dst)
+        raise
     atomic.fsync_dir(dst.parent)
     if old is not None:
         if old.is_dir() and not old.is_symlink():

@@ -1,7 +1,7 @@
 /* LD_PRELOAD shim: the OS refuses writes to chosen files, as a full disk or a failing device does.
  *
  * Built and driven by pbgio.testing.faults. Environment:
- *   PBG_FAULT        enospc (write fails: no space) | eio (write fails: I/O error)
+ *   PBG_FAULT        enospc (write or fallocate fails: no space) | eio (write fails: I/O error)
  *                    | eio-fsync (fsync fails: I/O error) | erofs (opening for writing and mkdir fail)
  *   PBG_FAULT_MATCH  only paths containing this string are affected
  *   PBG_FAULT_AFTER  bytes written to affected files before the fault starts (default 0)
@@ -135,6 +135,28 @@ ssize_t copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t n
     if (!real) real = dlsym(RTLD_NEXT, "copy_file_range");
     WRITE_GUARD(out, n);
     return real(in, in_off, out, out_off, n, flags);
+}
+
+/* Reserving space (posix_fallocate returns the error; fallocate sets errno). */
+int posix_fallocate(int fd, off_t off, off_t len) {
+    static int (*real)(int, off_t, off_t);
+    if (!real) real = dlsym(RTLD_NEXT, "posix_fallocate");
+    int e = write_fault(fd, (size_t)len);
+    return e ? e : real(fd, off, len);
+}
+
+int posix_fallocate64(int fd, off_t off, off_t len) {
+    static int (*real)(int, off_t, off_t);
+    if (!real) real = dlsym(RTLD_NEXT, "posix_fallocate64");
+    int e = write_fault(fd, (size_t)len);
+    return e ? e : real(fd, off, len);
+}
+
+int fallocate(int fd, int flags, off_t off, off_t len) {
+    static int (*real)(int, int, off_t, off_t);
+    if (!real) real = dlsym(RTLD_NEXT, "fallocate");
+    WRITE_GUARD(fd, (size_t)len);
+    return real(fd, flags, off, len);
 }
 
 static int sync_fault(int fd) {

@@ -927,6 +927,17 @@ def _delete(f: Any, name: str) -> None:
         del f[name]
 
 
+MAX_EDIT_ELEMENTS = 1 << 20
+
+
+def _values(f: Any, name: str) -> Any:
+    """All of dataset ``name``, or None when it claims more elements than an edit reads whole (an
+    earlier :func:`h5_huge` made it claim 10^12 rows)."""
+    if getattr(f[name], "size", 0) > MAX_EDIT_ELEMENTS:
+        return None
+    return f[name][...]
+
+
 def h5_huge(rng: random.Random, f: Any) -> None:
     """A dataset claiming a huge size with (almost) nothing written."""
     import numpy as np
@@ -957,7 +968,9 @@ def h5_dtype(rng: random.Random, f: Any) -> None:
     name = _pick(rng, f, existing=1.0)
     if name not in f:
         return
-    values = f[name][...]
+    values = _values(f, name)
+    if values is None:
+        return
     dtype: Any = rng.choice([np.int32, np.uint64, np.float32, np.float64, np.bool_, ">i8", ">f4", np.int8,
                         "S8", np.dtype([("a", np.int64), ("b", np.float32)]), np.complex64, np.float16])
     _delete(f, name)
@@ -975,7 +988,9 @@ def h5_shape(rng: random.Random, f: Any) -> None:
     name = _pick(rng, f, existing=1.0)
     if name not in f:
         return
-    values = f[name][...]
+    values = _values(f, name)
+    if values is None:
+        return
     flat = values.reshape(-1)
     choice = rng.randrange(6)
     new: Any
@@ -1005,7 +1020,9 @@ def h5_values(rng: random.Random, f: Any) -> None:
     ds = f[name]
     if not ds.shape or ds.size == 0 or ds.dtype.kind not in "iuf":
         return
-    values = ds[...]
+    values = _values(f, name)
+    if values is None:
+        return
     flat = values.reshape(-1)
     i = rng.randrange(flat.size)
     if ds.dtype.kind == "f":
@@ -1060,7 +1077,9 @@ def h5_filters(rng: random.Random, f: Any) -> None:
     name = _pick(rng, f, existing=1.0)
     if name not in f or not f[name].shape:
         return
-    values = f[name][...]
+    values = _values(f, name)
+    if values is None:
+        return
     _delete(f, name)
     choice = rng.randrange(4)
     chunks = tuple(max(1, min(8, n)) for n in values.shape) if values.size else None
@@ -1092,7 +1111,8 @@ def h5_evil_blob(rng: random.Random, f: Any) -> None:
     from pbgio.spec.checkpoint import OPTIMIZER_DATASET
 
     ctx = MutationContext(rng, [], Path("."), Path(os.environ.get(MARKER_ENV, "/tmp/pbgio-fuzz-marker")))
-    old = f[OPTIMIZER_DATASET][...].tobytes() if OPTIMIZER_DATASET in f else b""
+    found = _values(f, OPTIMIZER_DATASET) if OPTIMIZER_DATASET in f else None
+    old = found.tobytes() if found is not None else b""
     evil = pickle_mutate(ctx, old) if rng.random() < 0.7 else payload_mutate(ctx, old)
     _delete(f, OPTIMIZER_DATASET)
     f.create_dataset(OPTIMIZER_DATASET, data=np.frombuffer(evil, dtype=np.dtype("V1")))

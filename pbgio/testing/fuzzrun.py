@@ -59,6 +59,7 @@ class Result:
     data: bytes | None  # failures only
     seconds: float
     message: str
+    retire: bool = False  # the worker exits after this result (its address space grew): start another
 
 
 @dataclass
@@ -144,6 +145,9 @@ def _worker(conn: Connection, corpus_dir: str, names: list[str], seed: int, time
                     fuzz.run_input(fuzz.get_target(name), data, scratch)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+    # Past this size the worker retires (what readers leave behind, such as HDF5's free lists and
+    # caches, adds up over 10^5 inputs): the bound stays on each input, not on the worker's history.
+    retire_at = _vm_bytes() + memory_mb * (1 << 19) if memory_mb > 0 else 0
     if memory_mb > 0:
         limit = _vm_bytes() + memory_mb * (1 << 20)
         _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -155,7 +159,11 @@ def _worker(conn: Connection, corpus_dir: str, names: list[str], seed: int, time
             task = conn.recv()
             if task is None:
                 break
-            conn.send(_run_task(task, corpora, seed, timeout, scratch, marker))
+            result = _run_task(task, corpora, seed, timeout, scratch, marker)
+            result.retire = bool(retire_at) and _vm_bytes() > retire_at
+            conn.send(result)
+            if result.retire:
+                break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -226,6 +234,7 @@ class Campaign:
         self.log = log
         self._mp = multiprocessing.get_context("spawn")
         self._slots: list[_Slot] = []
+        self.retired = 0  # workers replaced because their address space grew
 
     def __enter__(self) -> Campaign:
         env = {"POLARS_MAX_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -315,6 +324,9 @@ class Campaign:
                         continue
                     slot.task = None
                     self._record(stats, message)
+                    if message.retire:
+                        self.retired += 1
+                        self._replace(slot)
                 elif slot.task is not None and time.monotonic() - slot.since > 2 * self.timeout + GRACE_S:
                     self._lost(slot, stats, "hang")
                 elif not slot.ready and time.monotonic() - slot.started > WORKER_START_S:
@@ -390,4 +402,6 @@ def fuzz_targets(names: list[str], *, inputs: int, seed: int = 0, jobs: int = 2,
                 deadline = time.monotonic() + seconds_per_target if seconds_per_target else None
                 results[name] = stats = campaign.run(name, generated(name, inputs), deadline=deadline)
                 log(stats.summary())
+            if campaign.retired:
+                log(f"{campaign.retired} worker(s) retired and replaced as their address space grew")
         return results
