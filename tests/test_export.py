@@ -266,3 +266,32 @@ def test_cli_export(static_layout: Path, tmp_path: Path) -> None:
                                  "--no-global", "--version", "1", "-t", "user"])
     assert result.exit_code == 0, result.output
     assert len((tmp_path / "n.tsv").read_text().splitlines()) == 9
+
+
+def test_an_export_that_fails_leaves_none_of_its_outputs(static_layout: Path, tmp_path: Path) -> None:
+    """The second type's output is in the way: the first type's files, already written, do not
+    appear either (no half set of outputs), and the file in the way is untouched."""
+    from pbgio.exporters.common import OutputExistsError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "item.names.json").write_text("mine")
+    with pytest.raises(OutputExistsError, match=r"item\.names\.json"):
+        export_embeddings(static_layout / "config.json", out, fmt="npy")
+    assert sorted(p.name for p in out.iterdir()) == ["item.names.json"]
+    assert (out / "item.names.json").read_text() == "mine"
+
+
+def test_cli_export_of_embeddings_and_relations_is_one(static_layout: Path, tmp_path: Path) -> None:
+    import typer
+
+    from pbgio.exporters.cli import export
+
+    app = typer.Typer()
+    app.command("export")(export)
+    app.command("noop")(lambda: None)
+    (tmp_path / "r.json").write_text("mine")
+    result = CliRunner().invoke(app, ["export", str(static_layout / "config.json"), "-o", str(tmp_path / "e.tsv"),
+                                      "--relations-output", str(tmp_path / "r.json"), "--no-progress"])
+    assert result.exit_code == 2 and "r.json: exists" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

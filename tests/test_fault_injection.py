@@ -193,7 +193,7 @@ IMPORT_FAULTS = [  # (fault, files it meets, bytes written to them first, the pa
 
 @pytest.mark.parametrize(("fault", "match", "after", "names"), IMPORT_FAULTS)
 def test_import_fault(tmp_path: Path, fault: str, match: str, after: int, names: str) -> None:
-    config, data, command = _import_case(tmp_path)
+    config, _data, command = _import_case(tmp_path)
     log = tmp_path / "fault.log"
     done = run(command, shim_env(fault, match, after=after, log=log))
     assert_clean_failure(done, log, str(tmp_path / "imp" / names))
