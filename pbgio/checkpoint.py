@@ -37,6 +37,7 @@ from pbgio.h5 import (
     attr_str,
     check_format_version,
     is_float32,
+    link_name,
     open_h5,
     read_whole,
     write_format_version,
@@ -344,8 +345,10 @@ def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 
     if not isinstance(group, h5py.Group):
         raise FormatError(rule("model-param-name").issue(
-            str(group.file.filename), group.name.lstrip("/"), f"expected a group, found a {type(group).__name__}"))
-    for key, item in group.items():
+            str(group.file.filename), link_name(group.name).lstrip("/"),
+            f"expected a group, found a {type(group).__name__}"))
+    for raw, item in group.items():
+        key = link_name(raw)
         name = f"{prefix}{key}"
         if isinstance(item, h5py.Dataset):
             yield name, item
@@ -353,7 +356,7 @@ def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
             yield from _datasets(item, f"{name}/")
         else:  # a named datatype: no parameter
             raise FormatError(rule("model-param-name").issue(
-                str(group.file.filename), f"{group.name.lstrip('/')}/{key}",
+                str(group.file.filename), f"{link_name(group.name).lstrip('/')}/{key}",
                 f"expected a dataset or a group, found a {type(item).__name__}"))
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from pbgio import storage
 from pbgio.errors import CorruptFileError, MissingArtifactError, VersionError
 from pbgio.h5guard import h5_guard
+from pbgio.h5heap import check_global_heaps
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR
 from pbgio.spec.rules import rule
 
@@ -121,8 +122,42 @@ def read_whole(ds: h5py.Dataset, path: storage.AnyPath) -> np.ndarray[Any, Any]:
     return cast(np.ndarray[Any, Any], ds[()])
 
 
+# The attribute types the format uses: integers, floats and strings (fixed or variable length).
+_ATTRIBUTE_CLASSES = (h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.STRING)
+
+
+class ForeignAttribute:
+    """Stands for an attribute whose stored type the format never uses (a variable-length
+    sequence, a compound, a reference …): its value is not read, since HDF5 crashes on some
+    damaged ones (a sequence where a string belongs). Compares equal to nothing the format wants."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"an attribute of HDF5 type {self.kind}"
+
+
+def read_attribute(handle: Any, name: str) -> Any:
+    """Attribute ``name`` of a file, group or dataset: None when absent, a :class:`ForeignAttribute`
+    when its type is none of the format's (its data unread), else its value."""
+    if name not in handle.attrs:
+        return None
+    stored = handle.attrs.get_id(name).get_type()
+    kind = stored.get_class()
+    if kind not in _ATTRIBUTE_CLASSES:
+        return ForeignAttribute(_CLASS_NAMES.get(kind, f"class {kind}"))
+    if kind == h5py.h5t.STRING and stored.is_variable_str():  # its text lives in a global heap
+        check_global_heaps(handle.file, handle.file.filename)
+    return handle.attrs[name]
+
+
+_CLASS_NAMES = {getattr(h5py.h5t, n): n.lower() for n in
+                ("TIME", "BITFIELD", "OPAQUE", "COMPOUND", "REFERENCE", "ENUM", "VLEN", "ARRAY")}
+
+
 def format_version(handle: h5py.File) -> Any:
-    return handle.attrs.get(FORMAT_VERSION_ATTR)
+    return read_attribute(handle, FORMAT_VERSION_ATTR)
 
 
 def check_format_version(handle: h5py.File, path: storage.AnyPath) -> None:
@@ -157,9 +192,19 @@ def write_format_version(handle: h5py.File) -> None:
     handle.attrs[FORMAT_VERSION_ATTR] = np.int64(FORMAT_VERSION)
 
 
+def link_name(name: str | bytes) -> str:
+    """An HDF5 link or object name as text: h5py gives ``bytes`` for a name that is not UTF-8;
+    its undecodable bytes become ``\\x..`` escapes (so it can match no name of the format).
+
+    >>> link_name(b"transla\\xf4ion")
+    'transla\\\\xf4ion'
+    """
+    return name if isinstance(name, str) else name.decode("utf-8", "backslashreplace")
+
+
 def attr_str(handle: h5py.File, name: str) -> str | None:
-    value = handle.attrs.get(name)
-    if value is None:
+    value = read_attribute(handle, name)
+    if value is None or isinstance(value, ForeignAttribute):
         return None
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
@@ -167,7 +212,7 @@ def attr_str(handle: h5py.File, name: str) -> str | None:
 
 
 def attr_int(handle: h5py.File, name: str) -> int | None:
-    value = handle.attrs.get(name)
+    value = read_attribute(handle, name)
     if isinstance(value, np.ndarray) and value.size == 1:
         value = value.reshape(()).item()
     if isinstance(value, int | np.integer) and not isinstance(value, bool):

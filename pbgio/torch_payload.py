@@ -43,7 +43,7 @@ LEGACY_PROTOCOL_VERSION = 1001
 DEFAULT_BLOCK_ELEMENTS = 1 << 22
 # What zipfile raises for a damaged archive: bad offsets (ValueError, a negative seek), a
 # compression method it lacks (NotImplementedError), encryption (RuntimeError), bad data.
-_ZIP_ERRORS = (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError,
+_ZIP_ERRORS = (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError, OverflowError,
                struct.error, zlib.error, lzma.LZMAError, UnicodeDecodeError)
 
 

@@ -14,7 +14,15 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
-from pbgio.h5 import attr_str, byte_dataset_file, check_format_version, check_written, is_float32, open_h5
+from pbgio.h5 import (
+    attr_str,
+    byte_dataset_file,
+    check_format_version,
+    check_written,
+    is_float32,
+    link_name,
+    open_h5,
+)
 from pbgio.optimizer_state import (
     accumulator_value_problem,
     accumulators,
@@ -296,7 +304,8 @@ def _check_model(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str,
 
 def _walk(group: h5py.Group, prefix: str = "") -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
-    for key, item in group.items():
+    for raw, item in group.items():
+        key = link_name(raw)
         if isinstance(item, h5py.Dataset):
             out.append((prefix + key, item))
         else:

@@ -21,7 +21,7 @@ from pbgio.checks import Context, RowCollector
 from pbgio.config import ConfigSchema
 from pbgio.edges import EdgeBucket
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import BlockReader, check_format_version, check_written, is_int64, open_h5
+from pbgio.h5 import BlockReader, check_format_version, check_written, is_int64, link_name, open_h5
 from pbgio.spec.edges import (
     DATASETS_BY_NAME,
     INDEX_DATASETS,
@@ -153,7 +153,8 @@ def _check_open_bucket(ctx: Context, path: AnyPath, f: h5py.File, lhs_part: int 
     except FormatError as exc:
         ctx.add_error(exc, path)
     datasets: dict[str, Any] = {}
-    for name, item in f.items():
+    for raw, item in f.items():
+        name = link_name(raw)
         if isinstance(item, h5py.Dataset) and name in DATASETS_BY_NAME:
             datasets[name] = item
         else:

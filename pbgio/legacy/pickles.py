@@ -179,7 +179,7 @@ def inspect_pickle(path: Path) -> PickleInfo:
         raise legacy_error("legacy-pickle-unreadable", str(path),
                            "expected this file, found nothing") from None
     except (ValueError, EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError, IndexError,
-            NotImplementedError, RuntimeError, zlib.error, lzma.LZMAError, struct.error) as exc:
+            NotImplementedError, RuntimeError, OverflowError, zlib.error, lzma.LZMAError, struct.error) as exc:
         # NotImplementedError, RuntimeError: a zip of a version, compression or encryption zipfile lacks
         raise legacy_error("legacy-pickle-unreadable", str(path),
                            f"expected a complete pickle, found an unreadable one ({exc})") from None
