@@ -50,25 +50,22 @@ _checked: set[tuple[int, int, int, int]] = set()  # device, inode, mtime, size o
 
 def check_global_heaps(handle: h5py.File, path: storage.AnyPath) -> None:
     """Raise :class:`CorruptFileError` if a global heap collection of ``handle``'s file is damaged
-    in a way that makes HDF5 loop or overrun. Files read through a file object (remote stores)
-    are not scanned."""
-    if handle.driver == "fileobj":
+    in a way that makes HDF5 loop or overrun. Only files HDF5 reads through its default POSIX
+    driver are scanned (not those read through a file object: remote stores)."""
+    if handle.driver != "sec2":
         return
-    fd = os.open(os.fspath(handle.filename), os.O_RDONLY)
-    try:
-        info = os.fstat(fd)
-        key = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
-        if key in _checked:
-            return
-        lengths = _size_of_lengths(fd)
-        for start, end in _metadata_ranges(handle, info.st_size):
-            for at in _signatures(fd, start, end):
-                _check_collection(fd, at, info.st_size, lengths, path)
-        if len(_checked) > 4096:
-            _checked.clear()
-        _checked.add(key)
-    finally:
-        os.close(fd)
+    fd = int(handle.id.get_vfd_handle())  # HDF5's own descriptor: the file it has open, even if
+    info = os.fstat(fd)                   # its name was removed or replaced meanwhile
+    key = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+    if key in _checked:
+        return
+    lengths = _size_of_lengths(fd)
+    for start, end in _metadata_ranges(handle, info.st_size):
+        for at in _signatures(fd, start, end):
+            _check_collection(fd, at, info.st_size, lengths, path)
+    if len(_checked) > 4096:
+        _checked.clear()
+    _checked.add(key)
 
 
 def _size_of_lengths(fd: int) -> int:
