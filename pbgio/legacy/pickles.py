@@ -102,6 +102,9 @@ def container_of(head: bytes) -> Container | None:
     return None
 
 
+_MEMO_SLACK = 1 << 16
+
+
 def _globals_in(stream: IO[bytes]) -> list[str]:
     """Globals named by the pickle at the stream position; stops after its STOP opcode."""
     found: list[str] = []
@@ -124,6 +127,8 @@ def _globals_in(stream: IO[bytes]) -> list[str]:
             last = arg.decode("latin-1") if isinstance(arg, bytes) else str(arg)
             strings.append(last)
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            if int(cast(int, arg)) > len(memo) + _MEMO_SLACK:  # picklers number the memo 0, 1, 2 …; the
+                raise ValueError(f"memo index {arg} after {len(memo)} entries")  # unpickler would allocate it
             memo[int(cast(int, arg))] = last
         elif name == "MEMOIZE":
             memo[len(memo)] = last
@@ -191,10 +196,21 @@ def _is_legacy_header(f: IO[bytes]) -> bool:
     if _globals_in(f):
         return False
     f.seek(0)
+    # Read the opcodes, build nothing: a damaged pickle may claim a memo slot or a size that
+    # building it would allocate (LONG_BINPUT 2**32-1).
+    values = []
     try:
-        return bool(_BarePickleUnpickler(f).load() == LEGACY_MAGIC_NUMBER)
-    except (pickle.UnpicklingError, ValueError, EOFError, KeyError, IndexError, TypeError, AttributeError):
+        for opcode, arg, _pos in pickletools.genops(f):
+            if opcode.name == "STOP":
+                break
+            if opcode.name not in ("PROTO", "FRAME"):
+                values.append(arg if opcode.name in _INT_OPCODES else None)
+    except (ValueError, EOFError, struct.error, UnicodeDecodeError, OverflowError):
         return False
+    return values == [LEGACY_MAGIC_NUMBER]
+
+
+_INT_OPCODES = ("INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4")
 
 
 def _zip_globals(path: Path) -> list[str]:

@@ -837,7 +837,7 @@ def payload_mutate(ctx: MutationContext, data: bytes) -> bytes:
     try:
         source = zipfile.ZipFile(io.BytesIO(data))
         members = {info.filename: source.read(info) for info in source.infolist()}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, OverflowError):
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, OverflowError, RuntimeError):
         return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
     rng = ctx.rng
     names = list(members)

@@ -365,7 +365,8 @@ class Campaign:
         folder.mkdir(parents=True, exist_ok=True)
         data = result.data or b""
         digest = hashlib.sha256(data).hexdigest()[:10]
-        stem = f"{result.detail}-{result.index}-{digest}"
+        index = Path(result.index).stem if isinstance(result.index, str) else result.index  # a replayed file
+        stem = f"{result.detail}-{index}-{digest}"
         (folder / f"{stem}.bin").write_bytes(data)
         replay = (f"replay: tools/fuzz.py --target {result.target} --replay {folder / (stem + '.bin')}"
                   if result.data is not None else "input not recoverable (the worker died before reporting); "
