@@ -515,6 +515,7 @@ class MutationContext:
     corpus: list[bytes]
     scratch: Path
     marker: Path
+    damaged: bool = False  # a byte-level mutation was applied: HDF5 may misbehave editing the result
 
 
 def _pos(ctx: MutationContext, data: bytes | bytearray) -> int:
@@ -881,18 +882,58 @@ _HUGE = [10**12, 2**40, 2**31, 2**33 + 1, 10**9]
 
 
 def _h5_edit(ctx: MutationContext, data: bytes, edit: Callable[[random.Random, Any], None]) -> bytes:
+    """``edit`` applied to the file through h5py, in a forked child: HDF5 editing a file that an
+    earlier byte mutation damaged may crash, loop or corrupt its own memory, which must not be
+    blamed on (or carried into) the reader that runs next in the same process."""
     import h5py
 
     path = ctx.scratch / "mutate.h5"
     path.write_bytes(data)
-    try:
+    edit_rng = random.Random(ctx.rng.getrandbits(64))
+
+    def work() -> None:
         with h5py.File(path, "r+") as f:
-            edit(ctx.rng, f)
-        return path.read_bytes()
-    except Exception:  # a file h5py cannot edit (an earlier byte mutation): fall back to bytes
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
+            edit(edit_rng, f)
+
+    try:
+        if not ctx.damaged:  # a file HDF5 itself wrote: edited in this process (no fork to pay)
+            try:
+                work()
+                return path.read_bytes()
+            except Exception:
+                pass
+        elif _in_child(work):
+            return path.read_bytes()
+        ctx.damaged = True
+        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)  # a file h5py cannot edit: fall back to bytes
     finally:
         path.unlink(missing_ok=True)
+
+
+def _in_child(work: Callable[[], None], timeout: float = 10.0) -> bool:
+    """Whether ``work()`` returned in a forked child within ``timeout`` seconds."""
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        code = 1
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.0005)
 
 
 def _datasets(f: Any) -> list[str]:
@@ -1199,6 +1240,7 @@ def generate(target: Target, corpus: list[bytes], seed: int, index: int, scratch
             data = rng.choice(structural)(ctx, data)
         else:
             data = rng.choice(BYTE_MUTATORS)(ctx, data)
+            ctx.damaged = True
     return data[: 8 << 20]
 
 
