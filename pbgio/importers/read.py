@@ -393,7 +393,7 @@ def _parquet_source(path: Path, options: InputOptions) -> Source:
     lf = pl.scan_parquet(path, row_index_name=_ROW, row_index_offset=1)
     try:
         schema = lf.collect_schema()
-    except (pl.exceptions.PolarsError, OSError) as exc:
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError) as exc:  # a panic: damaged metadata
         raise InputError(str(path), None,
                          f"expected a Parquet file, found an unreadable file ({exc})") from None
     names = [name for name in schema.names() if name != _ROW]
