@@ -232,6 +232,9 @@ def _reading(source: Source) -> Iterator[None]:
             line = _invalid_utf8_line(source.path)
             raise source.problem(line, "expected UTF-8 text, found invalid bytes") from None
         first = text.splitlines()[0] if text else repr(exc)
+        if isinstance(exc, pl.exceptions.PanicException):  # a Parquet file's headers passed, its data did not
+            raise source.problem(None, f"expected data that decodes, found damaged data (polars stopped: "
+                                 f"{first})") from None
         raise source.problem(None, f"cannot read the file: {first}") from None
 
 

@@ -45,6 +45,7 @@ from typing import Any, Literal, NamedTuple
 import polars as pl
 
 from pbgio.errors import InputError, MissingArtifactError
+from pbgio.importers.parquet_check import check_parquet
 
 WHITESPACE = "whitespace"
 ColumnRef = int | str
@@ -390,6 +391,8 @@ def _line_blocks(path: Path) -> Iterator[tuple[bytes, int, int]]:
 
 
 def _parquet_source(path: Path, options: InputOptions) -> Source:
+    with open(path, "rb") as stream:  # polars aborts the process on some false claims: check them first
+        rows = check_parquet(stream, str(path))
     lf = pl.scan_parquet(path, row_index_name=_ROW, row_index_offset=1)
     try:
         schema = lf.collect_schema()
@@ -433,7 +436,6 @@ def _parquet_source(path: Path, options: InputOptions) -> Source:
                    message(f"expected a value in {columns[role]} ({role}), found null"))
     _value_checks(checks, columns, skip=frozenset(lists))  # empty lists are checked as feature bags
     frame = lf.select(exprs).with_columns(problem=problem_code(checks.items))
-    rows = pl.scan_parquet(path).select(pl.len()).collect().item()
 
     def blocks() -> Iterator[Block]:
         for start in range(0, max(rows, 1), PARQUET_ROWS):

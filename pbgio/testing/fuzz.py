@@ -1175,7 +1175,10 @@ def parquet_mutate(ctx: MutationContext, data: bytes) -> bytes:
     """A table rewritten with wrong column types, nulls, lists, or no rows."""
     import polars as pl
 
-    try:
+    from pbgio.importers.parquet_check import check_parquet
+
+    try:  # polars aborts the worker on some false claims (the reader checks them the same way)
+        check_parquet(io.BytesIO(data), "input")
         frame = pl.read_parquet(io.BytesIO(data))
     except (Exception, pl.exceptions.PanicException):  # a panic is a BaseException
         return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
