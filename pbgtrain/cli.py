@@ -85,20 +85,31 @@ def fit(
     peer_timeout: Annotated[float, typer.Option(
         help="Distributed runs: seconds without a sign of life from another trainer before every trainer "
         "stops with an error naming it.")] = 60.0,
+    freeze: Annotated[list[str] | None, typer.Option(
+        "--freeze", metavar="TYPE", help="Keep the embeddings of entity type TYPE fixed while the rest trains: "
+        "its tables (every partition, feature tables of a featurized type), their Adagrad state and its global "
+        "embedding stay bit for bit as loaded (from the checkpoint, init_path or the seeded initialization); it "
+        "still gives negatives. Applies to the iterations this command runs (the checkpoint does not record it). "
+        "Repeatable; pbgtrain's own option, not the original's.")] = None,
 ) -> None:
     """Train: resume from the latest committed checkpoint, commit one version per edge chunk.
 
     Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
     the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
     """
-    from pbgtrain.train import FitOptions
+    from pbgtrain.train import FitOptions, frozen_types_problem
     from pbgtrain.train import fit as run_fit
 
     run = _load(config, param, base)
+    frozen = frozenset(freeze or ())
+    problem = frozen_types_problem(run.config, frozen)
+    if problem is not None:
+        print_error(f"--freeze: {problem}")
+        raise typer.Exit(EXIT_USAGE)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision,
-                         partition_memory=partition_memory, compile=compile_step)
+                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozen)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()
