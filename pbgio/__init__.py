@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         MissingArtifactError,
         PbgioError,
         Report,
+        UnknownNameError,
         UnsafePickleError,
         VersionError,
     )
@@ -64,7 +65,7 @@ __all__, _export = lazy_exports("pbgio", {
                        "read_relation_names", "write_dynamic_rel_count", "write_entity_count",
                        "write_entity_names", "write_relation_names"],
     "pbgio.errors": ["ConfigError", "CorruptFileError", "FormatError", "Issue", "MissingArtifactError",
-                     "PbgioError", "Report", "UnsafePickleError", "VersionError"],
+                     "PbgioError", "Report", "UnknownNameError", "UnsafePickleError", "VersionError"],
     "pbgio.validate": ["validate_path"],
 })
 

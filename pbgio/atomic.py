@@ -131,3 +131,9 @@ def _discard(tmp: Path) -> None:
 def write_text(path: AnyPath, text: str) -> None:
     with atomic_target(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes(path: AnyPath, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a picture, a blob), as :func:`write_text` writes text."""
+    with atomic_target(path) as tmp:
+        tmp.write_bytes(data)

@@ -1,4 +1,4 @@
-"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed.
+"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed, neighbors.
 
 Exit codes: 0 valid (warnings allowed), 1 invalid data or failed command,
 2 usage error (bad option, missing path), 130 interrupted.
@@ -7,6 +7,7 @@ Data goes to stdout (``--json``); messages and progress go to stderr.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from pathlib import Path
@@ -186,6 +187,51 @@ def example(
     from pbgio.example import build_example
 
     typer.echo(build_example(dest, num_edges=edges, seed=seed))
+
+
+class NeighborMetric(str, enum.Enum):
+    cos = "cos"
+    dot = "dot"
+
+
+@app.command()
+def neighbors(
+    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
+    names: Annotated[list[str], typer.Argument(help="Names of the entities whose neighbours to find (one or more).",
+                                               show_default=False)],
+    entity_type: Annotated[str, typer.Option("--type", "-t", help="The entity type of the names.")],
+    k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Neighbours per name.")] = 10,
+    metric: Annotated[NeighborMetric, typer.Option(
+        "--metric", help="cos: cosine of the vectors; dot: their inner product.")] = NeighborMetric.cos,
+    device: Annotated[str, typer.Option(
+        "--device", help="Where the products run: cpu (numpy) or cuda, cuda:N (torch).")] = "cpu",
+    include_self: Annotated[bool, typer.Option(
+        "--include-self", help="Let a name be among its own neighbours.")] = False,
+    no_global: Annotated[bool, typer.Option(
+        "--no-global", help="Compare the stored rows, without the type's global embedding (added by default when "
+        "global_emb is true, as pbgio export adds it).")] = False,
+    version: Annotated[int | None, typer.Option(
+        "--version", help="Checkpoint version (default: the committed one).")] = None,
+    checkpoint: Annotated[str | None, typer.Option(
+        "--checkpoint", help="Checkpoint directory (default: the config's checkpoint_path).")] = None,
+    base: BaseOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the neighbours as JSON on stdout.")] = False,
+) -> None:
+    """Nearest neighbours of entities among the trained embeddings of their type (exact, cos or dot)."""
+    from pbgio.errors import MissingArtifactError
+    from pbgio.neighbors import format_neighbors, nearest_neighbors
+
+    with exit_codes(usage=(MissingArtifactError,), on_interrupt=lambda: None):
+        found = nearest_neighbors(config, entity_type, names, k=k, metric=metric.value, include_self=include_self,
+                                  add_global=not no_global, device=device, version=version, checkpoint=checkpoint,
+                                  base=base)
+    if as_json:
+        typer.echo(json.dumps([f.to_dict() for f in found], indent=2))
+        return
+    first = found[0]
+    stderr_console().print(f"{k} nearest {entity_type!r} entities by {metric.value} among {first.candidates:,} "
+                           f"(checkpoint version {first.version})", soft_wrap=True, markup=False)
+    typer.echo(format_neighbors(found))
 
 
 config_app = typer.Typer(name="config", help="Run configs: convert the original's Python config files to JSON.",

@@ -251,6 +251,34 @@ class InputError(PbgioError, ValueError):
         super().__init__(f"{where}: {message}{more}")
 
 
+class UnknownNameError(PbgioError, LookupError):
+    """Names looked up in a dictionary (an entity type's names files, the relation names) that
+    it does not hold. ``names`` are the unknown ones (all of them), ``what`` says what they
+    should name, ``where`` is the dictionary searched, ``context`` where the names came from.
+
+    >>> err = UnknownNameError(["bob"], "'user' entity", "data/entity_names_user_0.json",
+    ...                        context="triples.tsv:4")
+    >>> print(err)
+    triples.tsv:4: no 'user' entity named 'bob' in data/entity_names_user_0.json
+    >>> print(UnknownNameError(["likess", "x"], "relation", "the config's relations", hint="did you mean 'likes'?"))
+    no relation named 'likess' in the config's relations (2 unknown names: 'likess', 'x'); did you mean 'likes'?
+    """
+
+    SHOWN = 5
+
+    def __init__(self, names: list[str], what: str, where: str, *, context: str = "", hint: str = "") -> None:
+        self.names = names
+        self.what = what
+        self.where = where
+        self.context = context
+        self.hint = hint
+        shown = ", ".join(repr(n) for n in names[:self.SHOWN]) + (", …" if len(names) > self.SHOWN else "")
+        more = f" ({len(names)} unknown names: {shown})" if len(names) > 1 else ""
+        prefix = f"{context}: " if context else ""
+        suffix = f"; {hint}" if hint else ""
+        super().__init__(f"{prefix}no {what} named {names[0]!r} in {where}{more}{suffix}")
+
+
 class OutputError(PbgioError):
     """An output could not be written: the disk is full, the device failed, the directory is
     read-only or vanished. Nothing under the output's final name changed.

@@ -1,4 +1,4 @@
-"""The ``pbgtrain`` command line: fit, eval, config.
+"""The ``pbgtrain`` command line: fit, eval, predict, config, report.
 
 Exit codes: 0 done, 1 failed (invalid data or config, unreadable checkpoint), 2 usage
 error, 130 interrupted (the last committed checkpoint is intact; rerun ``fit`` to resume).
@@ -85,20 +85,31 @@ def fit(
     peer_timeout: Annotated[float, typer.Option(
         help="Distributed runs: seconds without a sign of life from another trainer before every trainer "
         "stops with an error naming it.")] = 60.0,
+    freeze: Annotated[list[str] | None, typer.Option(
+        "--freeze", metavar="TYPE", help="Keep the embeddings of entity type TYPE fixed while the rest trains: "
+        "its tables (every partition, feature tables of a featurized type), their Adagrad state and its global "
+        "embedding stay bit for bit as loaded (from the checkpoint, init_path or the seeded initialization); it "
+        "still gives negatives. Applies to the iterations this command runs (the checkpoint does not record it). "
+        "Repeatable; pbgtrain's own option, not the original's.")] = None,
 ) -> None:
     """Train: resume from the latest committed checkpoint, commit one version per edge chunk.
 
     Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
     the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
     """
-    from pbgtrain.train import FitOptions
+    from pbgtrain.train import FitOptions, frozen_types_problem
     from pbgtrain.train import fit as run_fit
 
     run = _load(config, param, base)
+    frozen = frozenset(freeze or ())
+    problem = frozen_types_problem(run.config, frozen)
+    if problem is not None:
+        print_error(f"--freeze: {problem}")
+        raise typer.Exit(EXIT_USAGE)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision,
-                         partition_memory=partition_memory, compile=compile_step)
+                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozen)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()
@@ -171,6 +182,78 @@ def evaluate(
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
 
 
+@app.command()
+def predict(
+    config: ConfigArg,
+    lhs: Annotated[str | None, typer.Option(
+        "--lhs", help="Name of the left-hand entity: rank the rhs candidates of (LHS, REL).")] = None,
+    rel: Annotated[str | None, typer.Option(
+        "--rel", help="Relation name (the config's, or dynamic_rel_names.json with dynamic relations).")] = None,
+    rhs: Annotated[str | None, typer.Option(
+        "--rhs", help="Name of the right-hand entity: rank the lhs candidates of (REL, RHS); with --lhs too, "
+        "score the triple and rank it on both sides.")] = None,
+    k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Candidates to list.")] = 10,
+    filter_paths: Annotated[list[str] | None, typer.Option(
+        "--filter", help="Edge directory whose edges are known true: candidates forming one with the query are "
+        "left out (filtered ranking). Repeatable.")] = None,
+    triples: Annotated[str | None, typer.Option(
+        "--triples", help="TSV file of lhs<TAB>rel<TAB>rhs names (- for stdin): print each triple with its "
+        "score, in order (instead of --lhs/--rel/--rhs).")] = None,
+    param: Overrides = None,
+    version: Annotated[int | None, typer.Option(help="Checkpoint version (default: the committed one).")] = None,
+    device: Device = None,
+    base: BaseOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
+) -> None:
+    """Score by name: the top-k entities for (entity, relation), a triple's ranks, or the scores of triples.
+
+    Uses the model's own operator and comparator; every partition of the candidate type is ranked.
+    """
+    if triples is not None and (lhs is not None or rel is not None or rhs is not None or filter_paths):
+        print_error("--triples scores the triples of a file: give it without --lhs, --rel, --rhs and --filter")
+        raise typer.Exit(EXIT_USAGE)
+    if triples is None and (rel is None or (lhs is None and rhs is None)):
+        print_error("give --rel and --lhs (rank rhs candidates), --rhs (rank lhs candidates) or both (rank the "
+                    "triple); or --triples FILE")
+        raise typer.Exit(EXIT_USAGE)
+    text = None
+    if triples == "-":
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            print_error(f"<stdin>: cannot read it as UTF-8 text ({exc})")
+            raise typer.Exit(EXIT_USAGE) from None
+    from pbgio import storage
+    from pbgio.cli_support import stderr_console
+    from pbgio.errors import MissingArtifactError
+    from pbgtrain import predict as pred
+
+    parsed = None
+    if triples is not None:
+        with exit_codes(usage=(MissingArtifactError,)):  # a missing input is a usage error, as for embed
+            parsed = pred.parse_triples(text, "<stdin>") if text is not None else pred.read_triples(triples)
+    run = _load(config, param, base)
+    filters = [storage.resolve(f) for f in filter_paths or []]
+    result: Any
+    with exit_codes(on_interrupt=lambda: None):
+        if parsed is not None:
+            result = pred.score_triples(run, parsed, version=version, device=device)
+        elif lhs is not None and rhs is not None:
+            assert rel is not None
+            result = pred.rank_triple(run, lhs, rel, rhs, filter_paths=filters, version=version, device=device)
+        else:
+            assert rel is not None
+            result = pred.top_k(run, lhs=lhs, rel=rel, rhs=rhs, k=k, filter_paths=filters, version=version,
+                                device=device)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    if not isinstance(result, pred.ScoredTriples):
+        stderr_console().print(result.describe(), soft_wrap=True, markup=False)
+    if result.format():
+        typer.echo(result.format())
+
+
 @app.command("config")
 def show_config(
     config: Annotated[str | None, typer.Argument(help=f"{CONFIG_HELP} Omit it with --schema.")] = None,
@@ -187,6 +270,36 @@ def show_config(
         print_error("give a config file, or --schema")
         raise typer.Exit(EXIT_USAGE)
     typer.echo(_load(config, param, None).config.to_json())
+
+
+@app.command("report")
+def report(
+    config: ConfigArg,
+    output: Annotated[str, typer.Option(
+        "-o", "--output", help="PNG to write (replaced if it exists): a path or an fsspec URL.")
+    ] = "training-report.png",
+    html: Annotated[str | None, typer.Option(
+        "--html", help="Also write an HTML page: the same plots (embedded), the figures per iteration and "
+        "the run config.")] = None,
+    param: Overrides = None,
+    base: BaseOption = None,
+) -> None:
+    """Plot loss, held-out metrics and edges/s per iteration from the checkpoint's training_stats.json.
+
+    Needs matplotlib: pip install 'pbg[report]'.
+    """
+    from pbgio import storage
+    from pbgtrain.report import load_report, require_matplotlib, write_report
+
+    run = _load(config, param, base)
+    targets = [storage.resolve(output), *([] if html is None else [storage.resolve(html)])]
+    with exit_codes(on_interrupt=lambda: None):
+        require_matplotlib()
+        training = load_report(run)
+        write_report(training, *targets)
+    typer.echo(training.summary())
+    for target in targets:
+        typer.echo(f"wrote {storage.display(target)}")
 
 
 def main() -> None:

@@ -108,6 +108,7 @@ class FitOptions:
     read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
     compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
+    frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
 
 
 @dataclass
@@ -230,6 +231,39 @@ def remote_bucket_cache(options: FitOptions) -> LocalCache:
     return LocalCache(int(options.remote_cache * GIB))
 
 
+def frozen_types_problem(cfg: Any, frozen: frozenset[str] | set[str]) -> str | None:
+    """Why ``--freeze`` of ``frozen`` cannot run with ``cfg`` (None when it can): a name that is
+    not an entity type, or nothing left to train (every type the relations use is frozen, and
+    no relation operator has parameters; the global embeddings of frozen types are frozen too).
+
+    >>> from pbgio.example import example_config
+    >>> cfg = example_config()
+    >>> frozen_types_problem(cfg, {"item"}) is None and frozen_types_problem(cfg, {"user", "item"}) is None
+    True
+    >>> frozen_types_problem(cfg, {"users"})
+    "unknown entity type 'users'; the config's entity types are 'item', 'user'"
+    """
+    unknown = sorted(set(frozen) - set(cfg.entities))
+    if unknown:
+        known = ", ".join(repr(t) for t in sorted(cfg.entities))
+        names = ", ".join(repr(t) for t in unknown)
+        return f"unknown entity type{'s' if len(unknown) > 1 else ''} {names}; the config's entity types are {known}"
+    used = {t for r in cfg.relations for t in (r.lhs, r.rhs)}
+    if not frozen or not used <= set(frozen):
+        return None
+    from pbgtrain.model.operators import make_dynamic_operator, make_operator
+
+    def has_parameters(operator: str) -> bool:  # whatever the dimension (2: the smallest any operator takes)
+        made = make_dynamic_operator(operator, 2, 1) if cfg.dynamic_relations else make_operator(operator, 2)
+        return any(True for _ in made.parameters())
+
+    if any(has_parameters(r.operator) for r in cfg.relations):
+        return None
+    return (f"every entity type of the relations is frozen ({', '.join(sorted(used))}) and no relation operator has "
+            f"parameters (operator {', '.join(sorted({repr(r.operator) for r in cfg.relations}))}; global "
+            "embeddings are frozen with their types): nothing would train; freeze fewer types")
+
+
 def _option_error(run: RunConfig, where: str, message: str) -> FormatError:
     return FormatError(Issue("config-schema", "error", run.source, where, message))
 
@@ -290,7 +324,11 @@ class Trainer:
         self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
                        for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
-        self.model = EmbeddingModel.from_config(cfg, num_dynamic).to(self.device)
+        problem = frozen_types_problem(cfg, options.frozen_types)
+        if problem is not None:
+            raise _option_error(run, "--freeze", problem)
+        self.frozen = frozenset(options.frozen_types)
+        self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen).to(self.device)
         self.optimizer = make_relation_optimizer(self.model)
         self.ckpt = TrainingCheckpoint(run.checkpoint_path, cfg, init_path=run.init_path, seed=options.seed,
                                        device=self.device)
@@ -544,6 +582,8 @@ class Trainer:
                                         before, after)
             record[EXTRA_KEY] = {**record.get(EXTRA_KEY, {}), "rank": self.rank, "trained_from": wall_started,
                                  "trained_until": time.time()}
+            if self.frozen:  # the checkpoint does not record --freeze; the learning curve does
+                record[EXTRA_KEY]["frozen_types"] = sorted(self.frozen)
             records.append(record)
             reporter.bucket_done(f"  bucket {bucket}: {bucket_stats.count:,} edges in "
                                  f"{time.perf_counter() - bucket_started:.2f} s, loss "
@@ -687,8 +727,11 @@ def _fit_locked(run: RunConfig, options: FitOptions, cluster: Cluster | None, ra
     cfg = run.config
     torch.set_num_threads(default_threads(cfg, 1 if cluster is None else cluster.local_world_size))
     keep_freed_memory()
-    # a wrong --device or --precision fails before validation
+    # a wrong --device, --precision or --freeze fails before validation
     resolve_precision(options.precision, run, resolve_device(options.device, run, cluster))
+    problem = frozen_types_problem(cfg, options.frozen_types)
+    if problem is not None:
+        raise _option_error(run, "--freeze", problem)
     bucket_cache = remote_bucket_cache(options)
     try:
         if options.validate and rank == 0:
@@ -731,6 +774,9 @@ def _train_plan(trainer: Trainer, plan: IterationPlan, rank: int,
             reporter = trainer.coordination.run_wide(reporter)
         if cfg.background_io and rank == 0:
             reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
+        if trainer.frozen and rank == 0:
+            reporter.log(f"frozen entity types (--freeze): {', '.join(sorted(trainer.frozen))}: their embeddings, "
+                         "Adagrad state and global embeddings stay as loaded")
         for issue in semantic_issues(cfg) if rank == 0 else ():  # once per run: what runs differently
             if issue.severity == "warning":
                 reporter.log(f"note [{issue.rule}]: {issue.dataset}: {issue.message}")

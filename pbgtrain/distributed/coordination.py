@@ -11,7 +11,9 @@
   beyond what one trainer swapping pays; the bytes each rank saved and loaded are counted
   (:class:`pbgtrain.train.MovementStats`).
 - **Shared state** (relation parameters, global embeddings, unpartitioned types, their
-  optimizer state): :class:`~pbgtrain.distributed.shared.SharedStateSync`.
+  optimizer state): :class:`~pbgtrain.distributed.shared.SharedStateSync`. What ``--freeze``
+  keeps fixed (frozen types' unpartitioned tables and global embeddings) is agreed on at the
+  start and left out of the rounds; every rank must freeze the same types (checked at the start).
 - **Commit**, once per iteration: every rank has written the partitions it held; the shared
   state is agreed; each rank posts its stats lines to the store; barrier; rank 0 appends the
   stats, writes the agreed model and unpartitioned embeddings, and commits the version file
@@ -80,19 +82,22 @@ class Coordination:
                                              seed=trainer.options.seed, tree_init=cfg.distributed_tree_init_order)
         trainer.ckpt.written = StoreWritten(cluster, trainer.ckpt)
         trainer.load_unpartitioned()  # part of the shared state, whose size sets the rounds' period
-        self.sync = SharedStateSync(cluster, self.shared_tensors)
+        self.sync = SharedStateSync(cluster, self.shared_tensors, lambda: self.shared_tensors(frozen=True))
 
     # ---- the shared state
-    def shared_tensors(self) -> list[Tensor]:
+    def shared_tensors(self, frozen: bool = False) -> list[Tensor]:
+        """The shared state that trains (``frozen``: what ``--freeze`` keeps fixed instead)."""
         trainer = self.trainer
-        tensors = [p.data for p in trainer.model.parameters()]
+        tensors = [p.data for p in trainer.model.parameters() if p.requires_grad != frozen]
         if trainer.optimizer is not None:
             for group in trainer.optimizer.param_groups:
                 for param in group["params"]:
+                    if param.requires_grad == frozen:
+                        continue
                     state = trainer.optimizer.state[param]
                     tensors += [state[k] for k in sorted(state) if isinstance(state[k], Tensor)]
         for key in trainer.layout.always_resident():
-            if key in trainer.resident:
+            if key in trainer.resident and (key[0] in trainer.frozen) == frozen:
                 tensors += [trainer.resident[key].weights, trainer.resident[key].adagrad_sum]
         return tensors
 
@@ -109,6 +114,12 @@ class Coordination:
             raise DistributedError(f"rank {cluster.rank} does not see rank 0's files in checkpoint_path "
                                    f"{ckpt.dir.path}: every trainer needs the same checkpoint directory "
                                    "(a shared file system)")
+        if cluster.rank == 0:
+            cluster.publish("start/frozen", json.dumps(sorted(self.trainer.frozen)))
+        frozen = json.loads(cluster.fetch("start/frozen"))
+        if frozen != sorted(self.trainer.frozen):
+            raise DistributedError(f"rank {cluster.rank} freezes {sorted(self.trainer.frozen)}, rank 0 freezes "
+                                   f"{frozen}: give every trainer the same --freeze options")
         version = int(cluster.fetch("start/version"))
         if version != ckpt.committed:
             raise DistributedError(f"rank {cluster.rank} sees checkpoint version {ckpt.committed} in "

@@ -20,6 +20,10 @@ iteration it says so in the buffer; the round in which all ranks have said so se
 to ``base``: one agreed copy, the one the checkpoint holds.
 
 The training step and the round's read and write hold one lock, so neither sees the other half done.
+
+What ``--freeze`` keeps fixed (the ``fixed`` tensors: frozen types' unpartitioned tables and
+global embeddings, with their optimizer state) is made rank 0's at the start with the rest and
+then left out of the rounds: no bytes reduced for it, and not a bit of it changed.
 """
 
 from __future__ import annotations
@@ -72,11 +76,13 @@ class SharedStateSync:
     update of the shared state.
     """
 
-    def __init__(self, cluster: Cluster, tensors: Callable[[], list[Tensor]]) -> None:
+    def __init__(self, cluster: Cluster, tensors: Callable[[], list[Tensor]],
+                 fixed: Callable[[], list[Tensor]] | None = None) -> None:
         import torch.distributed as dist
 
         self.cluster = cluster
         self.tensors = tensors
+        self.fixed = fixed or list
         self.lock = threading.Lock()
         self.period = round_period(sum(t.numel() for t in tensors()))
         timeout = max(cluster.peer_timeout, 30.0) + 2 * self.period  # a round waits for the others' period
@@ -90,10 +96,11 @@ class SharedStateSync:
         self._error: BaseException | None = None
 
     def agree(self) -> None:
-        """Make every copy rank 0's (once, before training: fresh random state may differ)."""
+        """Make every copy rank 0's (once, before training: fresh random state may differ), the
+        ``fixed`` tensors included."""
         import torch.distributed as dist
 
-        current = self.tensors()
+        current = [*self.tensors(), *self.fixed()]
         flat = flatten(current)
         dist.broadcast(flat, src=0, group=self.group)
         for tensor, piece in pieces(current, flat):

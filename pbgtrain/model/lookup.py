@@ -8,6 +8,10 @@ table. A group may also be :class:`FeatureBags` (the entities of a featurized ty
 features are gathered like any rows and each bag's embedding is the mean of its features'
 (``embedding_bag``, mode ``mean``, over the gathered leaf), so the gradient of a bag reaches
 each of its features divided by the bag's size, and row Adagrad updates the feature rows.
+
+A *frozen* table (an entity type kept fixed, ``pbgtrain fit --freeze``) is only read: its leaf
+never requires a gradient, and ``max_norm`` clips the gathered copy (the same rows, scaled the
+same way) instead of the table.
 """
 
 from __future__ import annotations
@@ -40,20 +44,24 @@ class GatheredRows:
 
 
 def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, max_norm: float | None,
-                requires_grad: bool) -> tuple[GatheredRows, list[Tensor]]:
+                requires_grad: bool, frozen: bool = False) -> tuple[GatheredRows, list[Tensor]]:
     """Look up several groups of ``table``: row offsets, or feature bags of a featurized type.
 
     Returns the gathered rows and one embedding tensor per group ([len(group), D]; for bags,
-    each bag's mean, zeros for an empty bag), differentiable into ``GatheredRows.leaf``.
+    each bag's mean, zeros for an empty bag), differentiable into ``GatheredRows.leaf`` unless
+    ``frozen`` (the table is never written: no gradient, ``max_norm`` applied to the copy).
     """
     ids_of = [g.data if isinstance(g, FeatureBags) else g.reshape(-1) for g in groups]
     sizes = [int(i.numel()) for i in ids_of]
     flat = torch.cat(ids_of) if ids_of else table.weights.new_zeros(0, dtype=torch.long)
     ids, inverse = torch.unique(flat, return_inverse=True)
-    if max_norm is not None:
+    if max_norm is not None and not frozen:
         table.renorm_(ids, max_norm)
     leaf = table.weights.index_select(0, ids)
-    if requires_grad:
+    if max_norm is not None and frozen:
+        with torch.no_grad():
+            torch.embedding_renorm_(leaf, torch.arange(len(ids), device=leaf.device), max_norm, 2.0)
+    if requires_grad and not frozen:
         leaf.requires_grad_(True)
     parts = torch.split_with_sizes(inverse, sizes)
     plain = [k for k, g in enumerate(groups) if not isinstance(g, FeatureBags)]

@@ -68,6 +68,9 @@ class ModelSpec:
 
     ``num_dynamic_rels`` is None for static relations, else the number of dynamic relation ids.
     ``featurized`` names the entity types whose entities are bags of features (seed 002).
+    ``frozen`` names the entity types kept fixed (``pbgtrain fit --freeze``; not a config key):
+    their tables are looked up without gradients and never written (``max_norm`` clips the
+    looked-up copy), and their global embeddings are not trained either.
     """
 
     entity_dimensions: dict[str, int]
@@ -86,6 +89,7 @@ class ModelSpec:
     train_negatives: NegativeSampling = field(default_factory=NegativeSampling)
     eval_negatives: NegativeSampling = field(default_factory=lambda: NegativeSampling(1000, 1000))
     featurized: frozenset[str] = frozenset()
+    frozen: frozenset[str] = frozenset()
 
     @property
     def dynamic(self) -> bool:
@@ -97,8 +101,9 @@ class ModelSpec:
 
     @classmethod
     def from_config(cls, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
-                    share_uniform_negs: bool = True) -> ModelSpec:
-        """The spec of ``config``; ``num_dynamic_rels`` is required with dynamic relations."""
+                    share_uniform_negs: bool = True, frozen: frozenset[str] = frozenset()) -> ModelSpec:
+        """The spec of ``config``; ``num_dynamic_rels`` is required with dynamic relations;
+        ``frozen``: the entity types kept fixed (a run option, see :class:`ModelSpec`)."""
         if config.dynamic_relations and num_dynamic_rels is None:
             raise ValueError("dynamic_relations needs num_dynamic_rels (dynamic_rel_count.txt)")
         train = NegativeSampling(config.num_batch_negs, config.num_uniform_negs, config.disable_lhs_negs,
@@ -125,6 +130,7 @@ class ModelSpec:
             train_negatives=train,
             eval_negatives=evaluation,
             featurized=frozenset(config.featurized_types()),
+            frozen=frozenset(frozen),
         )
 
 
@@ -156,12 +162,15 @@ class EmbeddingModel(nn.Module):
         # sorted, and the original's parameter order (which positions its optimizer state) is not.
         self.global_embs = nn.ParameterDict()
         for name, dim in dims.items() if spec.global_emb else ():
-            self.global_embs[f"emb_{name}"] = nn.Parameter(torch.zeros(dim))
+            # A frozen type's global embedding is frozen too (no gradient; its Adagrad state, kept
+            # in the optimizer in its place, never changes).
+            self.global_embs[f"emb_{name}"] = nn.Parameter(torch.zeros(dim), requires_grad=name not in spec.frozen)
 
     @classmethod
     def from_config(cls, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
-                    share_uniform_negs: bool = True) -> EmbeddingModel:
-        return cls(ModelSpec.from_config(config, num_dynamic_rels, share_uniform_negs=share_uniform_negs))
+                    share_uniform_negs: bool = True, frozen: frozenset[str] = frozenset()) -> EmbeddingModel:
+        return cls(ModelSpec.from_config(config, num_dynamic_rels, share_uniform_negs=share_uniform_negs,
+                                         frozen=frozen))
 
     @staticmethod
     def _check(spec: ModelSpec) -> None:
@@ -176,6 +185,10 @@ class EmbeddingModel(nn.Module):
         unknown = sorted(spec.featurized - set(spec.entity_dimensions))
         if unknown:
             raise ValueError(f"featurized types {unknown} are not entity types")
+        unknown = sorted(spec.frozen - set(spec.entity_dimensions))
+        if unknown:
+            raise ValueError(f"frozen types {unknown} are not entity types; the entity types are "
+                             f"{sorted(spec.entity_dimensions)}")
         negatives = spec.train_negatives
         for rel in spec.relations:
             for side, etype in (("lhs", rel.lhs), ("rhs", rel.rhs)):
@@ -226,10 +239,18 @@ class EmbeddingModel(nn.Module):
         emb: torch.Tensor | None = self.global_embs.get(key)
         return emb
 
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters that train (all but the global embeddings of frozen types)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
 
 def make_relation_optimizer(model: EmbeddingModel) -> torch.optim.Optimizer | None:
-    """Adagrad over the relation parameters at ``relation_lr``; None when there are none."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """Adagrad over the relation parameters at ``relation_lr``; None when there are none.
+
+    Every parameter is in it, frozen ones included (they get no gradient, so their state never
+    changes): its state lists the parameters in the original's order, whatever is frozen.
+    """
+    params = list(model.parameters())
     if not params:
         return None
     return torch.optim.Adagrad(params, lr=model.spec.relation_lr, eps=1e-10)

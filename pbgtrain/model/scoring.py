@@ -149,15 +149,18 @@ def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None,
 
 
 def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor | FeatureBags]], *, max_norm: float | None,
-            requires_grad: bool) -> tuple[list[GatheredRows], list[list[Tensor]]]:
-    """Gather each side's groups, once per distinct table (lhs and rhs may share one)."""
+            requires_grad: bool,
+            frozen: Sequence[bool] = (False, False)) -> tuple[list[GatheredRows], list[list[Tensor]]]:
+    """Gather each side's groups, once per distinct table (lhs and rhs may share one); a
+    ``frozen`` side's table is only read (see :func:`~pbgtrain.model.lookup.gather_rows`)."""
     if tables[0] is tables[1]:
-        g, rows = gather_rows(tables[0], [*groups[0], *groups[1]], max_norm=max_norm, requires_grad=requires_grad)
+        g, rows = gather_rows(tables[0], [*groups[0], *groups[1]], max_norm=max_norm, requires_grad=requires_grad,
+                              frozen=frozen[0] or frozen[1])
         n = len(groups[0])
         return [g], [rows[:n], rows[n:]]
     out_g, out_rows = [], []
-    for table, side_groups in zip(tables, groups, strict=True):
-        g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad)
+    for table, side_groups, side_frozen in zip(tables, groups, frozen, strict=True):
+        g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad, frozen=side_frozen)
         out_g.append(g)
         out_rows.append(rows)
     return out_g, out_rows
@@ -200,7 +203,8 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
             side_groups.append(sample_uniform(table.num_entities, plan.num_uniform_samples(side),
                                               device=table.device, generator=generator))
         groups.append(side_groups)
-    gathered, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad)
+    frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
+    gathered, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad, frozen=frozen)
     u_raw, v_raw = rows[0][0], rows[1][0]
     views = _side_views(model, batch.rel, lhs_type, rhs_type, u_raw, v_raw)
     negs = []
@@ -267,7 +271,8 @@ def score_candidates(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: E
     cand_ids = torch.arange(cand_table.num_entities, device=cand_table.device) if candidates is None else candidates
     groups: list[list[Tensor | FeatureBags]] = [[batch.entities("lhs")], [batch.entities("rhs")]]
     groups[SIDES.index(side)].append(cand_ids)
-    _, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=False)
+    frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
+    _, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=False, frozen=frozen)
     views = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])
     view = views[SIDES.index(side)]
     cand = view.adjust(rows[SIDES.index(side)][1].view(*cand_ids.shape, -1))

@@ -106,6 +106,7 @@ def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityT
                negatives: NegativeSampling | None = None) -> StepStats:
     """Score the batch, backpropagate loss + reg, update the touched table rows (row Adagrad at
     ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`);
+    the tables and global embeddings of ``spec.frozen`` types get no gradient and no update;
     return the batch's sums. A training loop calls :func:`add_train_step` instead, which leaves
     them on the device."""
     totals = StepTotals()
@@ -123,13 +124,14 @@ def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityT
                         generator=generator, requires_grad=True)
     loss = batch_loss(model, fwd.scores, batch)
     total = loss if fwd.reg is None else loss + fwd.reg
-    if optimizer is not None:
-        optimizer.zero_grad(set_to_none=True)
-    torch.autograd.backward(total)
-    for gathered in fwd.gathered:
-        gathered.apply_row_adagrad(model.spec.lr)
-    if optimizer is not None:
-        optimizer.step()
+    if total.requires_grad:  # not when both sides are frozen and the relation has nothing to train
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(total)
+        for gathered in fwd.gathered:
+            gathered.apply_row_adagrad(model.spec.lr)
+        if optimizer is not None:
+            optimizer.step()
     with torch.no_grad():
         s = fwd.scores
         count = fused.kernels().violators

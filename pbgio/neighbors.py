@@ -1,0 +1,252 @@
+"""Nearest neighbours of entities among the trained embeddings of their type: exact, cos or dot.
+
+The vectors compared are those :func:`~pbgio.exporters.export_embeddings` writes: a row of the
+checkpoint version (default: the committed one) with, when the config has ``global_emb``, the
+type's global embedding added (``add_global=False`` compares the stored rows). No relation
+operator is applied: this is similarity in the embedding space, not link prediction (for that,
+``pbgtrain predict`` scores with the model's operator and comparator). A featurized type's
+rows are its features, so its neighbours are features.
+
+Every row of the type is compared with every query, exactly: partition by partition, a block
+of rows at a time (memory: one partition, one block of scores and ``k`` per query), the best
+``k`` kept by :class:`~pbgio.topk.TopK` (equal scores: lower partition, then lower row first).
+``cos`` divides each vector by its L2 norm (a zero vector scores 0 against everything);
+``dot`` is the plain inner product. On ``device="cpu"`` numpy does the products (no torch is
+imported); ``cuda`` moves each block to the GPU through torch. A query is left out of its own
+neighbours unless ``include_self``.
+
+>>> import tempfile, pathlib
+>>> from pbgio.testing import small_valid_layout, write_layout
+>>> config = write_layout(pathlib.Path(tempfile.mkdtemp()), small_valid_layout(featurized=False))
+>>> [found] = nearest_neighbors(config, "user", ["user-0-0"], k=3)
+>>> found.candidates, len(found.neighbors), "user-0-0" in [n.name for n in found.neighbors]
+(9, 3, False)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio.checkpoint import read_committed
+from pbgio.cli_support import text_table
+from pbgio.config import ConfigSchema
+from pbgio.errors import FormatError, PbgioError
+from pbgio.exporters.common import ExportSource, open_export_source
+from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
+from pbgio.names import Position, locate_entities, names_at
+from pbgio.spec import naming
+from pbgio.spec.rules import rule
+from pbgio.storage import AnyPath
+from pbgio.topk import TopK
+
+Metric = Literal["cos", "dot"]
+METRICS: tuple[Metric, ...] = ("cos", "dot")
+SCORE_BUDGET = 1 << 24
+"""Elements of a block (its rows × max(dimension, queries)) scored at once: 64 MiB of float32."""
+MAX_BLOCK_ROWS = 1 << 16
+NORM_CLAMP = 1e-30
+Floats = NDArray[np.float32]
+
+
+class NeighborsError(PbgioError, ValueError):
+    """The neighbours asked for cannot be computed: an unknown type, a bad k, metric or device."""
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """One neighbour: its rank (from 1), name, score and place (partition, row offset)."""
+
+    rank: int
+    name: str
+    score: float
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Neighbors:
+    """The nearest neighbours of one query entity, best first, among ``candidates`` rows."""
+
+    query: str
+    entity_type: str
+    metric: str
+    version: int
+    candidates: int
+    neighbors: list[Neighbor]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a non-finite score is null)."""
+        return {"query": self.query, "entity_type": self.entity_type, "metric": self.metric,
+                "version": self.version, "candidates": self.candidates,
+                "neighbors": [{"rank": n.rank, "name": n.name, "score": _finite(n.score), "partition": n.partition,
+                               "offset": n.offset} for n in self.neighbors]}
+
+
+def format_neighbors(results: Sequence[Neighbors]) -> str:
+    """One table (query, rank, name, score) for all the queries."""
+    rows = [[r.query, str(n.rank), n.name, f"{n.score:.6g}"] for r in results for n in r.neighbors]
+    return text_table(["query", "rank", "name", "score"], rows, right=[1, 3])
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def nearest_neighbors(
+    config: ConfigSchema | str | AnyPath,
+    entity_type: str,
+    names: Sequence[str],
+    *,
+    k: int = 10,
+    metric: Metric = "cos",
+    include_self: bool = False,
+    add_global: bool = True,
+    device: str = "cpu",
+    version: int | None = None,
+    checkpoint: str | AnyPath | None = None,
+    base: str | AnyPath | None = None,
+) -> list[Neighbors]:
+    """The ``k`` nearest neighbours of each entity of ``names`` (of ``entity_type``), in order.
+
+    Names are looked up in the type's names files (an unknown one raises
+    :class:`~pbgio.errors.UnknownNameError`); bad arguments raise :class:`NeighborsError`.
+    Without ``version``, the committed version is read, all of it even while ``pbgtrain fit``
+    commits newer ones (:func:`pbgio.checkpoint.read_committed`).
+    """
+    if k < 1:
+        raise NeighborsError(f"expected k >= 1, found {k}")
+    if metric not in METRICS:
+        raise NeighborsError(f"expected a metric among {METRICS}, found {metric!r}")
+    if isinstance(names, str):
+        raise NeighborsError(f"expected a sequence of names, found the string {names!r} (write [{names!r}])")
+    if not names:
+        raise NeighborsError("expected at least one query name, found none")
+    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    if entity_type not in source.config.entities:
+        raise NeighborsError(f"expected an entity type of the config {sorted(source.config.entities)}, "
+                             f"found {entity_type!r}")
+    scorer_device = _check_device(device)
+    return read_committed(source.checkpoint, lambda v: _neighbors(
+        replace(source, version=v), entity_type, list(names), k, metric, include_self, add_global, scorer_device),
+        version)
+
+
+def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int, metric: Metric,
+               include_self: bool, add_global: bool, device: str) -> list[Neighbors]:
+    cfg = source.config
+    num_parts = cfg.num_partitions(entity_type)
+    where = locate_entities(source.entity_path, entity_type, num_parts, names)
+    queries = [where[name] for name in names]
+    shift = global_embeddings(source, [entity_type])[entity_type] if add_global and cfg.global_emb else None
+
+    def rows_of(part: int) -> Floats:
+        values = source.checkpoint.read_embeddings(entity_type, part, source.version).embeddings
+        return add_global_embedding(values, shift, entity_type)
+
+    vectors = np.empty((len(queries), cfg.entity_dimension(entity_type)), np.float32)
+    held: tuple[int, Floats] | None = None  # the last partition read for queries, scanned first
+    for part in sorted({q.partition for q in queries}):
+        rows = rows_of(part)
+        for i, q in enumerate(queries):
+            if q.partition == part:
+                if q.offset >= len(rows):
+                    raise _more_names_than_rows(source, entity_type, part, len(rows))
+                vectors[i] = rows[q.offset]
+        held = (part, rows)
+    scorer = _Scorer(vectors, metric, device)
+    tops = [TopK(k if include_self else k + 1) for _ in queries]
+    candidates = 0
+    order = sorted(range(num_parts), key=lambda p: (held is None or p != held[0], p))
+    for part in order:
+        rows = held[1] if held is not None and held[0] == part else rows_of(part)
+        held = None
+        candidates += len(rows)
+        step = max(1, min(MAX_BLOCK_ROWS, SCORE_BUDGET // max(rows.shape[1], len(queries), 1)))
+        for start in range(0, len(rows), step):
+            block = scorer(rows[start:start + step])
+            offsets = np.arange(start, start + block.shape[1])
+            for top, scores in zip(tops, block, strict=True):
+                top.add(scores, part, offsets)
+        del rows
+    found = [[(s, Position(p, o)) for s, p, o in top.items() if include_self or Position(p, o) != q][:k]
+             for top, q in zip(tops, queries, strict=True)]
+    named = _names(source, entity_type, [pos for best in found for _, pos in best])
+    return [Neighbors(name, entity_type, metric, source.version, candidates,
+                      [Neighbor(rank, named[pos], score, pos.partition, pos.offset)
+                       for rank, (score, pos) in enumerate(best, 1)])
+            for name, best in zip(names, found, strict=True)]
+
+
+def _more_names_than_rows(source: ExportSource, entity_type: str, part: int, rows: int) -> FormatError:
+    path = source.entity_path / naming.entity_names_file(entity_type, part)
+    embeddings = source.checkpoint.embeddings_path(entity_type, part, source.version)
+    return FormatError(rule("entity-names-count").issue(
+        str(path), None, f"expected {rows} names (the rows of {embeddings}), found more"))
+
+
+def _names(source: ExportSource, entity_type: str, positions: list[Position]) -> dict[Position, str]:
+    by_part: dict[int, list[int]] = {}
+    for pos in positions:
+        by_part.setdefault(pos.partition, []).append(pos.offset)
+    out: dict[Position, str] = {}
+    for part, offsets in by_part.items():
+        for offset, name in zip(offsets, names_at(source.entity_path, entity_type, part, offsets), strict=True):
+            out[Position(part, offset)] = name
+    return out
+
+
+def _check_device(device: str) -> str:
+    if device == "cpu":
+        return device
+    if not device.startswith("cuda"):
+        raise NeighborsError(f"expected device cpu, cuda or cuda:N, found {device!r}")
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise NeighborsError(f"expected device cpu, cuda or cuda:N, found {device!r} ({exc})") from None
+    if not torch.cuda.is_available():
+        raise NeighborsError(f"--device {device}: no CUDA device is usable here; use --device cpu")
+    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise NeighborsError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return device
+
+
+class _Scorer:
+    """Scores of every query against a block of rows, ``[queries, rows]`` (float32, on the CPU)."""
+
+    def __init__(self, queries: Floats, metric: Metric, device: str) -> None:
+        self.metric = metric
+        self.device = device
+        prepared = self._prepare_numpy(queries)
+        if device == "cpu":
+            self.queries: Any = prepared
+        else:
+            import torch
+
+            self.queries = torch.from_numpy(prepared).to(device)
+
+    def _prepare_numpy(self, rows: Floats) -> Floats:
+        if self.metric == "dot":
+            return np.ascontiguousarray(rows, np.float32)
+        norms: Floats = np.linalg.norm(rows, axis=1, keepdims=True).astype(np.float32)
+        return np.divide(rows, np.maximum(norms, np.float32(NORM_CLAMP)), dtype=np.float32)
+
+    def __call__(self, rows: Floats) -> Floats:
+        if self.device == "cpu":
+            scores: Floats = np.asarray(self.queries @ self._prepare_numpy(rows).T, dtype=np.float32)
+            return scores
+        import torch
+
+        block = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device)
+        if self.metric == "cos":
+            block = block / block.norm(dim=1, keepdim=True).clamp_min(NORM_CLAMP)
+        out: Floats = (self.queries @ block.T).cpu().numpy()
+        return out

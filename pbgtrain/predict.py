@@ -1,0 +1,580 @@
+"""Link prediction by name with a trained checkpoint: the top-k entities for (entity, relation),
+the rank of a given triple, and the scores of many triples.
+
+Scores are the model's own (:func:`pbgtrain.model.score_candidates`): the relation's operator
+and the config's comparator, global embeddings added and ``max_norm`` applied, exactly as
+training and ``pbgtrain eval`` score edges. Static relations score (u, r, v) as c(u, f_r(v)),
+whichever side is ranked; dynamic relations rank rhs candidates v' by c(g_r(u), v') and lhs
+candidates u' by c(u', h_r(v)), so a triple has two scores: ``score`` (the one that ranks rhs
+candidates) and ``lhs_side_score`` (the one that ranks lhs candidates; equal for static ones).
+
+:func:`top_k` ranks every entity of the candidate type, partition by partition and a block of
+rows at a time, keeping the best ``k`` across blocks (:class:`pbgio.topk.TopK`): memory is one
+partition, one block of scores and ``k``. Equal scores rank by (partition, row). With filter
+edge paths, the candidates that form a known edge with the query (same relation, in any bucket
+of those edge paths that holds the query's partition) are left out, as filtered evaluation
+leaves them out. :func:`rank_triple` ranks a triple's rhs among all rhs candidates and its lhs
+among all lhs candidates as ``pbgtrain eval --all-entities`` does (ties count against it, the
+triple's own slot is left out, filtering optional), over every partition.
+
+Names: entity names come from the names files (:mod:`pbgio.names`), relation names from the
+config (static) or ``dynamic_rel_names.json`` (dynamic). An unknown name raises
+:class:`pbgio.errors.UnknownNameError`. Featurized types (bags of features) have no names to
+look up nor table to rank, and are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import torch
+
+from pbgio import storage
+from pbgio.checkpoint import CheckpointDir, read_committed
+from pbgio.cli_support import text_table
+from pbgio.edges import read_bucket
+from pbgio.errors import InputError, PbgioError, UnknownNameError
+from pbgio.names import Position, locate_entities, locate_relations, names_at
+from pbgio.spec import naming
+from pbgio.storage import AnyPath
+from pbgio.topk import TopK
+from pbgtrain.config import RunConfig, load_run_config
+from pbgtrain.eval_run import CheckpointReader
+from pbgtrain.model import EntityTable, score_candidates
+from pbgtrain.schedule import PartitionLayout, all_buckets
+from pbgtrain.train import resolve_device
+
+Side = Literal["lhs", "rhs"]
+ROW_BUDGET = 1 << 24
+"""Candidate rows × dimension scored at once (a block: 64 MiB of float32 per copy)."""
+MAX_BLOCK_ROWS = 1 << 16
+TRIPLE_BATCH = 1 << 16
+"""Triples scored at once by :func:`score_triples`."""
+
+
+class PredictError(PbgioError, ValueError):
+    """A prediction that cannot be made: a featurized type, both or neither side given, a bad k."""
+
+
+class Triple(NamedTuple):
+    """A triple of names; ``where`` locates it in its input (``file:line``) for error messages."""
+
+    lhs: str
+    rel: str
+    rhs: str
+    where: str = ""
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _short(value: float) -> str:
+    """The shortest decimal that reads back as the same float32 (scores are float32).
+
+    >>> _short(-0.0003174096345901489), _short(2.5)
+    ('-0.00031740963', '2.5')
+    """
+    return str(np.float32(value))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One ranked candidate: rank (from 1), name, score and place (partition, row offset)."""
+
+    rank: int
+    name: str
+    score: float
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The best candidates of one side for a query (``side`` is the side ranked).
+
+    ``candidates`` counts the entities scored, ``excluded`` those left out as known edges.
+    """
+
+    version: int
+    side: Side
+    entity_type: str
+    query: dict[str, str]
+    candidates: int
+    excluded: int
+    filter_paths: list[str]
+    predictions: list[Prediction]
+
+    def describe(self) -> str:
+        """One line: what was ranked, against what, from which checkpoint version."""
+        lhs = self.query.get("lhs", "?")
+        rhs = self.query.get("rhs", "?")
+        filtered = (f"; {self.excluded:,} known edges of {', '.join(self.filter_paths)} left out"
+                    if self.filter_paths else "")
+        return (f"top {len(self.predictions)} {self.side} candidates for ({lhs}, {self.query['rel']}, {rhs}) among "
+                f"{self.candidates:,} {self.entity_type!r} entities{filtered}; checkpoint version {self.version}")
+
+    def format(self) -> str:
+        """The table: rank, name, score."""
+        return text_table(["rank", "name", "score"],
+                          [[str(p.rank), p.name, f"{p.score:.6g}"] for p in self.predictions], right=[0, 2])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a non-finite score is null)."""
+        return {"version": self.version, "side": self.side, "entity_type": self.entity_type, "query": self.query,
+                "candidates": self.candidates, "excluded": self.excluded, "filter_paths": self.filter_paths,
+                "predictions": [{"rank": p.rank, "name": p.name, "score": _finite(p.score),
+                                 "partition": p.partition, "offset": p.offset} for p in self.predictions]}
+
+
+@dataclass(frozen=True)
+class TripleRank:
+    """A triple's scores and ranks: its rhs among the rhs candidates, its lhs among the lhs ones.
+
+    ``rhs_out_of`` / ``lhs_out_of`` count the triple itself and the candidates it was ranked
+    against (the worst rank).
+    """
+
+    version: int
+    lhs: str
+    rel: str
+    rhs: str
+    score: float
+    lhs_side_score: float
+    rhs_rank: int
+    rhs_out_of: int
+    lhs_rank: int
+    lhs_out_of: int
+    filter_paths: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        filtered = f", filtered against {', '.join(self.filter_paths)}" if self.filter_paths else ""
+        return f"({self.lhs}, {self.rel}, {self.rhs}) ranked on both sides{filtered}; checkpoint version {self.version}"
+
+    def format(self) -> str:
+        """The table: side ranked, rank, out of, score."""
+        rows = [["rhs", str(self.rhs_rank), str(self.rhs_out_of), f"{self.score:.6g}"],
+                ["lhs", str(self.lhs_rank), str(self.lhs_out_of), f"{self.lhs_side_score:.6g}"]]
+        return text_table(["side", "rank", "out of", "score"], rows, right=[1, 2, 3])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "lhs": self.lhs, "rel": self.rel, "rhs": self.rhs,
+                "score": _finite(self.score), "lhs_side_score": _finite(self.lhs_side_score),
+                "rhs_rank": self.rhs_rank, "rhs_out_of": self.rhs_out_of, "lhs_rank": self.lhs_rank,
+                "lhs_out_of": self.lhs_out_of, "filter_paths": self.filter_paths}
+
+
+@dataclass(frozen=True)
+class TripleScore:
+    """The model's scores of one triple (``lhs_side_score`` differs only with dynamic relations)."""
+
+    lhs: str
+    rel: str
+    rhs: str
+    score: float
+    lhs_side_score: float
+
+
+@dataclass(frozen=True)
+class ScoredTriples:
+    """The scores of triples, in their input order, from checkpoint ``version``."""
+
+    version: int
+    dynamic: bool
+    scores: list[TripleScore]
+
+    def format(self) -> str:
+        """TSV: ``lhs rel rhs score`` per triple, plus ``lhs_side_score`` with dynamic relations."""
+        lines = []
+        for t in self.scores:
+            extra = f"\t{_short(t.lhs_side_score)}" if self.dynamic else ""
+            lines.append(f"{t.lhs}\t{t.rel}\t{t.rhs}\t{_short(t.score)}{extra}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "triples": [
+            {"lhs": t.lhs, "rel": t.rel, "rhs": t.rhs, "score": _finite(t.score),
+             "lhs_side_score": _finite(t.lhs_side_score)} for t in self.scores]}
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def top_k(
+    config: RunConfig | str | AnyPath,
+    *,
+    rel: str,
+    lhs: str | None = None,
+    rhs: str | None = None,
+    k: int = 10,
+    filter_paths: Sequence[str | AnyPath] = (),
+    version: int | None = None,
+    device: str | None = None,
+) -> Ranking:
+    """The ``k`` best rhs entities for (``lhs``, ``rel``), or the best lhs for (``rel``, ``rhs``).
+
+    Give exactly one of ``lhs`` and ``rhs``. Every entity of the other side's type is scored
+    (all partitions); with ``filter_paths``, those forming a known edge with the query are left
+    out. Without ``version``, the committed version, read whole even while ``pbgtrain fit``
+    commits newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
+    """
+    if (lhs is None) == (rhs is None):
+        raise PredictError("give exactly one of lhs and rhs: the other side is ranked (rank_triple ranks a "
+                           "whole triple)")
+    if k < 1:
+        raise PredictError(f"expected k >= 1, found {k}")
+    run = _run(config)
+    side: Side = "rhs" if lhs is not None else "lhs"
+    query_name = lhs if lhs is not None else rhs
+    assert query_name is not None
+    relation = _Relation.find(run, rel)
+    query_type, cand_type = relation.types(side)
+    position = locate_entities(run.entity_path, query_type, run.config.num_partitions(query_type), [query_name])
+    query = position[query_name]
+    filters = [storage.resolve(p) for p in filter_paths]
+
+    def rank(version: int) -> Ranking:
+        reader = _reader(run, version, device)
+        known = _known_candidates(run, filters, relation.rel_id, side, query_type, query, cand_type)
+        query_row = _rows(reader, query_type, [query])
+        scan = _scan(reader, relation.model_rel(reader.device), side, cand_type, query_row, known, k)
+        assert scan.top is not None
+        best = scan.top.items()
+        names = _names(run, cand_type, [Position(p, o) for _, p, o in best])
+        predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
+        asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
+        return Ranking(reader.version, side, cand_type, asked, scan.candidates, scan.excluded,
+                       [storage.display(p) for p in filters], predictions)
+
+    return read_committed(CheckpointDir(run.checkpoint_path), rank, version)
+
+
+def rank_triple(
+    config: RunConfig | str | AnyPath,
+    lhs: str,
+    rel: str,
+    rhs: str,
+    *,
+    filter_paths: Sequence[str | AnyPath] = (),
+    version: int | None = None,
+    device: str | None = None,
+) -> TripleRank:
+    """The scores of (``lhs``, ``rel``, ``rhs``) and its ranks: the rhs among every entity of the
+    rhs type, the lhs among every entity of the lhs type (``rank = 1 + #candidates scoring at
+    least as high``, the triple's own slot left out; filtered like :func:`top_k`)."""
+    run = _run(config)
+    relation = _Relation.find(run, rel)
+    cfg = run.config
+    lhs_pos = locate_entities(run.entity_path, relation.lhs, cfg.num_partitions(relation.lhs), [lhs])[lhs]
+    rhs_pos = locate_entities(run.entity_path, relation.rhs, cfg.num_partitions(relation.rhs), [rhs])[rhs]
+    filters = [storage.resolve(p) for p in filter_paths]
+
+    def rank(version: int) -> TripleRank:
+        reader = _reader(run, version, device)
+        rel_arg = relation.model_rel(reader.device)
+        u = _rows(reader, relation.lhs, [lhs_pos])
+        v = _rows(reader, relation.rhs, [rhs_pos])
+        positives = _pair_scores(reader, relation, rel_arg, u, v)
+        ranks = {}
+        sides: tuple[tuple[Side, Position, torch.Tensor, Position], ...] = (("rhs", lhs_pos, u, rhs_pos),
+                                                                           ("lhs", rhs_pos, v, lhs_pos))
+        for side, query, query_row, target in sides:
+            query_type, cand_type = relation.types(side)
+            known = _known_candidates(run, filters, relation.rel_id, side, query_type, query, cand_type)
+            positive = float(positives[side][0])
+            scan = _scan(reader, rel_arg, side, cand_type, query_row, known, None, positive, target)
+            worst = scan.candidates + 1
+            ranks[side] = (worst if math.isnan(positive) else scan.better + 1, worst)
+        return TripleRank(reader.version, lhs, rel, rhs, float(positives["rhs"][0]), float(positives["lhs"][0]),
+                          *ranks["rhs"], *ranks["lhs"], [storage.display(p) for p in filters])
+
+    return read_committed(CheckpointDir(run.checkpoint_path), rank, version)
+
+
+def score_triples(
+    config: RunConfig | str | AnyPath,
+    triples: Iterable[Triple | Sequence[str]],
+    *,
+    version: int | None = None,
+    device: str | None = None,
+) -> ScoredTriples:
+    """The model's scores of (lhs, rel, rhs) name triples, in order.
+
+    Names are resolved first (an unknown one raises :class:`~pbgio.errors.UnknownNameError`
+    naming the triple); then each partition holding a needed entity is read once, and the
+    triples are scored in batches of :data:`TRIPLE_BATCH`.
+    """
+    run = _run(config)
+    items = [_as_triple(t, i) for i, t in enumerate(triples)]
+    cfg = run.config
+    try:
+        rel_ids = locate_relations(cfg, run.entity_path, [t.rel for t in items])
+    except UnknownNameError as exc:
+        raise _in_triple(exc, next(t for t in items if t.rel == exc.names[0])) from None
+    relations = {name: _Relation.of(run, name, rel_id) for name, rel_id in rel_ids.items()}
+    wanted: dict[str, list[str]] = {}  # entity type -> names
+    for t in items:
+        relation = relations[t.rel]
+        wanted.setdefault(relation.lhs, []).append(t.lhs)
+        wanted.setdefault(relation.rhs, []).append(t.rhs)
+    positions: dict[str, dict[str, Position]] = {}
+    for etype, names in wanted.items():
+        try:
+            positions[etype] = locate_entities(run.entity_path, etype, cfg.num_partitions(etype), names)
+        except UnknownNameError as exc:
+            first = next(t for t in items if (t.lhs == exc.names[0] and relations[t.rel].lhs == etype)
+                         or (t.rhs == exc.names[0] and relations[t.rel].rhs == etype))
+            raise _in_triple(exc, first) from None
+
+    def score(version: int) -> ScoredTriples:
+        reader = _reader(run, version, device)
+        tables = {etype: EntityTable(_rows(reader, etype, list(found.values())), entity_type=etype)
+                  for etype, found in positions.items()}
+        rows = {etype: {name: i for i, name in enumerate(found)} for etype, found in positions.items()}
+        out: list[TripleScore | None] = [None] * len(items)
+        groups: dict[int, list[int]] = {}
+        for i, t in enumerate(items):  # static relations: one relation per batch; dynamic: mixed
+            groups.setdefault(0 if cfg.dynamic_relations else relations[t.rel].rel_id, []).append(i)
+        for members in groups.values():
+            for start in range(0, len(members), TRIPLE_BATCH):
+                batch = [items[i] for i in members[start:start + TRIPLE_BATCH]]
+                relation = relations[batch[0].rel]
+                lhs_t, rhs_t = tables[relation.lhs], tables[relation.rhs]
+                u = torch.tensor([rows[relation.lhs][t.lhs] for t in batch], device=reader.device)
+                v = torch.tensor([rows[relation.rhs][t.rhs] for t in batch], device=reader.device)
+                rel_arg: int | torch.Tensor = (
+                    torch.tensor([relations[t.rel].rel_id for t in batch], device=reader.device)
+                    if cfg.dynamic_relations else relation.rel_id)
+                pos = _pair_scores_ids(reader, lhs_t, rhs_t, u, rel_arg, v)
+                for j, (i, t) in enumerate(zip(members[start:start + TRIPLE_BATCH], batch, strict=True)):
+                    out[i] = TripleScore(t.lhs, t.rel, t.rhs, float(pos["rhs"][j]), float(pos["lhs"][j]))
+        return ScoredTriples(reader.version, cfg.dynamic_relations, [s for s in out if s is not None])
+
+    return read_committed(CheckpointDir(run.checkpoint_path), score, version)
+
+
+def parse_triples(text: str, source: str = "<triples>") -> list[Triple]:
+    """Triples from TSV text: ``lhs<TAB>rel<TAB>rhs`` per line (blank lines skipped).
+
+    >>> for triple in parse_triples("ann\\tlikes\\tbob\\n\\ncy\\tfollows\\tann\\r\\n", "t.tsv"):
+    ...     print(triple)
+    Triple(lhs='ann', rel='likes', rhs='bob', where='t.tsv:1')
+    Triple(lhs='cy', rel='follows', rhs='ann', where='t.tsv:3')
+    """
+    triples = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(fields):
+            raise InputError(source, number, f"expected 3 non-empty fields lhs<TAB>rel<TAB>rhs, found "
+                                             f"{len(fields)} field(s): {line[:80]!r}")
+        triples.append(Triple(fields[0], fields[1], fields[2], f"{source}:{number}"))
+    return triples
+
+
+def read_triples(path: str | Path) -> list[Triple]:
+    """The triples of a UTF-8 TSV file, a path or URL (:func:`parse_triples`); a missing file is a
+    :class:`~pbgio.errors.MissingArtifactError`, bytes that are not UTF-8 an :class:`InputError`."""
+    from pbgio import storage
+    from pbgio.errors import MissingArtifactError
+
+    location = storage.resolve(path)
+    try:
+        with storage.open_binary(location, "triples file") as source:
+            raw = source.read()
+    except FileNotFoundError:
+        raise MissingArtifactError(str(path), "triples file") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), raw[:exc.start].count(b"\n") + 1, "expected UTF-8 text") from None
+    return parse_triples(text, str(path))
+
+
+# --------------------------------------------------------------------------- internals
+
+
+@dataclass(frozen=True)
+class _Relation:
+    """A relation by name: its id (static index or dynamic id) and its entity types."""
+
+    name: str
+    rel_id: int
+    lhs: str
+    rhs: str
+    dynamic: bool
+
+    @classmethod
+    def find(cls, run: RunConfig, name: str) -> _Relation:
+        return cls.of(run, name, locate_relations(run.config, run.entity_path, [name])[name])
+
+    @classmethod
+    def of(cls, run: RunConfig, name: str, rel_id: int) -> _Relation:
+        cfg = run.config
+        schema = cfg.relations[0 if cfg.dynamic_relations else rel_id]
+        for side in ("lhs", "rhs"):
+            etype = getattr(schema, side)
+            if cfg.entities[etype].featurized:
+                raise PredictError(f"relation {name!r}: its {side} type {etype!r} is featurized: its entities are "
+                                   "bags of features, with no names to look up and no table to rank (pbgio embed "
+                                   "embeds bags)")
+        return cls(name, rel_id, schema.lhs, schema.rhs, cfg.dynamic_relations)
+
+    def types(self, side: Side) -> tuple[str, str]:
+        """(query type, candidate type) when ranking ``side``."""
+        return (self.lhs, self.rhs) if side == "rhs" else (self.rhs, self.lhs)
+
+    def model_rel(self, device: torch.device) -> int | torch.Tensor:
+        """The relation as the model takes it for one edge: an index, or a [1] tensor of the dynamic id."""
+        return torch.tensor([self.rel_id], device=device) if self.dynamic else self.rel_id
+
+
+def _run(config: RunConfig | str | AnyPath) -> RunConfig:
+    return config if isinstance(config, RunConfig) else load_run_config(config)
+
+
+def _as_triple(value: Triple | Sequence[str], index: int) -> Triple:
+    if isinstance(value, Triple):
+        return value if value.where else value._replace(where=f"triple {index + 1}")
+    parts = list(value)
+    if len(parts) != 3 or not all(isinstance(p, str) for p in parts):
+        raise PredictError(f"triple {index + 1}: expected (lhs, rel, rhs) names, found {value!r}")
+    return Triple(parts[0], parts[1], parts[2], f"triple {index + 1}")
+
+
+def _in_triple(exc: UnknownNameError, triple: Triple) -> UnknownNameError:
+    return UnknownNameError(exc.names, exc.what, exc.where, context=triple.where, hint=exc.hint)
+
+
+def _reader(run: RunConfig, version: int, device: str | None) -> CheckpointReader:
+    return CheckpointReader(run, version, resolve_device(device, run))
+
+
+def _rows(reader: CheckpointReader, entity_type: str, positions: Sequence[Position]) -> torch.Tensor:
+    """The stored rows of ``positions`` ([len, D], on the reader's device), each partition read once."""
+    dim = reader.run.config.entity_dimension(entity_type)
+    out = torch.empty(len(positions), dim)
+    by_part: dict[int, list[int]] = {}
+    for i, pos in enumerate(positions):
+        by_part.setdefault(pos.partition, []).append(i)
+    for part, members in sorted(by_part.items()):
+        weights = reader.dir.read_embeddings(entity_type, part, reader.version).embeddings
+        offsets = [positions[i].offset for i in members]
+        if max(offsets) >= len(weights):
+            path = reader.run.entity_path / naming.entity_names_file(entity_type, part)
+            raise PredictError(f"{path}: expected {len(weights)} names (the rows of "
+                               f"{reader.dir.embeddings_path(entity_type, part, reader.version)}), found more "
+                               "[entity-names-count]")
+        out[members] = torch.from_numpy(weights[offsets])
+    return out.to(reader.device)
+
+
+def _names(run: RunConfig, entity_type: str, positions: list[Position]) -> dict[Position, str]:
+    by_part: dict[int, list[int]] = {}
+    for pos in positions:
+        by_part.setdefault(pos.partition, []).append(pos.offset)
+    out: dict[Position, str] = {}
+    for part, offsets in by_part.items():
+        for offset, name in zip(offsets, names_at(run.entity_path, entity_type, part, offsets), strict=True):
+            out[Position(part, offset)] = name
+    return out
+
+
+def _known_candidates(run: RunConfig, filter_paths: list[AnyPath], rel_id: int, side: Side, query_type: str,
+                      query: Position, cand_type: str) -> dict[int, np.ndarray]:
+    """Rows of each candidate partition that form a known edge (relation ``rel_id``) with the query
+    in the filter edge paths: every bucket holding the query's partition on its side is read."""
+    if not filter_paths:
+        return {}
+    layout = PartitionLayout.from_config(run.config)
+    query_side: Side = "lhs" if side == "rhs" else "rhs"
+    found: dict[int, list[np.ndarray]] = {}
+    for directory in filter_paths:
+        for bucket in all_buckets(*run.config.bucket_grid()):
+            if layout.partition_of(query_type, bucket, query_side) != query.partition:
+                continue
+            edges = read_bucket(directory / naming.bucket_file(bucket.lhs, bucket.rhs))
+            query_ids, cand_ids = (edges.lhs, edges.rhs) if side == "rhs" else (edges.rhs, edges.lhs)
+            hits = cand_ids[(edges.rel == rel_id) & (query_ids == query.offset)]
+            if len(hits):
+                found.setdefault(layout.partition_of(cand_type, bucket, side), []).append(hits)
+    return {part: np.unique(np.concatenate(ids)) for part, ids in found.items()}
+
+
+@dataclass
+class _Scan:
+    top: TopK | None
+    candidates: int = 0
+    excluded: int = 0
+    better: int = 0
+
+
+@torch.no_grad()
+def _scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_type: str, query_row: torch.Tensor,
+          known: dict[int, np.ndarray], k: int | None, positive: float | None = None,
+          target: Position | None = None) -> _Scan:
+    """Score the query (one row, of the other side's type) against every entity of ``cand_type``,
+    partition by partition and block by block; keep the best ``k`` and count the candidates scoring
+    at least ``positive``. Known edges and the ``target``'s own slot are left out."""
+    model = reader.model
+    device = reader.device
+    query_type = model.relation(rel).lhs if side == "rhs" else model.relation(rel).rhs
+    query_table = EntityTable(query_row.clone(), entity_type=query_type)
+    zero = torch.zeros(1, dtype=torch.long, device=device)
+    scan = _Scan(TopK(k) if k is not None else None)
+    step = max(1, min(MAX_BLOCK_ROWS, ROW_BUDGET // reader.run.config.entity_dimension(cand_type)))
+    for part in range(reader.run.config.num_partitions(cand_type)):
+        weights = reader.dir.read_embeddings(cand_type, part, reader.version).embeddings
+        table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=part)
+        drop = np.zeros(table.num_entities, dtype=bool)
+        ids = known.get(part)
+        if ids is not None:
+            drop[ids[ids < len(drop)]] = True
+            scan.excluded += int(drop.sum())
+        if target is not None and target.partition == part:
+            drop[target.offset] = True
+        lhs_table, rhs_table = (query_table, table) if side == "rhs" else (table, query_table)
+        for start in range(0, table.num_entities, step):
+            cand = torch.arange(start, min(start + step, table.num_entities), device=device)
+            lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
+            _, scores = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand)
+            keep = ~drop[start:start + len(cand)]
+            values = scores[0].float().cpu().numpy()[keep]
+            scan.candidates += len(values)
+            if scan.top is not None:
+                scan.top.add(values, part, np.arange(start, start + len(cand))[keep])
+            if positive is not None:
+                scan.better += int(np.count_nonzero(values >= positive))
+        del table, weights
+    return scan
+
+
+@torch.no_grad()
+def _pair_scores(reader: CheckpointReader, relation: _Relation, rel: int | torch.Tensor, u: torch.Tensor,
+                 v: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Both sides' positive scores of edges between rows ``u`` and ``v`` ([B, D] each)."""
+    lhs_t = EntityTable(u.clone(), entity_type=relation.lhs)
+    rhs_t = EntityTable(v.clone(), entity_type=relation.rhs)
+    ids = torch.arange(len(u), device=reader.device)
+    return _pair_scores_ids(reader, lhs_t, rhs_t, ids, rel, ids)
+
+
+@torch.no_grad()
+def _pair_scores_ids(reader: CheckpointReader, lhs_t: EntityTable, rhs_t: EntityTable, u: torch.Tensor,
+                     rel: int | torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{"rhs": scores ranking rhs candidates, "lhs": scores ranking lhs candidates}`` of edges
+    (u[i], rel, v[i]) of the tables, on the CPU."""
+    out = {}
+    for side, own in (("rhs", v), ("lhs", u)):
+        pos, _ = score_candidates(reader.model, lhs_t, rhs_t, u, rel, v, side, own.unsqueeze(1))
+        out[side] = pos.float().cpu()
+    return out
