@@ -122,13 +122,16 @@ def infer_base(config_path: AnyPath, cfg: ConfigSchema) -> AnyPath:
 
 
 def validate_config(cfg: ConfigSchema, *, base: AnyPath, source: str,
-                    on_bucket: ProgressCallback | None = None, cache: storage.LocalCache | None = None) -> Report:
+                    on_bucket: ProgressCallback | None = None, cache: storage.LocalCache | None = None,
+                    checkpoints: bool = True) -> Report:
     """Validate the layout of a config already in memory (e.g. with ``-p`` overrides applied, or
     from a Python config file); its relative paths resolve against ``base``, and issues about the
-    config itself name ``source``. Remote buckets are read into ``cache`` when one is given."""
+    config itself name ``source``. Remote buckets are read into ``cache`` when one is given.
+    ``checkpoints=False`` checks the entities and buckets only (not ``checkpoint_path`` and
+    ``init_path``)."""
     report = Report(target=source)
     ctx = Context(report, root=storage.absolute(base), cache=cache)
-    _validate_layout(ctx, cfg, Path(source), base, on_bucket)
+    _validate_layout(ctx, cfg, Path(source), base, on_bucket, checkpoints=checkpoints)
     return report
 
 
@@ -148,7 +151,7 @@ def _validate_config_file(ctx: Context, config_path: AnyPath, base: AnyPath | No
 
 
 def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base: AnyPath,
-                     on_bucket: ProgressCallback | None) -> None:
+                     on_bucket: ProgressCallback | None, *, checkpoints: bool = True) -> None:
     ctx.report.kind = "config"
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
@@ -184,6 +187,8 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
         for key in sorted(k for k in present if k is not None and (k[0] >= lhs_parts or k[1] >= rhs_parts)):
             ctx.add("edge-file-extra", present[key], None,
                     f"expected buckets within the {lhs_parts}x{rhs_parts} grid, found ({key[0]}, {key[1]})")
+    if not checkpoints:
+        return
     checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
     if checkpoint_path.is_dir():
         check_checkpoint_dir(ctx, checkpoint_path)
@@ -194,7 +199,7 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
     if cfg.init_path is not None:
         init_path = storage.resolve(cfg.init_path, base)
         if init_path.is_dir():
-            check_checkpoint_dir(ctx, init_path)
+            check_checkpoint_dir(ctx, init_path, warm_start=True)
         else:
             ctx.add("path-missing", init_path, None,
                     f"expected the init_path directory, found {storage.found_at(init_path)}")

@@ -10,11 +10,24 @@ intact and the run resumes from it. All file access goes through :mod:`pbgio`.
 Where a partition comes from, in order: this iteration's already-written N+1 file, the
 committed version N, the ``init_path`` directory (its committed version, v0 by default),
 a v0 file in the checkpoint directory itself, else a seeded ``init_scale · N(0, 1)``.
+The model (relation operators, global embeddings) and its Adagrad state come from the
+committed version, else from ``init_path``, else from a v0 model file, else are fresh.
+
+**Warm start after growth.** After ``pbgio import --append`` the layout may count more
+entities (and, with dynamic relations, more relations) than an ``init_path`` checkpoint holds.
+A table read from ``init_path`` with fewer rows than the entity count keeps its rows and
+their row-wise Adagrad sums; the rows after them are those a fresh table of the full count
+would have (the seeded ``init_scale · N(0, 1)`` above, rows ``stored…count-1``) with sums 0.
+Dynamic relation operators with fewer relations keep theirs (and their Adagrad sums); the
+new relations' parameters start as a fresh model's (identity-like operators) with sums 0.
+More rows or relations than the layout counts stay an error, and so does a smaller table in
+the run's own ``checkpoint_path`` (continuing a checkpoint in place after an append is
+refused: warm start a new ``checkpoint_path`` from it with ``init_path``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -31,7 +44,7 @@ from pbgio.checkpoint import (
 from pbgio.config import ConfigSchema
 from pbgio.errors import ConfigError, FormatError, Issue
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
-from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, public_to_private
+from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, private_to_public, public_to_private
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 from pbgtrain.batching import stable_seed
@@ -54,12 +67,13 @@ class TrainingCheckpoint:
     """Reads and writes the partitions and the model of one training run."""
 
     def __init__(self, path: AnyPath, config: ConfigSchema, *, init_path: AnyPath | None = None, seed: int = 0,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", counts: Mapping[PartitionKey, int] | None = None) -> None:
         self.dir = CheckpointDir(path)
         self.init = CheckpointDir(init_path) if init_path is not None else None
         self.config = config
         self.seed = seed
         self.device = torch.device(device)
+        self.counts = dict(counts) if counts is not None else None  # entity counts, to grow carried-over tables
         self.committed = self.dir.read_version()
         # Partitions already in version committed + 1 (in a distributed run: by any trainer).
         self.written: WrittenPartitions = set()
@@ -73,23 +87,39 @@ class TrainingCheckpoint:
         dim = self.config.entity_dimension(entity_type)
         source = self._source(entity_type, part)
         if source is None:
-            gen = torch.Generator().manual_seed(stable_seed("init", self.seed, entity_type, part))
-            weights = torch.randn(count, dim, generator=gen).mul_(self.config.init_scale)
+            weights = self.fresh(entity_type, part, count)
             sums = torch.zeros(count)
         else:
             directory, version = source
             state = directory.read_embeddings(entity_type, part, version)
             path = str(directory.embeddings_path(entity_type, part, version))
-            if state.embeddings.shape != (count, dim):
+            stored = state.embeddings.shape[0]
+            grow = directory is self.init and stored < count and state.embeddings.shape[1:] == (dim,)
+            if state.embeddings.shape != (count, dim) and not grow:
+                hint = "" if stored > count or directory is self.init else (
+                    "; the layout has more entities than this checkpoint (after pbgio import --append, warm "
+                    "start a new checkpoint_path from it with init_path)")
                 raise ConfigError(path, [rule("embeddings-shape").issue(
                     path, "embeddings", f"expected shape ({count}, {dim}) from the entity count and the "
-                    f"config's dimension, found {state.embeddings.shape}")])
+                    f"config's dimension, found {state.embeddings.shape}{hint}")])
             weights = torch.from_numpy(state.embeddings)
-            sums = torch.from_numpy(decode_row_adagrad(state.optimizer_state, path, count=count)) \
-                if state.optimizer_state else torch.zeros(count)
+            sums = torch.from_numpy(decode_row_adagrad(state.optimizer_state, path, count=stored)) \
+                if state.optimizer_state else torch.zeros(stored)
+            if grow:  # the layout grew since init_path was written: new rows as a fresh table has them
+                fresh = self.fresh(entity_type, part, count)
+                fresh[:stored] = weights
+                weights = fresh
+                sums = torch.cat([sums, torch.zeros(count - stored)])
         target = self.device if device is None else torch.device(device)
         return EntityTable(weights.to(target).contiguous(), sums.to(target).contiguous(),
                            entity_type=entity_type, partition=part)
+
+    def fresh(self, entity_type: str, part: int, count: int) -> torch.Tensor:
+        """A freshly initialised table of ``count`` rows: ``init_scale · N(0, 1)``, seeded by the run's
+        seed, the type and the partition."""
+        gen = torch.Generator().manual_seed(stable_seed("init", self.seed, entity_type, part))
+        dim = self.config.entity_dimension(entity_type)
+        return torch.randn(count, dim, generator=gen).mul_(self.config.init_scale)
 
     def _source(self, entity_type: str, part: int) -> tuple[CheckpointDir, int] | None:
         if (entity_type, part) in self.written:
@@ -118,28 +148,45 @@ class TrainingCheckpoint:
         return FileMetadata(config_json=self.config.to_json(), iteration=iteration)
 
     # ---- model
-    def load_model(self) -> ModelState | None:
-        """The model of the committed version, else of init_path, else None (fresh)."""
+    def model_source(self) -> tuple[CheckpointDir, int] | None:
+        """Where the model comes from: the committed version, else init_path's, else a v0 model
+        file in the checkpoint directory, else None (fresh)."""
         if self.committed > 0:
-            return self.dir.read_model(self.committed)
+            return self.dir, self.committed
         for directory in (self.init, self.dir):
             if directory is not None:
                 version = directory.read_version()
                 if directory.model_path(version).is_file():
-                    return directory.read_model(version)
+                    return directory, version
         return None
 
+    def load_model(self) -> ModelState | None:
+        """The model of :meth:`model_source` (None: fresh)."""
+        source = self.model_source()
+        return None if source is None else source[0].read_model(source[1])
+
+    def may_grow_model(self) -> bool:
+        """Whether the model comes from init_path, whose dynamic operators may hold fewer relations."""
+        source = self.model_source()
+        return source is not None and source[0] is self.init and self.config.dynamic_relations
+
     @staticmethod
-    def restore_optimizer(optimizer: torch.optim.Optimizer, state: ModelState, source: str, lr: float) -> None:
+    def restore_optimizer(optimizer: torch.optim.Optimizer, state: ModelState, source: str, lr: float,
+                          stored_shapes: list[tuple[int, ...]] | None = None) -> None:
         """Load a model file's Adagrad state into ``optimizer`` (its parameters in the original's
-        order); the learning rate stays the config's ``lr`` (the stored one is the old run's)."""
+        order); the learning rate stays the config's ``lr`` (the stored one is the old run's).
+        ``stored_shapes``: the stored parameters' shapes when they may hold fewer leading rows than
+        the optimizer's (a warm start after relations were added); their sums are padded with 0."""
         if not state.optimizer_state:
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        decoded = decode_adagrad(state.optimizer_state, source, [tuple(p.shape) for p in params])
+        live = [tuple(p.shape) for p in params]
+        decoded = decode_adagrad(state.optimizer_state, source, stored_shapes or live)
         if decoded is None:
             return
-        decoded["state"] = {index: {key: torch.as_tensor(value) if isinstance(value, np.ndarray) else value
+        decoded["state"] = {index: {key: torch.as_tensor(_padded(value, live[index]))
+                                    if isinstance(value, np.ndarray) and key == "sum" else
+                                    torch.as_tensor(value) if isinstance(value, np.ndarray) else value
                                     for key, value in entry.items()}
                             for index, entry in decoded["state"].items()}
         optimizer.load_state_dict(decoded)
@@ -157,7 +204,11 @@ class TrainingCheckpoint:
             if key not in self.written and key not in embeddings:
                 source = self._source(*key)
                 if source is not None:
-                    embeddings[key] = source[0].read_embeddings(key[0], key[1], source[1])
+                    state = source[0].read_embeddings(key[0], key[1], source[1])
+                    count = None if self.counts is None else self.counts.get(key)
+                    if source[0] is self.init and count is not None and state.embeddings.shape[0] < count:
+                        state = self._embeddings_state(self.load(key[0], key[1], count, device="cpu"))
+                    embeddings[key] = state
         model = ModelState(params, encode_state_dict(optimizer_state) if optimizer_state else None)
         for step in plan_checkpoint(self.dir, version, embeddings=embeddings, model=model,
                                     metadata=self._metadata(iteration), config=self.config,
@@ -187,9 +238,13 @@ def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:
             f"{current.get(key)!r}; use a new checkpoint_path or the same model settings") for key in differ])
 
 
-def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], source: str) -> None:
+def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], source: str, *,
+                      grow: bool = False) -> None:
     """Load checkpoint parameters (public names, as in ``model.vN.h5``) into ``model``, on its device;
-    a parameter missing or left over is a ``model-param-name`` error naming ``source``."""
+    a parameter missing or left over is a ``model-param-name`` error naming ``source``, one of
+    another shape a ``model-param-shape`` error. With ``grow`` a parameter may hold fewer leading
+    rows than the model's (dynamic operators, relations added since): the model's own values fill
+    the rows after them."""
     own = model.state_dict()
     loaded = {public_to_private(name) or name: torch.from_numpy(value) for name, value in params.items()}
     missing = sorted(set(own) - set(loaded))
@@ -198,4 +253,37 @@ def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], sou
         raise FormatError(Issue("model-param-name", "error", source, "model",
                                 f"expected the parameters {sorted(own)}, found {sorted(loaded)} "
                                 f"(missing {missing}, unexpected {unexpected})"))
+    for key, value in loaded.items():
+        want = tuple(own[key].shape)
+        if tuple(value.shape) == want:
+            continue
+        if grow and value.ndim == len(want) >= 1 and value.shape[1:] == want[1:] and value.shape[0] < want[0]:
+            filled = own[key].detach().cpu().clone()
+            filled[: value.shape[0]] = value
+            loaded[key] = filled
+            continue
+        raise FormatError(Issue("model-param-shape", "error", source, f"model/{private_to_public(key) or key}",
+                                f"expected shape {want} from the config and the layout, found {tuple(value.shape)}"))
     model.load_state_dict({k: v.to(own[k].device) for k, v in loaded.items()})
+
+
+def stored_param_shapes(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        params: Mapping[str, np.ndarray]) -> list[tuple[int, ...]]:
+    """Shapes of the stored ``params`` (public names) in the optimizer's parameter order."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    shapes = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            public = private_to_public(names[id(p)])
+            value = params.get(public) if public is not None else None
+            shapes.append(tuple(p.shape) if value is None else tuple(value.shape))
+    return shapes
+
+
+def _padded(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``value`` with zeros after its leading rows, up to ``shape`` (unchanged when it has that shape)."""
+    if value.shape == shape or value.ndim != len(shape) or value.ndim == 0:
+        return value
+    out = np.zeros(shape, dtype=value.dtype)
+    out[: value.shape[0]] = value
+    return out

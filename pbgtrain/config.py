@@ -56,8 +56,9 @@ KEY_EFFECTS: dict[str, str] = {
     "loss_fn": "ranking, logistic or softmax", "margin": "margin of the ranking loss",
     "regularization_coef": "weight of the N3 regularizer (0 disables it)", "regularizer": "N3 (the only one)",
     "entity_path": "entity counts (and names) are read here", "edge_paths": "edge sets trained in order",
-    "checkpoint_path": "versioned checkpoints are written here", "init_path": "warm start: embeddings and "
-    "model of this checkpoint-like directory initialize a fresh run",
+    "checkpoint_path": "versioned checkpoints are written here", "init_path": "warm start: embeddings, "
+    "model and optimizer state of this checkpoint-like directory initialize a fresh run (tables shorter than "
+    "the entity counts, after pbgio import --append, keep their rows and get fresh ones for the new entities)",
     "checkpoint_preservation_interval": "keep an epoch_{k}/ snapshot every this many epochs",
     "num_epochs": "passes over all edge paths", "num_edge_chunks": "chunks per bucket (one iteration each)",
     "max_edges_per_chunk": "sets num_edge_chunks when it is null",

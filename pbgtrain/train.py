@@ -43,7 +43,7 @@ from pbgio.spec.edges import chunk_bounds
 from pbgio.spec.stats import EXTRA_KEY
 from pbgio.storage import AnyPath, LocalCache
 from pbgtrain.batching import ChunkKey, IterationPlan, IterationStep, prepare_chunk, stable_seed
-from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params
+from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint, load_model_params, stored_param_shapes
 from pbgtrain.config import RunConfig, default_device
 from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
 from pbgtrain.model import (
@@ -331,7 +331,7 @@ class Trainer:
         self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen).to(self.device)
         self.optimizer = make_relation_optimizer(self.model)
         self.ckpt = TrainingCheckpoint(run.checkpoint_path, cfg, init_path=run.init_path, seed=options.seed,
-                                       device=self.device)
+                                       device=self.device, counts=self.counts)
         self._restore_model()
         self.layout = PartitionLayout.from_config(cfg)
         self.resident: dict[PartitionKey, EntityTable] = {}
@@ -374,13 +374,20 @@ class Trainer:
 
     # ---- model state
     def _restore_model(self) -> None:
-        state = self.ckpt.load_model()
-        if state is None:
+        """The model and its Adagrad state from the committed version, else from init_path (a warm
+        start, as the original: parameters and optimizer state; dynamic operators of fewer relations
+        grow), else from a v0 model file."""
+        source = self.ckpt.model_source()
+        if source is None:
             return
-        load_model_params(self.model, state.params, str(self.ckpt.dir.path))
-        if self.optimizer is not None and self.ckpt.committed > 0:
-            self.ckpt.restore_optimizer(self.optimizer, state, str(self.ckpt.dir.model_path(self.ckpt.committed)),
-                                        self.model.spec.relation_lr)
+        directory, version = source
+        state = directory.read_model(version)
+        path = str(directory.model_path(version))
+        grow = self.ckpt.may_grow_model()
+        load_model_params(self.model, state.params, path, grow=grow)
+        if self.optimizer is not None:
+            shapes = stored_param_shapes(self.model, self.optimizer, state.params) if grow else None
+            self.ckpt.restore_optimizer(self.optimizer, state, path, self.model.spec.relation_lr, shapes)
 
     def model_params(self) -> dict[str, np.ndarray]:
         params = {}

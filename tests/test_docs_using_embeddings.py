@@ -38,7 +38,7 @@ def test_guide_blocks_are_found() -> None:
     assert kinds.count("console") >= 6 and kinds.count("python") >= 3
 
 
-@pytest.mark.slow  # trains the example and starts pbgtrain seven times (torch each time): 20-40 s
+@pytest.mark.slow  # trains the example, appends to a copy and warm-starts it; starts pbgtrain ten times: 30-60 s
 def test_using_embeddings_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                CI="1", COLUMNS="200", NO_COLOR="1")

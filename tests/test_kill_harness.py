@@ -94,12 +94,14 @@ def test_compare_trees_reads_stats_and_hdf5_by_content(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("target", "kills"), [
     ("fit", 4),
     ("import", 3),
+    ("append", 4),
     ("convert", 3),
 ])
 def test_short_run_finds_no_failure(tmp_path: Path, target: str, kills: int) -> None:
     """One trial per target: ``kills`` kills in one directory, then the resume. (The two
     uninterrupted runs that check determinism are the long run's; here one reference run.)"""
     made = {"fit": kh.FitTarget, "import": lambda: kh.ImportTarget(edges=40_000),
+            "append": lambda: kh.AppendTarget(edges=40_000),
             "convert": lambda: kh.ConvertTarget(edges_per_bucket=10_000)}[target]()
     summary = kh.run_harness(made, kills, seed=7, chain=kills, workdir=tmp_path / "work", twice=False)
     assert not summary.failures, summary.text()

@@ -1,18 +1,20 @@
 #!/usr/bin/env python
-"""Kill ``pbgtrain fit``, ``pbgio import`` or ``pbgio convert`` with SIGKILL at random moments.
+"""Kill ``pbgtrain fit``, ``pbgio import`` (also ``--append``) or ``pbgio convert`` with SIGKILL at random moments.
 
 Usage::
 
     python tools/kill_harness.py --target fit --kills 200 [--seed S] [--jobs 2] [--json OUT]
     python tools/kill_harness.py --target import --kills 50
+    python tools/kill_harness.py --target append --kills 50
     python tools/kill_harness.py --target convert --kills 50
     python tools/kill_harness.py --target command --command 'python my_writer.py {dst}' --kills 5
 
 What it does (see docs/guides/crash-safety.md):
 
 1. Builds a small input once (fit: the bundled example, 2 ``user`` partitions, 3 epochs × 3
-   edge chunks = 9 commits; import: edge lists for 4+1 partitions and two edge paths; convert:
-   a legacy layout of 9 buckets) and runs the command uninterrupted twice, each time on a fresh
+   edge chunks = 9 commits; import: edge lists for 4+1 partitions and two edge paths; append:
+   new edge lists, half of their entities new, appended to that import's layout; convert: a
+   legacy layout of 9 buckets) and runs the command uninterrupted twice, each time on a fresh
    copy: both runs must leave identical files (the reference), and their durations give ``T``.
 2. Trials, ``--jobs`` at a time: a fresh copy, then up to ``--chain`` runs of the same command in
    the same directory, each SIGKILLed after a random delay (one in four uniform in ``[0, T]``,
@@ -21,7 +23,8 @@ What it does (see docs/guides/crash-safety.md):
    committed version (``checkpoint_version.txt``) has all its files, they load, and
    ``pbgio validate`` passes; for import and convert the output is either not visible as complete
    (``pbgio validate`` rejects it, or DST does not exist) or it is complete, valid and identical
-   to the reference. Then the command is run once more to the end, and every file under the
+   to the reference; for append the layout is the old one byte for byte, or does not validate,
+   or is valid and identical to the reference. Then the command is run once more to the end, and every file under the
    output is compared with the reference: byte for byte, except ``training_stats.json`` (wall
    clock times, and an interrupted iteration's lines repeated when it is trained again: compared
    as its last line per record), HDF5 files are compared by bytes and, where bytes differ, by
@@ -410,6 +413,69 @@ class ImportTarget(Target):
         return "done" if len(counts) == 5 and not any(".pbgio-import-" in rel for rel in files) else "commit"
 
 
+class AppendTarget(Target):
+    """``pbgio import --append`` of new edges (half of their users and items new) to the layout the
+    import target writes. After a kill the layout is the old one, byte for byte; or the appended
+    one, identical to the reference; or, killed while moving files, it does not validate, and the
+    next append puts the old one back before appending."""
+
+    name = "append"
+
+    def __init__(self, edges: int = 150_000) -> None:
+        self.importer = ImportTarget(edges)
+        self.edges = edges
+
+    def setup(self, template: Path) -> None:
+        self.importer.setup(template)
+        done = subprocess.run(self.importer.command(template), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the import before the appends failed: {done.stderr}")
+        rng = np.random.default_rng(12)
+        for name, n in (("new_train.tsv", self.edges // 2), ("new_test.tsv", self.edges // 20)):
+            rel = rng.integers(0, 2, n)
+            lhs = rng.integers(10_000, 30_000, n)
+            rhs = rng.integers(2_500, 7_500, n)
+            lines = [f"u{a}\t{'follows' if r == 0 else 'likes'}\t{'u' if r == 0 else 'i'}{b}"
+                     for a, r, b in zip(lhs.tolist(), rel.tolist(), rhs.tolist(), strict=True)]
+            (template / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def command(self, work: Path) -> list[str]:
+        return [*PBGIO, "import", "--append", str(work / "config.json"), str(work / "new_train.tsv"),
+                str(work / "new_test.tsv"), "--no-progress"]
+
+    def watched(self, work: Path) -> Path:
+        return work / "data"
+
+    def leftover(self, rel: str) -> bool:
+        return ".pbgio-import-" in rel
+
+    def check(self, work: Path, reference: Path) -> tuple[str, list[str], bool]:
+        from pbgio.validate import validate_path
+
+        try:
+            report = validate_path(work / "config.json")
+        except Exception as exc:
+            return "incomplete", [f"validate raised {type(exc).__name__}: {exc}"], False
+        if not report.ok:
+            return "incomplete", [], False
+        old = compare_trees(reference.parent / "template" / "data", work / "data", self.leftover)
+        if not old.problems:
+            return "old", [], False
+        diff = compare_trees(reference, work, lambda rel: self.ignore(rel) or self.leftover(rel))
+        return "complete", [f"validates but is neither the old layout nor the appended one: {p}"
+                            for p in diff.problems], True
+
+    def phase(self, work: Path, before: dict[str, tuple[int, int]]) -> str:
+        after = fingerprint(work / "data")
+        changed = {rel for rel, sig in after.items() if before.get(rel) != sig} | set(before) - set(after)
+        changed = {rel for rel in changed if not rel.endswith("/")}  # files only: staging makes directories change
+        if not changed:
+            return "startup"
+        if all(".pbgio-import-" in rel for rel in changed):
+            return "staging"
+        return "commit" if any(".pbgio-import-" in rel for rel in after) else "done"
+
+
 class ConvertTarget(Target):
     """``pbgio convert --from legacy SRC DST`` of a legacy layout of 3×3 buckets."""
 
@@ -483,6 +549,7 @@ def destination_phase(work: Path, name: str) -> str:
 TARGETS: dict[str, Callable[[argparse.Namespace], Target]] = {
     "fit": lambda _: FitTarget(),
     "import": lambda _: ImportTarget(),
+    "append": lambda _: AppendTarget(),
     "convert": lambda _: ConvertTarget(),
     "command": lambda args: CommandTarget(args.command),
 }

@@ -33,6 +33,9 @@ class Context:
     cache: LocalCache | None = None
     """Where remote buckets are read from when set: whole local copies (a trainer validates into
     the cache it then trains from), instead of ranged reads."""
+    warm_start: bool = False
+    """True while an ``init_path`` is checked: its tables may have fewer rows than the entity
+    counts, and its dynamic relation operators fewer relations (a warm start grows them)."""
     _buffers: dict[tuple[str, str], NDArray[Any]] = field(default_factory=dict, repr=False)
 
     def buffer(self, slot: str, size: int, dtype: np.dtype[Any]) -> NDArray[Any]:

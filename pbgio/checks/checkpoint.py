@@ -52,8 +52,13 @@ MAX_CHECK_ATTEMPTS = 20
 """Times a checkpoint directory is checked again because a writer committed during the check."""
 
 
-def check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
+def check_checkpoint_dir(ctx: Context, path: AnyPath, *, warm_start: bool = False) -> None:
     """Check versions, files, attributes, embeddings, model, snapshots and stats.
+
+    ``warm_start``: the directory is an ``init_path``, read only to start a run from; its tables
+    may hold fewer rows than the entity counts and its dynamic relation operators fewer relations
+    than ``dynamic_rel_count`` (after ``pbgio import --append``; the trainer initialises the
+    rest), never more.
 
     One complete version is checked even while ``pbgtrain fit`` commits: when the committed
     version changed during a check that found problems (a file of the checked version removed by
@@ -61,6 +66,15 @@ def check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
     holds the directory (:mod:`pbgio.lock`), files of other versions are its commit in progress,
     not leftovers: no ``checkpoint-stale-files`` warning then.
     """
+    previous = ctx.warm_start
+    ctx.warm_start = warm_start
+    try:
+        _check_checkpoint_dir(ctx, path)
+    finally:
+        ctx.warm_start = previous
+
+
+def _check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
     for attempt in range(MAX_CHECK_ATTEMPTS):
         mark, checked, config = len(ctx.report.issues), dict(ctx.report.checked), ctx.config
         version = _check_checkpoint_once(ctx, path)
@@ -239,13 +253,19 @@ def _check_embeddings(ctx: Context, file: AnyPath, f: h5py.File, etype: str, par
     cfg = ctx.config
     known = ctx.count(etype, part) if cfg is not None and etype in cfg.entities else None
     rows = known if known is not None else ds.shape[0]  # the entity count, else the dataset's rows
+    if ctx.warm_start and known is not None and ds.shape[0] < known:
+        rows = ds.shape[0]  # an init_path older than the layout's growth: the trainer adds the rows
     _check_blob(ctx, file, f, count=rows)
     if cfg is not None and etype in cfg.entities:
         expected = (rows, cfg.entity_dimension(etype))
         if tuple(ds.shape) != expected:
+            hint = ""
+            if known is not None and ds.shape[0] < known:
+                hint = ("; the layout has more entities than this checkpoint (after pbgio import --append, "
+                        "warm start a new checkpoint_path from it with init_path)")
             ctx.add("embeddings-shape", file, EMBEDDINGS_DATASET,
                     f"expected shape {expected} (entity count x dimension of {etype!r}), "
-                    f"found {tuple(ds.shape)}")
+                    f"found {tuple(ds.shape)}{hint}")
     _check_finite(ctx, file, ds, "embeddings-nonfinite", EMBEDDINGS_DATASET)
 
 
@@ -290,6 +310,10 @@ def _check_model(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str,
     _check_attrs(ctx, file, f, reference)
     cfg = ctx.config
     expected = expected_model_params(cfg, ctx.dynamic_rel_count) if cfg is not None else None
+    if ctx.warm_start and cfg is not None and cfg.dynamic_relations and ctx.dynamic_rel_count is not None:
+        stored = _stored_relations(f)
+        if stored is not None and stored < ctx.dynamic_rel_count:  # fewer relations: the trainer adds the rest
+            expected = expected_model_params(cfg, stored)
     _check_blob(ctx, file, f, model=True, shapes=None if expected is None else list(expected.values()))
     seen = set()
     group = f.get(MODEL_GROUP)
@@ -300,6 +324,15 @@ def _check_model(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str,
         for name in sorted(set(expected) - seen):
             ctx.add("model-param-missing", file, f"{MODEL_GROUP}/{name}",
                     "expected this parameter (from the config's operators and global_emb), found none")
+
+
+def _stored_relations(f: h5py.File) -> int | None:
+    """The relations of a dynamic model file: the first dimension of its first operator parameter."""
+    group = f.get(MODEL_GROUP)
+    for name, ds in _walk(group) if isinstance(group, h5py.Group) else ():
+        if name.startswith("relations/") and ds.ndim >= 1:
+            return int(ds.shape[0])
+    return None
 
 
 def _walk(group: h5py.Group, prefix: str = "") -> list[tuple[str, Any]]:

@@ -4,7 +4,9 @@ Register with ``app.command("import")(import_edges)``.
 
 Exit codes follow ``pbgio``'s: 0 imported, 1 bad input (malformed rows, unreadable
 files; nothing was written), 2 usage error (bad option, missing file, an output that
-holds a layout without ``--overwrite``), 130 interrupted. The summary goes to stderr;
+holds a layout without ``--overwrite``), 130 interrupted. With ``--append``: 1 also when
+the layout does not validate, 2 when it does not exist or has featurized types; a failed
+append leaves the layout as it was. The summary goes to stderr;
 ``--json`` prints the full report on stdout.
 
 This module imports only typer at import time, so registering the command keeps
@@ -73,6 +75,14 @@ Overwrite = Annotated[bool, typer.Option(
 Base = Annotated[str | None, typer.Option(
     "--base", help="Directory that relative paths in the config resolve against (default: the config's "
     "directory).")]
+Append = Annotated[bool, typer.Option(
+    "--append", help="Add the edges to the existing layout of the config: known entities keep their partition and "
+    "offset, new ones are appended to the smallest partitions, new dynamic relations get new ids.")]
+DryRun = Annotated[bool, typer.Option(
+    "--dry-run", help="With --append: read and map the inputs, report what would be added, write nothing.")]
+EdgePath = Annotated[str | None, typer.Option(
+    "--edge-path", help="With --append: every input goes to this edge path of the config (as written there); the "
+    "others are left as they are.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the import report as JSON on stdout.")]
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
 
@@ -93,15 +103,19 @@ def import_edges(
     relation_min_count: RelationMinCount = 1,
     on_error: OnErrorOption = OnError.fail,
     overwrite: Overwrite = False,
+    append: Append = False,
+    dry_run: DryRun = False,
+    edge_path: EdgePath = None,
     base: Base = None,
     as_json: AsJson = False,
     no_progress: NoProgress = False,
 ) -> None:
-    """Import edge lists into a PBG layout: dictionaries, partitions, every bucket."""
+    """Import edge lists into a PBG layout: dictionaries, partitions, every bucket (--append: into an existing one)."""
     from rich.markup import escape
 
     from pbgio import storage
     from pbgio.errors import MissingArtifactError
+    from pbgio.importers.append import append_edge_lists
     from pbgio.importers.importer import import_edge_lists
     from pbgio.importers.plan import ImportSetupError
     from pbgio.importers.read import InputOptions, parse_column, parse_delimiter
@@ -117,20 +131,37 @@ def import_edges(
             delimiter=parse_delimiter(delimiter), header=header, lhs_col=lhs, rel_col=parse_column(rel_col),
             rhs_col=rhs, weight_col=parse_column(weight_col), feature_separator=feature_separator,
             file_format=input_format.value)
+        if not append:
+            given = [flag for flag, on in (("--dry-run", dry_run), ("--edge-path", edge_path is not None)) if on]
+            if given:
+                raise ValueError(f"{given[0]} goes with --append")
+        else:
+            given = [flag for flag, on in (("--overwrite", overwrite), ("--entity-min-count", entity_min_count != 1),
+                                           ("--relation-type-min-count", relation_min_count != 1)) if on]
+            if given:
+                raise ValueError(f"{given[0]} does not go with --append (an append keeps the layout and every "
+                                 "name of the inputs)")
     except ValueError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
-    with exit_codes(usage=(MissingArtifactError, LayoutExistsError, ImportSetupError), note=" (nothing was written)",
-                    on_interrupt=lambda: console.print("interrupted (nothing was written)")):
+    note = " (nothing was written)" if not append else " (the layout is as it was)"
+    with exit_codes(usage=(MissingArtifactError, LayoutExistsError, ImportSetupError), note=note,
+                    on_interrupt=lambda: console.print(f"interrupted{note}")):
         bars: contextlib.AbstractContextManager[Progress] = (
             RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
         with bars as progress:
-            report = import_edge_lists(
-                config, list(inputs), options=options, seed=seed,
-                base=None if base is None else storage.resolve(base),
-                entity_min_count=entity_min_count, relation_min_count=relation_min_count,
-                on_error=on_error.value, overwrite=overwrite,
-                progress=progress)
+            if append:
+                report = append_edge_lists(
+                    config, list(inputs), edge_path=edge_path, options=options, seed=seed,
+                    base=None if base is None else storage.resolve(base), on_error=on_error.value,
+                    dry_run=dry_run, progress=progress)
+            else:
+                report = import_edge_lists(
+                    config, list(inputs), options=options, seed=seed,
+                    base=None if base is None else storage.resolve(base),
+                    entity_min_count=entity_min_count, relation_min_count=relation_min_count,
+                    on_error=on_error.value, overwrite=overwrite,
+                    progress=progress)
     for warning in report.warnings:
         console.print(f"[yellow]warning[/]: {escape(warning)}", soft_wrap=True)
     for file in report.files:

@@ -74,7 +74,7 @@ IN_MEMORY_BYTES = 32 << 20
 
 
 @dataclass
-class _Input:
+class InputFile:
     source: Source
     edge_path: int
     report: FileReport
@@ -111,14 +111,7 @@ def import_edge_lists(
         raise ImportSetupError(f"on_error is 'fail' or 'skip', got {on_error!r}")
     if entity_min_count < 0 or relation_min_count < 0:
         raise ImportSetupError("minimum counts are non-negative")
-    if isinstance(config, ConfigSchema):
-        cfg, config_name = config, None
-        base = base if base is not None else Path.cwd()
-    else:
-        from pbgio.validate import infer_base
-
-        cfg, config_name = load_config(config), storage.display(config)
-        base = base if base is not None else infer_base(storage.resolve(config), cfg)
+    cfg, config_name, base = load_import_config(config, base)
     plan = ImportPlan.build(cfg, has_rel_column=options.rel_col is not None,
                             feature_separator=options.feature_separator)
     if (options.delimiter == WHITESPACE and any(plan.featurized(t) for t in plan.types)
@@ -128,10 +121,10 @@ def import_edge_lists(
     entity_target = storage.resolve(cfg.entity_path, base)
     edge_targets = [storage.resolve(p, base) for p in cfg.edge_paths]
     for key, target in [("entity_path", entity_target), *(("edge_paths", t) for t in edge_targets)]:
-        _check_reachable(key, target)
+        check_reachable(key, target)
     if len({str(storage.absolute(p)) for p in edge_targets}) != len(edge_targets):
         raise ImportSetupError(f"expected distinct edge_paths, found {cfg.edge_paths}")
-    sets = _input_sets(inputs, len(edge_targets))
+    sets = input_sets(inputs, len(edge_targets))
     remote = RemoteTargets([entity_target, *edge_targets], overwrite=overwrite)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(remote.close)
@@ -149,7 +142,19 @@ def import_edge_lists(
     return report
 
 
-def _check_reachable(key: str, target: AnyPath) -> None:
+def load_import_config(config: ConfigSchema | PathLike,
+                       base: AnyPath | None) -> tuple[ConfigSchema, str | None, AnyPath]:
+    """The config, its name for reports (None for a :class:`ConfigSchema`) and the directory its
+    relative paths resolve against (``base``, else the config file's, else the current one)."""
+    if isinstance(config, ConfigSchema):
+        return config, None, base if base is not None else Path.cwd()
+    from pbgio.validate import infer_base
+
+    cfg = load_config(config)
+    return cfg, storage.display(config), base if base is not None else infer_base(storage.resolve(config), cfg)
+
+
+def check_reachable(key: str, target: AnyPath) -> None:
     """Refuse an output directory behind a symbolic link loop or a dangling link (the import could
     neither create nor fill it)."""
     if storage.is_remote(target):
@@ -187,24 +192,24 @@ def _import(cfg: ConfigSchema, config_name: str | None, entity_dir: Path, edge_d
     staging.check()
 
     report = ImportReport(config=config_name, entity_path=str(entity_dir), dynamic=plan.dynamic, seed=seed)
-    items = [_Input(open_source(Path(f), options), i, FileReport(str(f), str(edge_dirs[i])))
+    items = [InputFile(open_source(Path(f), options), i, FileReport(str(f), str(edge_dirs[i])))
              for i, files in enumerate(sets) for f in files]
     report.files = [item.report for item in items]
     relations = _count(items, plan, report, entity_min_count=entity_min_count,
                        relation_min_count=relation_min_count, on_error=on_error, seed=seed, progress=progress)
     vocab, names = relations
     with staging:
-        _write_entities(staging.staged(entity_dir), plan, vocab, names, report, progress)
+        write_entities(staging.staged(entity_dir), plan, vocab, names, report, progress)
         for i, edge_dir in enumerate(edge_dirs):
             mine = [item for item in items if item.edge_path == i]
-            report.buckets[str(edge_dir)] = _write_edges(
+            report.buckets[str(edge_dir)] = write_edges(
                 staging.staged(edge_dir), mine, plan, vocab, progress, weights=options.weight_col is not None)
         progress.stop()
         staging.commit()
     return report
 
 
-def _input_sets(inputs: Sequence[PathLike | Sequence[PathLike]], n_paths: int) -> list[list[PathLike]]:
+def input_sets(inputs: Sequence[PathLike | Sequence[PathLike]], n_paths: int) -> list[list[PathLike]]:
     if not inputs:
         raise ImportSetupError("expected at least one input file, found none")
     if all(isinstance(i, str | Path) for i in inputs):
@@ -248,10 +253,28 @@ def _invalid_utf8_line(path: Path) -> int | None:
     return None
 
 
-def _count(items: list[_Input], plan: ImportPlan, report: ImportReport, *, entity_min_count: int,
+def _count(items: list[InputFile], plan: ImportPlan, report: ImportReport, *, entity_min_count: int,
            relation_min_count: int, on_error: OnError, seed: int,
            progress: Progress) -> tuple[Vocabulary, list[str]]:
     """Pass 1 (and 1b): check rows, count, and build every dictionary."""
+    counter, relations, names = count_inputs(items, plan, report, relation_min_count=relation_min_count,
+                                             on_error=on_error, progress=progress)
+    progress.start("building dictionaries", total=len(plan.types))
+    dictionaries = {}
+    for entity_type in plan.types:
+        dictionaries[entity_type] = build_dictionary(
+            entity_type, counter.entities[entity_type], min_count=entity_min_count,
+            num_partitions=plan.config.num_partitions(entity_type), seed=seed)
+        progress.advance()
+    report.relation_types = len(names)
+    return Vocabulary(dictionaries, relations), names
+
+
+def count_inputs(items: list[InputFile], plan: ImportPlan, report: ImportReport, *, relation_min_count: int,
+                 on_error: OnError, progress: Progress) -> tuple[Counter, RelationMap, list[str]]:
+    """Check every row and count names and relations over all inputs (pass 1, and 1b with a
+    relation minimum count); malformed rows fail here (``on_error="fail"``). Returns the counts,
+    the relation map of the writing pass and the relation names it keeps."""
     two_pass = relation_min_count > 1
     first = RelationMap(None, False) if plan.dynamic else RelationMap(plan.static_names(), True)
     counter = Counter(plan)
@@ -292,15 +315,7 @@ def _count(items: list[_Input], plan: ImportPlan, report: ImportReport, *, entit
             with _reading(item.source):
                 counter.count_file(checked_frame(item.source, plan, relations), relations,
                                    count_relations=False, count_entities=True, on_block=_megabytes(progress, size))
-    progress.start("building dictionaries", total=len(plan.types))
-    dictionaries = {}
-    for entity_type in plan.types:
-        dictionaries[entity_type] = build_dictionary(
-            entity_type, counter.entities[entity_type], min_count=entity_min_count,
-            num_partitions=plan.config.num_partitions(entity_type), seed=seed)
-        progress.advance()
-    report.relation_types = len(names)
-    return Vocabulary(dictionaries, relations), names
+    return counter, relations, names
 
 
 def _megabytes(progress: Progress, size: int) -> Callable[[float], None]:
@@ -321,8 +336,8 @@ def _names(dictionary: Dictionary, part: int) -> Iterator[str]:
         yield from names.slice(start, _NAMES_PER_CHUNK).to_list()
 
 
-def _write_entities(directory: Path, plan: ImportPlan, vocab: Vocabulary, names: list[str],
-                    report: ImportReport, progress: Progress) -> None:
+def write_entities(directory: Path, plan: ImportPlan, vocab: Vocabulary, names: list[str],
+                   report: ImportReport, progress: Progress, *, relation_names_file: bool = True) -> None:
     progress.start("writing entity names", total=len(plan.types))
     for entity_type, dictionary in vocab.entities.items():
         parts = len(dictionary.bounds) - 1
@@ -334,16 +349,23 @@ def _write_entities(directory: Path, plan: ImportPlan, vocab: Vocabulary, names:
         if plan.featurized(entity_type):
             report.featurized.append(entity_type)
         progress.advance()
-    write_relation_names(directory, names)
+    if relation_names_file or plan.dynamic:
+        write_relation_names(directory, names)
     if plan.dynamic:
         write_dynamic_rel_count(directory, len(names))
 
 
-def _write_edges(directory: Path, items: list[_Input], plan: ImportPlan, vocab: Vocabulary,
-                 progress: Progress, *, weights: bool) -> dict[str, int]:
+def write_edges(directory: Path, items: list[InputFile], plan: ImportPlan, vocab: Vocabulary,
+                progress: Progress, *, weights: bool, previous: Path | None = None) -> dict[str, int]:
+    """Write the edges of ``items`` into every bucket of the grid in ``directory``; with ``previous``
+    (an append), each bucket starts with the edges of the bucket of the same name there. Returns the
+    edges of ``items`` per bucket."""
     sink = BucketSink(directory, plan.grid, weights=weights, lhs_features=plan.has_features("lhs"),
                       rhs_features=plan.has_features("rhs"))
     try:
+        if previous is not None:
+            progress.start(f"copying the buckets of {previous.name}", total=len(sink.writers))
+            sink.copy_from(previous, lambda _: progress.advance())
         progress.start(f"writing {directory.parent.name}", total=sum(i.report.rows - i.report.malformed
                                                                      for i in items))
         for item in items:

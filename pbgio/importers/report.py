@@ -53,6 +53,24 @@ class FileReport:
 
 
 @dataclass
+class AppendInfo:
+    """What an append (``pbgio import --append``) changed, beside what :class:`ImportReport` holds.
+
+    ``before``: entities per partition before the append; ``new``: the new entities per
+    partition (``ImportReport.entities`` holds the counts after); ``known``: distinct names of
+    the inputs that were known already; ``added``: edges added per edge path and bucket
+    (``ImportReport.buckets`` holds the totals after).
+    """
+
+    before: dict[str, list[int]] = field(default_factory=dict)
+    new: dict[str, list[int]] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)
+    relation_types_before: int = 0
+    added: dict[str, dict[str, int]] = field(default_factory=dict)
+    dry_run: bool = False
+
+
+@dataclass
 class ImportReport:
     config: str | None
     entity_path: str
@@ -65,6 +83,7 @@ class ImportReport:
     featurized: list[str] = field(default_factory=list)
     relation_types: int = 0
     warnings: list[str] = field(default_factory=list)
+    append: AppendInfo | None = None
 
     @property
     def read(self) -> int:
@@ -89,11 +108,14 @@ class ImportReport:
     def summary(self) -> str:
         files = len(self.files)
         plural = "s" if files != 1 else ""
-        return (f"read {self.read:,} edges from {files} file{plural} in {self.seconds:.2f} s "
+        dry = "dry run, nothing written: " if self.append is not None and self.append.dry_run else ""
+        return (f"{dry}read {self.read:,} edges from {files} file{plural} in {self.seconds:.2f} s "
                 f"({_rate(self.edges_per_second)} edges/s): kept {self.kept:,}, skipped {self.skipped:,} "
                 f"malformed, filtered {self.filtered:,} by minimum counts")
 
     def entity_line(self) -> str:
+        if self.append is not None:
+            return self._append_entity_line(self.append)
         parts = []
         for name, counts in self.entities.items():
             what = "features" if name in self.featurized else "entities"
@@ -101,7 +123,19 @@ class ImportReport:
             parts.append(f"{name}: {sum(counts):,} {what}{split}")
         return "; ".join(parts) + f"; {_count(self.relation_types, 'relation type')}"
 
+    def _append_entity_line(self, info: AppendInfo) -> str:
+        parts = []
+        for name, counts in self.entities.items():
+            new = info.new.get(name, [])
+            split = f" (partitions: {', '.join(f'+{n:,}' for n in new)})" if len(new) > 1 else ""
+            parts.append(f"{name}: {info.known.get(name, 0):,} known, {_count(sum(new), 'new entity', 'new entities')}"
+                         f"{split}, {sum(counts):,} in all")
+        new_rels = self.relation_types - info.relation_types_before
+        return "; ".join(parts) + f"; {_count(self.relation_types, 'relation type')} ({new_rels:,} new)"
+
     def bucket_lines(self) -> list[str]:
+        if self.append is not None:
+            return self._append_bucket_lines(self.append)
         lines = []
         for edge_path, buckets in self.buckets.items():
             total = sum(buckets.values())
@@ -116,6 +150,21 @@ class ImportReport:
             lines.append(f"{head} ({detail})")
         return lines
 
+    def _append_bucket_lines(self, info: AppendInfo) -> list[str]:
+        lines = []
+        for edge_path, added in info.added.items():
+            totals = self.buckets.get(edge_path, {})
+            n = len(added)
+            head = (f"{edge_path}: {_count(sum(added.values()), 'edge')} added to {_count(n, 'bucket')}, "
+                    f"{sum(totals.values()):,} in all")
+            if n <= BUCKETS_LISTED:
+                detail = ", ".join(f"{k}: +{v:,}" for k, v in added.items())
+            else:
+                values = list(added.values())
+                detail = f"min +{min(values):,}, max +{max(values):,}, {sum(v == 0 for v in values)} unchanged"
+            lines.append(f"{head} ({detail})")
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for f, d in zip(self.files, data["files"], strict=True):
@@ -125,8 +174,8 @@ class ImportReport:
         return data
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _rate(value: float) -> str:

@@ -15,6 +15,16 @@ directories (:func:`remove_stale_staging`) knows the layout files beside a dead 
 marker are an unfinished commit: it removes them and the dead import's staging
 directories, and imports as if they had never been there.
 
+An append (``append=True``, :mod:`~pbgio.importers.append`) replaces a layout that must
+survive a failure. Before its commit it hard-links every layout file of each output
+directory into :data:`BACKUP_DIR` inside that directory's staging directory (a copy where
+the file system has no hard links), then moves files in as above, the entity counts it
+replaces removed first. An exception or Ctrl-C during the commit, or the next import
+finding a dead append's marker, *rolls back*: the half-moved layout files are removed and
+the backed-up ones linked back, leaving the old layout byte for byte. The backups stay until
+the staging directories go, so a rollback that is itself killed is done again by the next import;
+a dead append that had moved every file in (and begun no rollback) is complete and is kept.
+
 >>> import tempfile, pathlib
 >>> root = pathlib.Path(tempfile.mkdtemp())
 >>> with Staging([root / "entities"], overwrite=False) as stage:
@@ -40,8 +50,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import storage
-from pbgio.atomic import fsync_dir, write_failures
-from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists
+from pbgio.atomic import fsync_dir, fsync_path, tmp_path_for, write_failures
+from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists, bucket_length, read_bucket
 from pbgio.errors import OutputError, PbgioError
 from pbgio.importers.mapping import EdgeBatch
 from pbgio.lock import process_alive
@@ -60,6 +70,10 @@ STAGING_PREFIX = ".pbgio-import-"
 _STAGING_RE = re.compile(rf"^{re.escape(STAGING_PREFIX)}(?P<pid>\d+)-[0-9a-f]+$")
 COMMIT_MARKER = "COMMITTING"
 """In the first staging directory while :meth:`Staging.commit` moves files into place."""
+BACKUP_DIR = "previous"
+"""In each staging directory of an append: hard links to the layout files it replaces."""
+ROLLBACK_MARKER = "ROLLING_BACK"
+"""In the first staging directory of an append once it starts putting the old layout back."""
 
 
 class LayoutExistsError(PbgioError, FileExistsError):
@@ -135,11 +149,16 @@ def remote_layout_files(directory: AnyPath) -> list[AnyPath]:
 
 
 class Staging:
-    """Hidden staging directories for a set of output directories, committed together."""
+    """Hidden staging directories for a set of output directories, committed together.
 
-    def __init__(self, targets: Iterable[Path], *, overwrite: bool) -> None:
+    ``append``: the directories hold a layout that the staged files extend (files of the same
+    names replace theirs); it is backed up before the commit and restored if the commit fails.
+    """
+
+    def __init__(self, targets: Iterable[Path], *, overwrite: bool, append: bool = False) -> None:
         self.targets = list(dict.fromkeys(Path(os.path.abspath(t)) for t in targets))
         self.overwrite = overwrite
+        self.append = append
         self.token = f"{STAGING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self._created: list[Path] = []
         self._committing = False
@@ -149,7 +168,7 @@ class Staging:
         """Clean up after killed imports into the same directories (:func:`remove_stale_staging`),
         then refuse directories that hold a layout already, unless overwriting."""
         remove_stale_staging(self.targets)
-        if self.overwrite:
+        if self.overwrite or self.append:
             return
         for target in self.targets:
             existing = layout_files(target)
@@ -194,12 +213,21 @@ class Staging:
         next import to find (:func:`remove_stale_staging`); an exception or Ctrl-C in between
         removes the files already moved (:meth:`abort`)."""
         marker = self.staged(self.targets[0]) / COMMIT_MARKER
+        staged = [(p, t) for t in self.targets for p in sorted(self.staged(t).iterdir())]
+        if self.append:
+            for target in self.targets:
+                _back_up(target, self.staged(target) / BACKUP_DIR)
         marker.write_bytes(b"")
         fsync_dir(marker.parent)
         self._committing = True
         if self.overwrite:
             _remove_layout(self.targets)
-        staged = [(p, t) for t in self.targets for p in sorted(self.staged(t).iterdir())]
+        elif self.append:  # the counts being replaced go first: until the new ones are in, nothing validates
+            for path, target in staged:
+                if _rank(path.name) == 2:
+                    (target / path.name).unlink(missing_ok=True)
+            for target in self.targets:
+                fsync_dir(target)
         for rank in (0, 1, 2):
             for path, target in staged:
                 if _rank(path.name) == rank:
@@ -216,7 +244,10 @@ class Staging:
         """Remove the staging directories, the files of an unfinished commit, and the directories
         this import created."""
         if self._committing and not self._committed:
-            _remove_layout(self.targets)
+            if self.append:
+                _roll_back([(t, self.staged(t) / BACKUP_DIR) for t in self.targets])
+            else:
+                _remove_layout(self.targets)
         for target in self.targets:
             shutil.rmtree(self.staged(target), ignore_errors=True)
         for directory in reversed(self._created):
@@ -234,14 +265,64 @@ def _remove_layout(targets: Iterable[Path]) -> None:
             fsync_dir(target)
 
 
-def remove_stale_staging(targets: Iterable[Path]) -> list[Path]:
-    """Clean up after imports into ``targets`` that were killed; return what was removed.
+def _back_up(target: Path, backup: Path) -> None:
+    """Hard-link (else copy) every layout file of ``target`` into ``backup``, durably."""
+    backup.mkdir(exist_ok=True)
+    for path in layout_files(target):
+        try:
+            os.link(path, backup / path.name)
+        except OSError:  # a file system without hard links
+            shutil.copy2(path, backup / path.name)
+            fsync_path(backup / path.name)
+    fsync_dir(backup)
 
-    Their staging directories (``.pbgio-import-<pid>-<hex>``, the pid no longer running) go; where
-    one of them still holds :data:`COMMIT_MARKER`, the import was killed while moving its files
-    into place, and the layout files of the directories it was writing go first (they are an
-    incomplete layout: its entity counts are missing or stale).
-    """
+
+def _roll_back(backups: list[tuple[Path, Path]]) -> None:
+    """Put the backed-up layouts back (``(target, backup)`` pairs, the first backup's staging
+    directory marked :data:`ROLLBACK_MARKER` first): the count files go, then the files the commit
+    added, then every backed-up file is linked (else copied) back into place, counts last. The
+    backups stay until the staging directories are removed, so a rollback cut short (a kill) is
+    simply done again by the next import (:func:`remove_stale_staging`)."""
+    if backups:
+        marker = backups[0][1].parent / ROLLBACK_MARKER
+        marker.write_bytes(b"")
+        fsync_dir(marker.parent)
+    for target, backup in backups:
+        kept = {p.name for p in backup.iterdir()} if backup.is_dir() else set()
+        for path in sorted(layout_files(target), key=lambda p: -(_rank(p.name) or 0)):
+            if _rank(path.name) == 2 or path.name not in kept:
+                path.unlink(missing_ok=True)
+        fsync_dir(target)
+    for rank in (0, 1, 2):
+        for target, backup in backups:
+            if backup.is_dir():
+                for path in sorted(backup.iterdir()):
+                    if _rank(path.name) == rank:
+                        _restore(path, target / path.name)
+        for target, _ in backups:
+            fsync_dir(target)
+    for _, backup in backups:  # done: the staging directories may go now (markers first)
+        (backup.parent / COMMIT_MARKER).unlink(missing_ok=True)
+        fsync_dir(backup.parent)
+
+
+def _restore(backup: Path, path: Path) -> None:
+    """``path`` becomes the backed-up file again (atomically; the backup stays)."""
+    with contextlib.suppress(OSError):
+        if os.path.samefile(backup, path):  # never replaced (rename() between two links of one file does nothing)
+            return
+    tmp = tmp_path_for(path)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(backup, tmp)
+    except OSError:  # a file system without hard links
+        shutil.copy2(backup, tmp)
+        fsync_path(tmp)
+    os.replace(tmp, path)
+
+
+def _dead_staging(targets: Iterable[Path]) -> dict[str, list[Path]]:
+    """Staging directories of imports that are no longer running, by token."""
     by_token: dict[str, list[Path]] = {}
     for target in targets:
         if not target.is_dir():
@@ -250,12 +331,43 @@ def remove_stale_staging(targets: Iterable[Path]) -> list[Path]:
             m = _STAGING_RE.match(path.name)
             if m and path.is_dir() and int(m["pid"]) != os.getpid() and not process_alive(int(m["pid"])):
                 by_token.setdefault(path.name, []).append(path)
+    return by_token
+
+
+def interrupted_commits(targets: Iterable[Path]) -> list[Path]:
+    """Staging directories of dead imports or appends that were killed while committing into
+    ``targets`` (what :func:`remove_stale_staging` would clean up or roll back)."""
+    return [d for dirs in _dead_staging(targets).values() if any((x / COMMIT_MARKER).exists() for x in dirs)
+            for d in dirs]
+
+
+def _marked_first(directory: Path) -> bool:
+    """Sort key: the staging directory holding :data:`COMMIT_MARKER` first (False sorts first)."""
+    return not (directory / COMMIT_MARKER).exists()
+
+
+def remove_stale_staging(targets: Iterable[Path]) -> list[Path]:
+    """Clean up after imports into ``targets`` that were killed; return what was removed.
+
+    Their staging directories (``.pbgio-import-<pid>-<hex>``, the pid no longer running) go; where
+    one of them still holds :data:`COMMIT_MARKER`, the import was killed while moving its files
+    into place, and the layout files of the directories it was writing go first (they are an
+    incomplete layout: its entity counts are missing or stale).
+    """
+    by_token = _dead_staging(targets)
     removed: list[Path] = []
     for dirs in by_token.values():
         if any((d / COMMIT_MARKER).exists() for d in dirs):
             interrupted = [d.parent for d in dirs]
-            removed += [p for t in interrupted for p in layout_files(t)]
-            _remove_layout(interrupted)
+            if all((d / BACKUP_DIR).is_dir() for d in dirs):  # an append: put the old layout back...
+                unmoved = any(_rank(p.name) is not None for d in dirs for p in d.iterdir())
+                if unmoved or any((d / ROLLBACK_MARKER).exists() for d in dirs):
+                    removed += [p for t in interrupted for p in layout_files(t)]
+                    _roll_back([(d.parent, d / BACKUP_DIR) for d in sorted(dirs, key=_marked_first)])
+                # ...unless every file was moved in and no rollback began: the append is complete
+            else:
+                removed += [p for t in interrupted for p in layout_files(t)]
+                _remove_layout(interrupted)
         for directory in dirs:
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
@@ -304,6 +416,19 @@ class BucketSink:
             end = start + int(sizes[index])
             self.writers[index].append(_bucket(batch, order[start:end]))
             start = end
+
+    def copy_from(self, directory: Path, on_bucket: Callable[[int], None] | None = None) -> None:
+        """Start every bucket with the edges of the bucket of the same name in ``directory`` (when
+        there is one), read a block at a time; they are not counted in :attr:`counts`."""
+        n_rhs = self.grid[1]
+        for index, writer in enumerate(self.writers):
+            source = directory / naming.bucket_file(index // n_rhs, index % n_rhs)
+            if source.is_file():
+                total = bucket_length(source)
+                for start in range(0, total, writer.buffer_edges):
+                    writer.append(read_bucket(source, edge_range=(start, start + writer.buffer_edges)))
+            if on_bucket is not None:
+                on_bucket(index)
 
     def close(self, on_bucket: Callable[[int], None] | None = None) -> dict[tuple[int, int], int]:
         """Write every bucket file (calling ``on_bucket`` after each); return each bucket's edge count."""

@@ -222,7 +222,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("embeddings-dataset", "error", "checkpoint",
      "An embeddings file holds a dataset `embeddings` of dtype float32 and two dimensions."),
     ("embeddings-shape", "error", "checkpoint",
-     "The embeddings have shape (entity count, dimension of the type)."),
+     "The embeddings have shape (entity count, dimension of the type). Those of an init_path may have "
+     "fewer rows (the layout grew by pbgio import --append; a warm start initialises the new rows)."),
     ("embeddings-nonfinite", "error", "checkpoint", "Every embedding value is finite."),
     ("optimizer-blob", "error", "checkpoint",
      "optimizer/state_dict, when present, is a one-dimensional opaque (|V1) blob holding a complete "
@@ -246,7 +247,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "Every model parameter dataset carries the state_dict_key attribute that its name maps to."),
     ("model-param-dtype", "error", "checkpoint", "Model parameters are float32."),
     ("model-param-shape", "error", "checkpoint",
-     "Each model parameter has the shape its operator and dimension give."),
+     "Each model parameter has the shape its operator and dimension give. In an init_path, dynamic "
+     "relation operators may hold fewer relations than dynamic_rel_count (a warm start adds the new ones)."),
     ("model-param-missing", "error", "checkpoint",
      "The model file holds every parameter the config's operators and global embeddings have."),
     ("model-param-nonfinite", "error", "checkpoint", "Every model parameter value is finite."),
