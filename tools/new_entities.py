@@ -88,7 +88,7 @@ def split_by_entities(data: dict[str, list[Triple]], share: float, seed: int) ->
     def touches(triple: Triple) -> bool:
         return triple[0] in held or triple[2] in held
 
-    parts = {f"{split}_{kind}": [t for t in data[split] if touches(t) == (kind == "new")]
+    parts: dict[str, Any] = {f"{split}_{kind}": [t for t in data[split] if touches(t) == (kind == "new")]
              for split in SPLITS for kind in ("old", "new")}
     seen_old = {e for h, _, t in parts["train_old"] for e in (h, t)}
     seen_all = seen_old | {e for h, _, t in parts["train_new"] for e in (h, t)}
@@ -123,10 +123,31 @@ def train(config: Path, overrides: Sequence[str], seed: int) -> dict[str, Any]:
             "edges_per_s": edges / seconds if seconds else 0.0, "version": result.final_version}
 
 
+def evaluate_among_old(root: Path, config: dict[str, Any], checkpoint: str, old_count: int) -> dict[str, Any]:
+    """The old test edges ranked among the old entities only (the initial model's candidates): the
+    checkpoint's first ``old_count`` rows (append keeps old entities' offsets) in a copy of the layout
+    as it was before the append, with the grown relation list (append keeps old relation ids)."""
+    from pbgio.checkpoint import CheckpointDir, EmbeddingsState, write_checkpoint
+    from pbgio.spec.naming import DYNAMIC_REL_COUNT, DYNAMIC_REL_NAMES
+
+    view = root / f"{checkpoint}_among_old"
+    shutil.copytree(root / "layout_before", view / "layout")
+    for name in (DYNAMIC_REL_COUNT, DYNAMIC_REL_NAMES):
+        shutil.copy(root / "layout" / name, view / "layout" / name)
+    source = CheckpointDir(root / checkpoint)
+    rows = source.read_embeddings("all", 0).embeddings[:old_count]
+    write_checkpoint(CheckpointDir(view / "checkpoint"), 1, embeddings={("all", 0): EmbeddingsState(rows)},
+                     model=source.read_model())
+    view_config = dict(config, entity_path="layout", edge_paths=["layout/eval_old"], checkpoint_path="checkpoint")
+    path = view / "config.json"
+    path.write_text(json.dumps(view_config, indent=4), encoding="utf-8")
+    return evaluate(path, [], [view / "layout" / "eval_old"], [view / "layout" / s for s in SPLITS])
+
+
 def run_experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from pbgio.entities import read_entity_count
-    from pbgio.importers import import_edge_lists
     from pbgio.importers.append import append_edge_lists
+    from pbgio.importers.importer import import_edge_lists
     from pbgio.validate import validate_path
 
     data = unpack(args.archive, root)
@@ -160,6 +181,8 @@ def run_experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     print(f"  {figures['initial_train']['seconds']:.0f} s; old-entity test MRR {figures['initial_old']['mrr']:.4f}",
           flush=True)
 
+    shutil.copytree(layout, root / "layout_before")  # to rank the old test edges among the old entities later
+
     # append: the edges touching new entities go to train/valid/test; eval_new is a new edge path. The
     # config then names a new checkpoint_path, warm-started from the initial one (what a user does)
     grown = dict(config, edge_paths=[*first["edge_paths"], "layout/eval_new"], checkpoint_path="warm",
@@ -184,6 +207,7 @@ def run_experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     figures["warm_train"] = train(config_path, warm, args.seed)
     figures["warm_old"] = evaluate(config_path, warm, [layout / "eval_old"], filters)
     figures["warm_new"] = evaluate(config_path, warm, [layout / "eval_new"], filters)
+    figures["warm_old_same_candidates"] = evaluate_among_old(root, config, "warm", figures["candidates_before"])
     print(f"  {figures['warm_train']['seconds']:.0f} s; MRR old {figures['warm_old']['mrr']:.4f}, "
           f"new {figures['warm_new']['mrr']:.4f}", flush=True)
 
@@ -194,6 +218,8 @@ def run_experiment(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         figures["baseline_train"] = train(config_path, base, args.seed)
         figures["baseline_old"] = evaluate(config_path, base, [layout / "eval_old"], filters)
         figures["baseline_new"] = evaluate(config_path, base, [layout / "eval_new"], filters)
+        figures["baseline_old_same_candidates"] = evaluate_among_old(root, config, "baseline",
+                                                                     figures["candidates_before"])
         print(f"  {figures['baseline_train']['seconds']:.0f} s; MRR old {figures['baseline_old']['mrr']:.4f}, "
               f"new {figures['baseline_new']['mrr']:.4f}", flush=True)
     return figures
@@ -212,10 +238,12 @@ def table(figures: dict[str, Any], args: argparse.Namespace) -> str:
     warm = figures["warm_train"]["seconds"] + figures["append_seconds"]
     row(f"initial ({args.epochs} ep, old entities)", "initial_old", "old", f"{initial:.0f}")
     row(f"append + warm start (+{args.warm_epochs} ep)", "warm_old", "old", f"{warm:.0f}")
+    row(f"append + warm start (+{args.warm_epochs} ep)", "warm_old_same_candidates", "old, among old", "")
     row(f"append + warm start (+{args.warm_epochs} ep)", "warm_new", "new", "")
     if "baseline_train" in figures:
         base = figures["baseline_train"]["seconds"]
         row(f"full retrain ({total} ep)", "baseline_old", "old", f"{base:.0f}")
+        row(f"full retrain ({total} ep)", "baseline_old_same_candidates", "old, among old", "")
         row(f"full retrain ({total} ep)", "baseline_new", "new", "")
     return format_table(["model", "test edges", "edges", "MRR", "Hits@10", "train s"], rows)
 
@@ -254,7 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(figures, args))
     print(f"(filtered against train+valid+test, every entity a candidate ({figures['candidates_before']:,} before the "
           f"append, {figures['candidates_after']:,} after), both sides averaged; train s: training wall time, the warm "
-          f"start's including the append; {figures['wall_seconds'] / 60:.1f} min in all)")
+          f"start's including the append; \"old, among old\": the same edges ranked among the old entities only, "
+          f"the initial model's candidates; {figures['wall_seconds'] / 60:.1f} min in all)")
     if args.json:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
         write_json(args.json, {"environment": environment(), "settings": settings, **figures})
