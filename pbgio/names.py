@@ -109,6 +109,18 @@ def names_at(entity_path: AnyPath, entity_type: str, part: int, offsets: Sequenc
     return [got[int(o)] for o in offsets]
 
 
+def names_of(entity_path: AnyPath, entity_type: str, positions: Iterable[Position]) -> dict[Position, str]:
+    """The names at ``positions`` (partition, offset) of one type, each names file read once."""
+    by_part: dict[int, list[int]] = {}
+    for pos in positions:
+        by_part.setdefault(pos.partition, []).append(pos.offset)
+    out: dict[Position, str] = {}
+    for part, offsets in by_part.items():
+        for offset, name in zip(offsets, names_at(entity_path, entity_type, part, offsets), strict=True):
+            out[Position(part, offset)] = name
+    return out
+
+
 def relation_names(config: ConfigSchema, entity_path: AnyPath) -> list[str]:
     """Relation type names by relation id: ``dynamic_rel_names.json`` with dynamic relations, else
     the names of the config's relations."""

@@ -39,7 +39,7 @@ from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, PbgioError
 from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
-from pbgio.names import Position, locate_entities, names_at
+from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
@@ -176,7 +176,7 @@ def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int,
         del rows
     found = [[(s, Position(p, o)) for s, p, o in top.items() if include_self or Position(p, o) != q][:k]
              for top, q in zip(tops, queries, strict=True)]
-    named = _names(source, entity_type, [pos for best in found for _, pos in best])
+    named = names_of(source.entity_path, entity_type, [pos for best in found for _, pos in best])
     return [Neighbors(name, entity_type, metric, source.version, candidates,
                       [Neighbor(rank, named[pos], score, pos.partition, pos.offset)
                        for rank, (score, pos) in enumerate(best, 1)])
@@ -188,17 +188,6 @@ def _more_names_than_rows(source: ExportSource, entity_type: str, part: int, row
     embeddings = source.checkpoint.embeddings_path(entity_type, part, source.version)
     return FormatError(rule("entity-names-count").issue(
         str(path), None, f"expected {rows} names (the rows of {embeddings}), found more"))
-
-
-def _names(source: ExportSource, entity_type: str, positions: list[Position]) -> dict[Position, str]:
-    by_part: dict[int, list[int]] = {}
-    for pos in positions:
-        by_part.setdefault(pos.partition, []).append(pos.offset)
-    out: dict[Position, str] = {}
-    for part, offsets in by_part.items():
-        for offset, name in zip(offsets, names_at(source.entity_path, entity_type, part, offsets), strict=True):
-            out[Position(part, offset)] = name
-    return out
 
 
 def _check_device(device: str) -> str:

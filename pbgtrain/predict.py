@@ -39,7 +39,7 @@ from pbgio.checkpoint import CheckpointDir, read_committed
 from pbgio.cli_support import text_table
 from pbgio.edges import read_bucket
 from pbgio.errors import InputError, PbgioError, UnknownNameError
-from pbgio.names import Position, locate_entities, locate_relations, names_at
+from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import TopK
@@ -248,7 +248,7 @@ def top_k(
         scan = _scan(reader, relation.model_rel(reader.device), side, cand_type, query_row, known, k)
         assert scan.top is not None
         best = scan.top.items()
-        names = _names(run, cand_type, [Position(p, o) for _, p, o in best])
+        names = names_of(run.entity_path, cand_type, [Position(p, o) for _, p, o in best])
         predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
         asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
         return Ranking(reader.version, side, cand_type, asked, scan.candidates, scan.excluded,
@@ -476,17 +476,6 @@ def _rows(reader: CheckpointReader, entity_type: str, positions: Sequence[Positi
                                "[entity-names-count]")
         out[members] = torch.from_numpy(weights[offsets])
     return out.to(reader.device)
-
-
-def _names(run: RunConfig, entity_type: str, positions: list[Position]) -> dict[Position, str]:
-    by_part: dict[int, list[int]] = {}
-    for pos in positions:
-        by_part.setdefault(pos.partition, []).append(pos.offset)
-    out: dict[Position, str] = {}
-    for part, offsets in by_part.items():
-        for offset, name in zip(offsets, names_at(run.entity_path, entity_type, part, offsets), strict=True):
-            out[Position(part, offset)] = name
-    return out
 
 
 def _known_candidates(run: RunConfig, filter_paths: list[AnyPath], rel_id: int, side: Side, query_type: str,

@@ -351,6 +351,19 @@ class FitTarget(Target):
         return "finishing" if committed == FIT_ITERATIONS else "training"
 
 
+def write_edge_lists(folder: Path, files: dict[str, int], *, seed: int, users: tuple[int, int],
+                     items: tuple[int, int]) -> None:
+    """Seeded random TSV edge lists, ``n`` edges per file: ``u<a> follows u<b>`` and ``u<a> likes i<b>``,
+    ``a`` drawn from the ``users`` range and ``b`` from the ``items`` range (half-open)."""
+    rng = np.random.default_rng(seed)
+    for name, n in files.items():
+        rel = rng.integers(0, 2, n)
+        lhs = rng.integers(*users, n)
+        rhs = rng.integers(*items, n)
+        lines = [f"u{a}\t{'follows' if r == 0 else 'likes'}\t{'u' if r == 0 else 'i'}{b}"
+                 for a, r, b in zip(lhs.tolist(), rel.tolist(), rhs.tolist(), strict=True)]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
 class ImportTarget(Target):
     """``pbgio import`` of two edge lists (train, test) into 4 ``user`` + 1 ``item`` partitions."""
 
@@ -369,14 +382,8 @@ class ImportTarget(Target):
             "checkpoint_path": "model",
         }
         (template / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
-        rng = np.random.default_rng(11)
-        for name, n in (("train.tsv", self.edges), ("test.tsv", self.edges // 10)):
-            rel = rng.integers(0, 2, n)
-            lhs = rng.integers(0, 20_000, n)
-            rhs = rng.integers(0, 5_000, n)
-            lines = [f"u{a}\t{'follows' if r == 0 else 'likes'}\t{'u' if r == 0 else 'i'}{b}"
-                     for a, r, b in zip(lhs.tolist(), rel.tolist(), rhs.tolist(), strict=True)]
-            (template / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_edge_lists(template, {"train.tsv": self.edges, "test.tsv": self.edges // 10}, seed=11,
+                         users=(0, 20_000), items=(0, 5_000))
 
     def command(self, work: Path) -> list[str]:
         return [*PBGIO, "import", str(work / "config.json"), str(work / "train.tsv"), str(work / "test.tsv"),
@@ -430,14 +437,8 @@ class AppendTarget(Target):
         done = subprocess.run(self.importer.command(template), capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"the import before the appends failed: {done.stderr}")
-        rng = np.random.default_rng(12)
-        for name, n in (("new_train.tsv", self.edges // 2), ("new_test.tsv", self.edges // 20)):
-            rel = rng.integers(0, 2, n)
-            lhs = rng.integers(10_000, 30_000, n)
-            rhs = rng.integers(2_500, 7_500, n)
-            lines = [f"u{a}\t{'follows' if r == 0 else 'likes'}\t{'u' if r == 0 else 'i'}{b}"
-                     for a, r, b in zip(lhs.tolist(), rel.tolist(), rhs.tolist(), strict=True)]
-            (template / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_edge_lists(template, {"new_train.tsv": self.edges // 2, "new_test.tsv": self.edges // 20}, seed=12,
+                         users=(10_000, 30_000), items=(2_500, 7_500))
 
     def command(self, work: Path) -> list[str]:
         return [*PBGIO, "import", "--append", str(work / "config.json"), str(work / "new_train.tsv"),
