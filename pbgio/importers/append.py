@@ -85,6 +85,7 @@ from pbgio.importers.importer import (
     PathLike,
     check_reachable,
     count_inputs,
+    input_sets,
     load_import_config,
     write_edges,
     write_entities,
@@ -285,20 +286,8 @@ def _append_sets(inputs: Sequence[PathLike | Sequence[PathLike]], edge_path: str
             raise ImportSetupError("expected input files, not sets of files, with an edge path")
         sets: list[list[PathLike]] = [[] for _ in range(n_paths)]
         sets[cfg.edge_paths.index(edge_path)] = flat
-    elif inputs and all(isinstance(i, str | Path) for i in inputs):
-        flat = [i for i in inputs if isinstance(i, str | Path)]
-        if len(flat) == n_paths:
-            sets = [[f] for f in flat]
-        elif n_paths == 1:
-            sets = [flat]
-        else:
-            raise ImportSetupError(f"expected {n_paths} input files, one per edge path of the config, found "
-                                   f"{len(flat)} (or name the edge path they go to with --edge-path)")
     else:
-        if len(inputs) != n_paths:
-            raise ImportSetupError(f"expected {n_paths} input sets, one per edge path of the config, "
-                                   f"found {len(inputs)}")
-        sets = [[i] if isinstance(i, str | Path) else list(i) for i in inputs]
+        sets = input_sets(inputs, n_paths, hint=" (or name the edge path they go to with --edge-path)")
     if not any(sets):
         raise ImportSetupError("expected at least one input file, found none")
     return sets

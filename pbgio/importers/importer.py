@@ -209,7 +209,11 @@ def _import(cfg: ConfigSchema, config_name: str | None, entity_dir: Path, edge_d
     return report
 
 
-def input_sets(inputs: Sequence[PathLike | Sequence[PathLike]], n_paths: int) -> list[list[PathLike]]:
+def input_sets(inputs: Sequence[PathLike | Sequence[PathLike]], n_paths: int, *,
+               hint: str = "") -> list[list[PathLike]]:
+    """The input files of each edge path: one file per edge path, any number of files for a config
+    with one edge path, or one sequence of files per edge path; ``hint`` ends the message about a
+    wrong number of files."""
     if not inputs:
         raise ImportSetupError("expected at least one input file, found none")
     if all(isinstance(i, str | Path) for i in inputs):
@@ -219,7 +223,7 @@ def input_sets(inputs: Sequence[PathLike | Sequence[PathLike]], n_paths: int) ->
         if n_paths == 1:
             return [flat]
         raise ImportSetupError(f"expected {n_paths} input files, one per edge path of the config, "
-                               f"found {len(flat)}")
+                               f"found {len(flat)}{hint}")
     if len(inputs) != n_paths:
         raise ImportSetupError(f"expected {n_paths} input sets, one per edge path of the config, "
                                f"found {len(inputs)}")
