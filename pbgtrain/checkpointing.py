@@ -184,9 +184,8 @@ class TrainingCheckpoint:
         decoded = decode_adagrad(state.optimizer_state, source, stored_shapes or live)
         if decoded is None:
             return
-        decoded["state"] = {index: {key: torch.as_tensor(_padded(value, live[index]))
-                                    if isinstance(value, np.ndarray) and key == "sum" else
-                                    torch.as_tensor(value) if isinstance(value, np.ndarray) else value
+        decoded["state"] = {index: {key: torch.as_tensor(_padded(value, live[index]) if key == "sum" else value)
+                                    if isinstance(value, np.ndarray) else value
                                     for key, value in entry.items()}
                             for index, entry in decoded["state"].items()}
         optimizer.load_state_dict(decoded)
