@@ -1,10 +1,11 @@
 """Ctrl-C that is never lost (pbgtrain fit, pbgio convert).
 
 Python raises ``KeyboardInterrupt`` in whatever code runs when SIGINT arrives; if that is a
-finalizer or a weakref callback, the exception is printed as "ignored" and the work would go on.
-While :func:`noticed` is active, SIGINT is also remembered, and :func:`check` (called by the
-training loop after every batch, by a migration after every block it writes) raises it again
-where it cannot be swallowed.
+finalizer or a weakref callback, the exception is printed as "ignored" (with a traceback) and the
+work would go on. While :func:`noticed` is active, SIGINT is also remembered, and :func:`check`
+(called by the training loop after every batch, by a migration after every block it writes)
+raises it again where it cannot be swallowed; a ``KeyboardInterrupt`` swallowed that way is not
+printed (it is not lost: :func:`check` raises it), other unraisable exceptions still are.
 
 >>> with noticed():
 ...     check()  # nothing pending: returns
@@ -14,9 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
+
+UnraisableHook = Callable[["sys.UnraisableHookArgs"], object]
 
 _pending = threading.Event()
 
@@ -24,6 +28,14 @@ _pending = threading.Event()
 def _handler(signum: int, frame: FrameType | None) -> None:
     _pending.set()
     signal.default_int_handler(signum, frame)
+
+
+def _quiet_about_interrupts(previous_hook: UnraisableHook) -> UnraisableHook:
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and _pending.is_set():
+            return
+        previous_hook(unraisable)
+    return hook
 
 
 @contextlib.contextmanager
@@ -34,11 +46,14 @@ def noticed() -> Iterator[None]:
         yield
         return
     _pending.clear()
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_about_interrupts(previous_hook)
     signal.signal(signal.SIGINT, _handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = previous_hook
         _pending.clear()
 
 
