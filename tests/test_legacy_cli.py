@@ -135,8 +135,10 @@ def big_legacy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
 
 def start_and_wait_for_buckets(src: Path, dst: Path, buckets: int) -> tuple[subprocess.Popen[str], Path]:
+    # A shell's background job inherits SIGINT ignored, and Python then keeps ignoring it: restore it.
     proc = subprocess.Popen(convert_args("--from", "legacy", str(src), str(dst), "--no-progress"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         staging = sorted(dst.parent.glob(f".{dst.name}.pbgio-convert.*.tmp"))
