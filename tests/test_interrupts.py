@@ -6,6 +6,7 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,6 +21,14 @@ class _InterruptsWhenCollected:
 class _FailsWhenCollected:
     def __del__(self) -> None:
         raise ValueError("a finalizer's own bug")
+
+
+@pytest.fixture(autouse=True)
+def python_default_sigint() -> Iterator[None]:
+    """A background job (nohup, CI) may start with SIGINT ignored; noticed() then does nothing."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture
@@ -57,3 +66,10 @@ def test_outside_noticed_the_default_handler_is_back() -> None:
     with interrupts.noticed():
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_noticed_leaves_an_ignored_sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with interrupts.noticed():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        interrupts.check()
