@@ -25,7 +25,6 @@ neighbours unless ``include_self``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -43,7 +42,7 @@ from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
-from pbgio.topk import TopK
+from pbgio.topk import RankedEntity, TopK
 
 Metric = Literal["cos", "dot"]
 METRICS: tuple[Metric, ...] = ("cos", "dot")
@@ -58,15 +57,8 @@ class NeighborsError(PbgioError, ValueError):
     """The neighbours asked for cannot be computed: an unknown type, a bad k, metric or device."""
 
 
-@dataclass(frozen=True)
-class Neighbor:
-    """One neighbour: its rank (from 1), name, score and place (partition, row offset)."""
-
-    rank: int
-    name: str
-    score: float
-    partition: int
-    offset: int
+Neighbor = RankedEntity
+"""One neighbour: its rank (from 1), name, score and place (partition, row offset)."""
 
 
 @dataclass(frozen=True)
@@ -84,18 +76,13 @@ class Neighbors:
         """JSON-ready (a non-finite score is null)."""
         return {"query": self.query, "entity_type": self.entity_type, "metric": self.metric,
                 "version": self.version, "candidates": self.candidates,
-                "neighbors": [{"rank": n.rank, "name": n.name, "score": _finite(n.score), "partition": n.partition,
-                               "offset": n.offset} for n in self.neighbors]}
+                "neighbors": [n.to_dict() for n in self.neighbors]}
 
 
 def format_neighbors(results: Sequence[Neighbors]) -> str:
     """One table (query, rank, name, score) for all the queries."""
     rows = [[r.query, str(n.rank), n.name, f"{n.score:.6g}"] for r in results for n in r.neighbors]
     return text_table(["query", "rank", "name", "score"], rows, right=[1, 3])
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def nearest_neighbors(

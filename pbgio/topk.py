@@ -14,6 +14,8 @@ or on how rows are split into blocks. A NaN score ranks below every other score.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,3 +58,24 @@ class TopK:
 
     def __len__(self) -> int:
         return len(self.scores)
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value``, or None for NaN and infinities (JSON has no place for them)."""
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class RankedEntity:
+    """One entity of a top-k result: its rank (from 1), name, score and place (partition, row offset)."""
+
+    rank: int
+    name: str
+    score: float
+    partition: int
+    offset: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a non-finite score is null)."""
+        return {"rank": self.rank, "name": self.name, "score": finite_or_none(self.score),
+                "partition": self.partition, "offset": self.offset}

@@ -42,7 +42,7 @@ from pbgio.errors import InputError, PbgioError, UnknownNameError
 from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.topk import TopK
+from pbgio.topk import RankedEntity, TopK, finite_or_none
 from pbgtrain.config import RunConfig, load_run_config
 from pbgtrain.eval_run import CheckpointReader
 from pbgtrain.model import EntityTable, score_candidates
@@ -73,10 +73,6 @@ class Triple(NamedTuple):
 # --------------------------------------------------------------------------- results
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 def _short(value: float) -> str:
     """The shortest decimal that reads back as the same float32 (scores are float32).
 
@@ -86,15 +82,8 @@ def _short(value: float) -> str:
     return str(np.float32(value))
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """One ranked candidate: rank (from 1), name, score and place (partition, row offset)."""
-
-    rank: int
-    name: str
-    score: float
-    partition: int
-    offset: int
+Prediction = RankedEntity
+"""One ranked candidate: rank (from 1), name, score and place (partition, row offset)."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +120,7 @@ class Ranking:
         """JSON-ready (a non-finite score is null)."""
         return {"version": self.version, "side": self.side, "entity_type": self.entity_type, "query": self.query,
                 "candidates": self.candidates, "excluded": self.excluded, "filter_paths": self.filter_paths,
-                "predictions": [{"rank": p.rank, "name": p.name, "score": _finite(p.score),
-                                 "partition": p.partition, "offset": p.offset} for p in self.predictions]}
+                "predictions": [p.to_dict() for p in self.predictions]}
 
 
 @dataclass(frozen=True)
@@ -167,7 +155,7 @@ class TripleRank:
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": self.version, "lhs": self.lhs, "rel": self.rel, "rhs": self.rhs,
-                "score": _finite(self.score), "lhs_side_score": _finite(self.lhs_side_score),
+                "score": finite_or_none(self.score), "lhs_side_score": finite_or_none(self.lhs_side_score),
                 "rhs_rank": self.rhs_rank, "rhs_out_of": self.rhs_out_of, "lhs_rank": self.lhs_rank,
                 "lhs_out_of": self.lhs_out_of, "filter_paths": self.filter_paths}
 
@@ -201,8 +189,8 @@ class ScoredTriples:
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": self.version, "triples": [
-            {"lhs": t.lhs, "rel": t.rel, "rhs": t.rhs, "score": _finite(t.score),
-             "lhs_side_score": _finite(t.lhs_side_score)} for t in self.scores]}
+            {"lhs": t.lhs, "rel": t.rel, "rhs": t.rhs, "score": finite_or_none(t.score),
+             "lhs_side_score": finite_or_none(t.lhs_side_score)} for t in self.scores]}
 
 
 # --------------------------------------------------------------------------- public API
