@@ -364,6 +364,17 @@ def write_edge_lists(folder: Path, files: dict[str, int], *, seed: int, users: t
                  for a, r, b in zip(lhs.tolist(), rel.tolist(), rhs.tolist(), strict=True)]
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
+def layout_invalid(work: Path) -> tuple[str, list[str], bool] | None:
+    """The ``check`` result for a layout (``work/config.json``) that does not validate; None if it does."""
+    from pbgio.validate import validate_path
+
+    try:
+        report = validate_path(work / "config.json")
+    except Exception as exc:
+        return "incomplete", [f"validate raised {type(exc).__name__}: {exc}"], False
+    return None if report.ok else ("incomplete", [], False)
+
+
 class ImportTarget(Target):
     """``pbgio import`` of two edge lists (train, test) into 4 ``user`` + 1 ``item`` partitions."""
 
@@ -396,16 +407,10 @@ class ImportTarget(Target):
         return ".pbgio-import-" in rel
 
     def check(self, work: Path, reference: Path) -> tuple[str, list[str], bool]:
-        from pbgio.validate import validate_path
-
         if not (work / "data").exists():
             return "absent", [], False
-        try:
-            report = validate_path(work / "config.json")
-        except Exception as exc:
-            return "incomplete", [f"validate raised {type(exc).__name__}: {exc}"], False
-        if not report.ok:
-            return "incomplete", [], False
+        if (invalid := layout_invalid(work)) is not None:
+            return invalid
         diff = compare_trees(reference, work, lambda rel: self.ignore(rel) or self.leftover(rel))
         return "complete", [f"validates but {p}" for p in diff.problems], True
 
@@ -420,7 +425,7 @@ class ImportTarget(Target):
         return "done" if len(counts) == 5 and not any(".pbgio-import-" in rel for rel in files) else "commit"
 
 
-class AppendTarget(Target):
+class AppendTarget(ImportTarget):
     """``pbgio import --append`` of new edges (half of their users and items new) to the layout the
     import target writes. After a kill the layout is the old one, byte for byte; or the appended
     one, identical to the reference; or, killed while moving files, it does not validate, and the
@@ -428,13 +433,9 @@ class AppendTarget(Target):
 
     name = "append"
 
-    def __init__(self, edges: int = 150_000) -> None:
-        self.importer = ImportTarget(edges)
-        self.edges = edges
-
     def setup(self, template: Path) -> None:
-        self.importer.setup(template)
-        done = subprocess.run(self.importer.command(template), capture_output=True, text=True)
+        super().setup(template)
+        done = subprocess.run(super().command(template), capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"the import before the appends failed: {done.stderr}")
         write_edge_lists(template, {"new_train.tsv": self.edges // 2, "new_test.tsv": self.edges // 20}, seed=12,
@@ -444,21 +445,9 @@ class AppendTarget(Target):
         return [*PBGIO, "import", "--append", str(work / "config.json"), str(work / "new_train.tsv"),
                 str(work / "new_test.tsv"), "--no-progress"]
 
-    def watched(self, work: Path) -> Path:
-        return work / "data"
-
-    def leftover(self, rel: str) -> bool:
-        return ".pbgio-import-" in rel
-
     def check(self, work: Path, reference: Path) -> tuple[str, list[str], bool]:
-        from pbgio.validate import validate_path
-
-        try:
-            report = validate_path(work / "config.json")
-        except Exception as exc:
-            return "incomplete", [f"validate raised {type(exc).__name__}: {exc}"], False
-        if not report.ok:
-            return "incomplete", [], False
+        if (invalid := layout_invalid(work)) is not None:
+            return invalid
         old = compare_trees(reference.parent / "template" / "data", work / "data", self.leftover)
         if not old.problems:
             return "old", [], False
