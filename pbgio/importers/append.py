@@ -202,8 +202,8 @@ def append_edge_lists(
     staging = Staging([entity_dir, *(edge_dirs[i] for i in receiving)], overwrite=False, append=True)
     if not dry_run:
         staging.check()  # puts back the layout of an append killed while committing, first
-    elif interrupted_commits(staging.targets):
-        raise ImportSetupError(f"{interrupted_commits(staging.targets)[0]}: an import or append into this layout was "
+    elif killed := interrupted_commits(staging.targets):
+        raise ImportSetupError(f"{killed[0]}: an import or append into this layout was "
                                "killed while moving its files into place; run the append without --dry-run (it "
                                "puts the previous layout back first)")
     _check_layout(cfg, config_name, base, entity_dir, edge_dirs, receiving)

@@ -269,12 +269,17 @@ def _back_up(target: Path, backup: Path) -> None:
     """Hard-link (else copy) every layout file of ``target`` into ``backup``, durably."""
     backup.mkdir(exist_ok=True)
     for path in layout_files(target):
-        try:
-            os.link(path, backup / path.name)
-        except OSError:  # a file system without hard links
-            shutil.copy2(path, backup / path.name)
-            fsync_path(backup / path.name)
+        _link_or_copy(path, backup / path.name)
     fsync_dir(backup)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` becomes a hard link to ``src``, or a durable copy where the file system has no hard links."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+        fsync_path(dst)
 
 
 def _roll_back(backups: list[tuple[Path, Path]]) -> None:
@@ -313,11 +318,7 @@ def _restore(backup: Path, path: Path) -> None:
             return
     tmp = tmp_path_for(path)
     tmp.unlink(missing_ok=True)
-    try:
-        os.link(backup, tmp)
-    except OSError:  # a file system without hard links
-        shutil.copy2(backup, tmp)
-        fsync_path(tmp)
+    _link_or_copy(backup, tmp)
     os.replace(tmp, path)
 
 
