@@ -160,15 +160,10 @@ class TrainingCheckpoint:
                     return directory, version
         return None
 
-    def load_model(self) -> ModelState | None:
-        """The model of :meth:`model_source` (None: fresh)."""
-        source = self.model_source()
-        return None if source is None else source[0].read_model(source[1])
-
-    def may_grow_model(self) -> bool:
-        """Whether the model comes from init_path, whose dynamic operators may hold fewer relations."""
-        source = self.model_source()
-        return source is not None and source[0] is self.init and self.config.dynamic_relations
+    def may_grow(self, directory: CheckpointDir) -> bool:
+        """Whether a model read from ``directory`` may hold fewer dynamic relations than the layout
+        (it is init_path's: relations may have been appended since)."""
+        return directory is self.init and self.config.dynamic_relations
 
     @staticmethod
     def restore_optimizer(optimizer: torch.optim.Optimizer, state: ModelState, source: str, lr: float,

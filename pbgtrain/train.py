@@ -383,7 +383,7 @@ class Trainer:
         directory, version = source
         state = directory.read_model(version)
         path = str(directory.model_path(version))
-        grow = self.ckpt.may_grow_model()
+        grow = self.ckpt.may_grow(directory)
         load_model_params(self.model, state.params, path, grow=grow)
         if self.optimizer is not None:
             shapes = stored_param_shapes(self.model, self.optimizer, state.params) if grow else None
