@@ -250,8 +250,9 @@ def predict(
         return
     if not isinstance(result, pred.ScoredTriples):
         stderr_console().print(result.describe(), soft_wrap=True, markup=False)
-    if result.format():
-        typer.echo(result.format())
+    table = result.format()
+    if table:
+        typer.echo(table)
 
 
 @app.command("config")
