@@ -44,7 +44,7 @@ from pbgio.checkpoint import (
 from pbgio.config import ConfigSchema
 from pbgio.errors import ConfigError, FormatError, Issue
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
-from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, private_to_public, public_to_private
+from pbgio.spec.checkpoint import GROWN_LAYOUT_HINT, MODEL_DEFINING_KEYS, private_to_public, public_to_private
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 from pbgtrain.batching import stable_seed
@@ -96,9 +96,7 @@ class TrainingCheckpoint:
             stored = state.embeddings.shape[0]
             grow = directory is self.init and stored < count and state.embeddings.shape[1:] == (dim,)
             if state.embeddings.shape != (count, dim) and not grow:
-                hint = "" if stored > count or directory is self.init else (
-                    "; the layout has more entities than this checkpoint (after pbgio import --append, warm "
-                    "start a new checkpoint_path from it with init_path)")
+                hint = "" if stored > count or directory is self.init else f"; {GROWN_LAYOUT_HINT}"
                 raise ConfigError(path, [rule("embeddings-shape").issue(
                     path, "embeddings", f"expected shape ({count}, {dim}) from the entity count and the "
                     f"config's dimension, found {state.embeddings.shape}{hint}")])

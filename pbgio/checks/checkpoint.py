@@ -34,6 +34,7 @@ from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
     EMBEDDINGS_DATASET,
+    GROWN_LAYOUT_HINT,
     ITERATION_ATTRS,
     MODEL_DEFINING_KEYS,
     MODEL_GROUP,
@@ -259,10 +260,7 @@ def _check_embeddings(ctx: Context, file: AnyPath, f: h5py.File, etype: str, par
     if cfg is not None and etype in cfg.entities:
         expected = (rows, cfg.entity_dimension(etype))
         if tuple(ds.shape) != expected:
-            hint = ""
-            if known is not None and ds.shape[0] < known:
-                hint = ("; the layout has more entities than this checkpoint (after pbgio import --append, "
-                        "warm start a new checkpoint_path from it with init_path)")
+            hint = f"; {GROWN_LAYOUT_HINT}" if known is not None and ds.shape[0] < known else ""
             ctx.add("embeddings-shape", file, EMBEDDINGS_DATASET,
                     f"expected shape {expected} (entity count x dimension of {etype!r}), "
                     f"found {tuple(ds.shape)}{hint}")

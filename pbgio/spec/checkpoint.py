@@ -28,6 +28,9 @@ OPTIMIZER_DATASET = "optimizer/state_dict"
 STATE_DICT_KEY_ATTR = "state_dict_key"
 CONFIG_JSON_ATTR = "config/json"
 CONFIG_JSON_INDENT = 4
+GROWN_LAYOUT_HINT = ("the layout has more entities than this checkpoint (after pbgio import --append, warm start "
+                     "a new checkpoint_path from it with init_path)")
+"""Ends an ``embeddings-shape`` error about a checkpoint table with fewer rows than the entity count."""
 
 # Root attributes describing the iteration that was running when a file was written
 # (iteration index N produces version N + 1). Ints are stored as int64.
