@@ -1,3 +1,3 @@
-from pbgio.cli import main
+from pbgio.cli.app import main
 
 main()

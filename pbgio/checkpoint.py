@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import atomic, storage
+from pbgio import storage
 from pbgio.errors import CorruptFileError, FormatError, MissingArtifactError
-from pbgio.h5 import (
+from pbgio.formats.h5 import (
     attr_int,
     attr_str,
     check_format_version,
@@ -55,7 +55,7 @@ from pbgio.spec.checkpoint import (
 from pbgio.spec.entities import format_count, parse_count_text
 from pbgio.spec.rules import rule
 from pbgio.spec.stats import line_problems
-from pbgio.storage import AnyPath
+from pbgio.storage import AnyPath, atomic
 
 if TYPE_CHECKING:
     from pbgio.config import ConfigSchema

@@ -34,9 +34,9 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import atomic, storage
+from pbgio import storage
 from pbgio.errors import FormatError
-from pbgio.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
+from pbgio.formats.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
 from pbgio.spec.edges import (
     INDEX_DATASETS,
     SIDES,
@@ -47,7 +47,7 @@ from pbgio.spec.edges import (
     offsets_name,
 )
 from pbgio.spec.rules import rule
-from pbgio.storage import AnyPath
+from pbgio.storage import AnyPath, atomic
 
 Int64Array = NDArray[np.int64]
 

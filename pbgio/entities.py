@@ -19,12 +19,11 @@ from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring_ascii
 from typing import IO
 
-from pbgio import atomic
 from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.spec import naming
 from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_text
 from pbgio.spec.rules import rule
-from pbgio.storage import AnyPath, link_problem
+from pbgio.storage import AnyPath, atomic, link_problem
 
 
 def _read_text(path: AnyPath, what: str, rule_id: str) -> str:

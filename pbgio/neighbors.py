@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.checkpoint import read_committed
-from pbgio.cli_support import text_table
+from pbgio.cli.support import text_table
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, PbgioError
 from pbgio.exporters.common import ExportSource, open_export_source

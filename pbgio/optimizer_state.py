@@ -4,7 +4,7 @@ The original stores ``torch.save(optimizer.state_dict())`` bytes in a 1-D ``|V1`
 embeddings files hold the RowAdagrad state of one partition, the model file the Adagrad
 state of the model parameters; :mod:`pbgio.spec.optimizer` declares what each must hold for
 the original to resume from it. Encoding uses ``torch.save`` (imported only then); decoding
-and checking use :mod:`pbgio.torch_payload`, which needs no torch and never runs pickled code.
+and checking use :mod:`pbgio.formats.torch_payload`, which needs no torch and never runs pickled code.
 A blob that breaks a rule becomes a :class:`~pbgio.errors.FormatError` naming the file.
 
 >>> import numpy as np
@@ -29,10 +29,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.errors import FormatError
+from pbgio.formats.torch_payload import PayloadError, TensorRef, TorchPayload, read_payload
 from pbgio.spec.checkpoint import OPTIMIZER_DATASET
 from pbgio.spec.optimizer import ACCUMULATOR_DTYPE, ADAGRAD, ROW_ADAGRAD, OptimizerSpec
 from pbgio.spec.rules import rule
-from pbgio.torch_payload import PayloadError, TensorRef, TorchPayload, read_payload
 
 Shape = tuple[int, ...]
 
@@ -87,7 +87,7 @@ def _to_cpu(value: Any) -> Any:
 
 @dataclass
 class OptimizerState:
-    """A decoded blob: the state dict with :class:`~pbgio.torch_payload.TensorRef` leaves."""
+    """A decoded blob: the state dict with :class:`~pbgio.formats.torch_payload.TensorRef` leaves."""
 
     payload: TorchPayload
     source: str

@@ -33,7 +33,7 @@ from pbgio.checks.edges import check_bucket
 from pbgio.checks.entities import check_entity_dir
 from pbgio.config import ConfigSchema, key_case_issues, parse_config, read_config_json, semantic_issues
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, Report
-from pbgio.h5 import format_version, open_h5
+from pbgio.formats.h5 import format_version, open_h5
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.cli_support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
+from pbgio.cli.support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
 from pbgio.progress import progress_wanted
 
 app = typer.Typer(
@@ -224,7 +224,7 @@ def predict(
             print_error(f"<stdin>: cannot read it as UTF-8 text ({exc})")
             raise typer.Exit(EXIT_USAGE) from None
     from pbgio import storage
-    from pbgio.cli_support import stderr_console
+    from pbgio.cli.support import stderr_console
     from pbgio.errors import MissingArtifactError
     from pbgtrain import predict as pred
 

@@ -26,7 +26,7 @@ from typing import Any
 from pbgio import storage
 from pbgio.config import ConfigSchema, parse_config, read_config_json
 from pbgio.errors import ConfigError
-from pbgio.pyconfig import config_from_python, is_python_config, override_config_dict
+from pbgio.python_config import config_from_python, is_python_config, override_config_dict
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 from pbgio.validate import infer_base
@@ -128,7 +128,7 @@ def load_run_config(path: str | AnyPath, overrides: Sequence[str] = (), base: An
     as ``pbgio validate`` resolves them.
 
     A ``.py`` file is the original's Python config: it is executed in a subprocess to obtain
-    the dict of its ``get_torchbiggraph_config()`` (:mod:`pbgio.pyconfig`), the overrides apply
+    the dict of its ``get_torchbiggraph_config()`` (:mod:`pbgio.python_config`), the overrides apply
     as the original applies them, and relative paths resolve against ``base``, by default the
     current directory, as the original resolves them.
     """
@@ -149,7 +149,7 @@ def load_run_config(path: str | AnyPath, overrides: Sequence[str] = (), base: An
 
 def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "<config>") -> ConfigSchema:
     """The config with ``key.path=value`` overrides applied as the original applies them
-    (:func:`pbgio.pyconfig.override_config_dict`), validated once at the end."""
+    (:func:`pbgio.python_config.override_config_dict`), validated once at the end."""
     if not isinstance(raw, dict):
         return parse_config(raw, source)
     return parse_config(override_config_dict(raw, overrides, source), source)

@@ -36,7 +36,7 @@ import torch
 
 from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, read_committed
-from pbgio.cli_support import text_table
+from pbgio.cli.support import text_table
 from pbgio.edges import read_bucket
 from pbgio.errors import InputError, PbgioError, UnknownNameError
 from pbgio.names import Position, locate_entities, locate_relations, names_of

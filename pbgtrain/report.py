@@ -437,8 +437,8 @@ height="{height}" src="data:image/png;base64,{image}">
 
 def write_report(report: TrainingReport, png_path: AnyPath, html_path: AnyPath | None = None) -> None:
     """Write the picture to ``png_path`` and, when given, the HTML page to ``html_path`` (both or
-    neither, each replaced atomically through :mod:`pbgio.atomic`)."""
-    from pbgio.atomic import together, write_bytes, write_text
+    neither, each replaced atomically through :mod:`pbgio.storage`)."""
+    from pbgio.storage import together, write_bytes, write_text
 
     png = render_png(report)
     page = None if html_path is None else render_html(report, png)

@@ -711,11 +711,11 @@ def default_threads(cfg: Any, local_trainers: int = 1) -> int:
 
 def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitResult:
     """The run, its checkpoint directory locked by rank 0 (the single process) from before anything
-    is written to the end (:mod:`pbgio.lock`): a second run on it is refused at once."""
+    is written to the end (:mod:`pbgio.storage.lock`): a second run on it is refused at once."""
     rank = 0 if cluster is None else cluster.rank
     if rank != 0:
         return _fit_locked(run, options, cluster, rank, None)
-    from pbgio.lock import CheckpointLock
+    from pbgio.storage.lock import CheckpointLock
 
     problem = storage.link_problem(run.checkpoint_path)
     if problem is not None:  # the lock would fail to create the directory (EEXIST)

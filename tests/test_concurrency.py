@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from pbgio.checkpoint import CheckpointDir, read_committed
-from pbgio.cli_support import EXIT_USAGE
+from pbgio.cli.support import EXIT_USAGE
 from pbgio.edges import bucket_length
 from pbgio.errors import CheckpointInUseError
 from pbgio.example import TEST_EDGE_PATH, build_example
 from pbgio.exporters import export_embeddings
-from pbgio.lock import CheckpointLock, holder_of
 from pbgio.spec import naming
+from pbgio.storage.lock import CheckpointLock, holder_of
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
 from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint

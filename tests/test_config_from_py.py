@@ -1,4 +1,4 @@
-"""The original's Python config files: ``pbgio.pyconfig``, ``pbgio config from-py`` and ``pbgtrain fit cfg.py``.
+"""The original's Python config files: ``pbgio.python_config``, ``pbgio config from-py`` and ``pbgtrain fit cfg.py``.
 
 Each file is executed in a subprocess; these tests check what comes back (enum members,
 tuples, overrides the original's way), every error (naming the file, no traceback), the
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbgio.cli import app as pbgio_app
+from pbgio.cli.app import app as pbgio_app
 from pbgio.config import CONFIG_KEYS, ConfigSchema
 from pbgio.errors import ConfigError
 from pbgio.example import build_example
-from pbgio.pyconfig import config_from_python, load_python_config, rebase_paths
+from pbgio.python_config import config_from_python, load_python_config, rebase_paths
 from pbgio.storage import local_path
 from pbgtrain.cli import app as pbgtrain_app
 from pbgtrain.config import load_run_config
@@ -360,7 +360,7 @@ def test_stdout_output_keeps_paths_and_matches_the_schema_dump(fb15k: Path) -> N
 
 
 def test_pbgio_help_does_not_import_the_module() -> None:
-    code = "import sys\nfrom pbgio.cli import app\nassert 'pbgio.pyconfig' not in sys.modules\n"
+    code = "import sys\nfrom pbgio.cli.app import app\nassert 'pbgio.python_config' not in sys.modules\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
 

@@ -16,8 +16,8 @@ from jsonschema import Draft202012Validator
 
 from pbgio.config import parse_config, semantic_issues
 from pbgio.errors import ConfigError, Issue, Report
-from pbgio.report_schema import report_json_schema
 from pbgio.spec.rules import RULES
+from pbgio.spec.validation_report import report_json_schema
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"

@@ -249,7 +249,7 @@ def test_any_float32_survives_every_format(arrays: tuple[Floats, Floats]) -> Non
 def test_cli_export(static_layout: Path, tmp_path: Path) -> None:
     import typer
 
-    from pbgio.exporters.cli import export
+    from pbgio.cli.exporting import export
 
     app = typer.Typer()
     app.command("export")(export)
@@ -285,7 +285,7 @@ def test_an_export_that_fails_leaves_none_of_its_outputs(static_layout: Path, tm
 def test_cli_export_of_embeddings_and_relations_is_one(static_layout: Path, tmp_path: Path) -> None:
     import typer
 
-    from pbgio.exporters.cli import export
+    from pbgio.cli.exporting import export
 
     app = typer.Typer()
     app.command("export")(export)

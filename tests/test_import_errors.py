@@ -11,10 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from pbgio.cli.exporting import export
+from pbgio.cli.importing import import_edges
 from pbgio.errors import InputError, MissingArtifactError
-from pbgio.exporters.cli import export
 from pbgio.importers import ImportSetupError, InputOptions, LayoutExistsError, import_edge_lists
-from pbgio.importers.cli import import_edges
 from pbgio.testing.edgelists import layout_edges
 from pbgio.validate import validate_path
 
@@ -283,11 +283,12 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
 
 
 def test_command_modules_do_not_import_polars() -> None:
-    """``pbgio.cli`` registers these commands; ``pbgio validate`` must stay free of polars."""
+    """``pbgio.cli.app`` registers these commands; ``pbgio validate`` must stay free of polars."""
     import subprocess
     import sys
 
-    code = ("import sys\nimport pbgio.cli, pbgio.importers.cli, pbgio.exporters.cli, pbgio.importers, pbgio.exporters\n"
+    code = ("import sys\n"
+            "import pbgio.cli.app, pbgio.cli.importing, pbgio.cli.exporting, pbgio.importers, pbgio.exporters\n"
             "heavy = [m for m in ('polars', 'torch', 'h5py') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -14,14 +14,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from pbgio.legacy.cli import convert
+from pbgio.cli.converting import convert
 from pbgio.legacy.testing import LegacySpec, write_legacy_layout
 from pbgio.validate import validate_path
 
 CONVERT = (
     "import sys\n"
-    "from pbgio.cli import app\n"
-    "from pbgio.legacy.cli import convert\n"
+    "from pbgio.cli.app import app\n"
+    "from pbgio.cli.converting import convert\n"
     "if not any(c.callback is convert for c in app.registered_commands):\n"
     "    app.command()(convert)\n"
     "app(['convert', *sys.argv[1:]])\n"

@@ -27,8 +27,8 @@ from pbgio.legacy.testing import LegacySpec, write_legacy_layout
 
 CONVERT = (
     "import sys\n"
-    "from pbgio.cli import app\n"
-    "from pbgio.legacy.cli import convert\n"
+    "from pbgio.cli.app import app\n"
+    "from pbgio.cli.converting import convert\n"
     "if not any(c.callback is convert for c in app.registered_commands):\n"
     "    app.command()(convert)\n"
     "app(['convert', *sys.argv[1:]])\n"

@@ -121,7 +121,7 @@ def test_compiled_elementwise_passes_match_the_eager_reference() -> None:
     """--compile hands the same functions to torch.compile: loss, gradients and violators agree
     with eager, for one and two blocks and for a masked (−1e9) entry (dynamic shapes: two sizes)."""
     from pbgtrain.model import fused
-    from pbgtrain.model.step import violators
+    from pbgtrain.model.fused import violators
 
     gen = torch.Generator().manual_seed(0)
     cases = []

@@ -58,12 +58,12 @@ from _benchutil import (
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from pbgio import atomic
 from pbgio.config import ConfigSchema
 from pbgio.edges import BucketWriter, EdgeBucket
 from pbgio.entities import write_entity_count
 from pbgio.spec import naming
 from pbgio.spec.edges import INDEX_DATASETS, READ_BLOCK_ELEMENTS
+from pbgio.storage import atomic
 
 MARKER = ".bench-validate-dataset.json"  # written last: its presence means the dataset is complete
 ENTITY_TYPE = "node"

@@ -4,7 +4,7 @@
     python tools/gen_schemas.py --check    # exit 1 naming each stale file; write nothing
 
 ``schemas/config.schema.json`` comes from :func:`pbgio.config.config_json_schema`,
-``schemas/validate-report.schema.json`` from :func:`pbgio.report_schema.report_json_schema`.
+``schemas/validate-report.schema.json`` from :func:`pbgio.spec.validation_report.report_json_schema`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pbgio.config import config_json_schema
-from pbgio.report_schema import report_json_schema
+from pbgio.spec.validation_report import report_json_schema
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.checks import Context, RowCollector
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, MissingArtifactError
-from pbgio.h5 import (
+from pbgio.formats.h5 import (
     attr_str,
     byte_dataset_file,
     check_format_version,
@@ -64,7 +64,7 @@ def check_checkpoint_dir(ctx: Context, path: AnyPath, *, warm_start: bool = Fals
     One complete version is checked even while ``pbgtrain fit`` commits: when the committed
     version changed during a check that found problems (a file of the checked version removed by
     the commit, say), its issues are dropped and the directory is checked again. While a writer
-    holds the directory (:mod:`pbgio.lock`), files of other versions are its commit in progress,
+    holds the directory (:mod:`pbgio.storage.lock`), files of other versions are its commit in progress,
     not leftovers: no ``checkpoint-stale-files`` warning then.
     """
     previous = ctx.warm_start
@@ -92,7 +92,7 @@ def _check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
 
 def _check_checkpoint_once(ctx: Context, path: AnyPath) -> int | None:
     """One check of the directory; the committed version it checked (None: unreadable)."""
-    from pbgio.lock import holder_of
+    from pbgio.storage.lock import holder_of
 
     ckpt = CheckpointDir(path)
     try:
@@ -402,7 +402,7 @@ def _check_snapshots(ctx: Context, path: AnyPath) -> None:
 
 
 def _check_stats(ctx: Context, path: AnyPath) -> None:
-    from pbgio.lock import holder_of
+    from pbgio.storage.lock import holder_of
 
     if not path.is_file():
         return

@@ -21,7 +21,7 @@ from pbgio.checks import Context, RowCollector
 from pbgio.config import ConfigSchema
 from pbgio.edges import EdgeBucket
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import BlockReader, check_format_version, check_written, is_int64, link_name, open_h5
+from pbgio.formats.h5 import BlockReader, check_format_version, check_written, is_int64, link_name, open_h5
 from pbgio.spec.edges import (
     DATASETS_BY_NAME,
     INDEX_DATASETS,

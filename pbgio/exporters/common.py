@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast
 
-from pbgio import atomic, storage
+from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, read_committed
 from pbgio.config import ConfigSchema, load_config
 from pbgio.errors import PbgioError
-from pbgio.storage import AnyPath
+from pbgio.storage import AnyPath, atomic
 
 
 class ExportError(PbgioError, ValueError):
@@ -92,7 +92,7 @@ def consistent_version(export: Callable[P, T]) -> Callable[P, T]:
     version while ``pbgtrain fit`` may be committing: without ``version``, the committed one, and
     when a commit removes one of its files meanwhile, the export starts over on the new committed
     version (:func:`pbgio.checkpoint.read_committed`). Its outputs appear together when it succeeds
-    (:func:`pbgio.atomic.together`): a failed or restarted attempt leaves none behind."""
+    (:func:`pbgio.storage.atomic.together`): a failed or restarted attempt leaves none behind."""
 
     @functools.wraps(export)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -116,7 +116,7 @@ def check_free(path: Path, overwrite: bool) -> None:
 @contextlib.contextmanager
 def output_file(path: Path, overwrite: bool) -> Iterator[Path]:
     """A temp path to write ``path`` through; moved into place (fsynced) when the block succeeds (or,
-    inside :func:`pbgio.atomic.together`, when the whole export does)."""
+    inside :func:`pbgio.storage.atomic.together`, when the whole export does)."""
     check_free(path, overwrite)
     with atomic.write_failures(path):
         path.parent.mkdir(parents=True, exist_ok=True)

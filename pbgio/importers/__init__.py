@@ -13,8 +13,8 @@ Submodules: :mod:`~pbgio.importers.read` (input formats, blocks), :mod:`~pbgio.i
 (what the config asks, row checks), :mod:`~pbgio.importers.nameindex` (hash-keyed name
 ids and counts), :mod:`~pbgio.importers.dictionary` (counting and dictionaries),
 :mod:`~pbgio.importers.partition`, :mod:`~pbgio.importers.mapping` (names to offsets),
-:mod:`~pbgio.importers.write` (staging, bucket writers), :mod:`~pbgio.importers.report`
-and :mod:`~pbgio.importers.cli`. Names are exported lazily so that ``pbgio`` commands
+:mod:`~pbgio.importers.write` (staging, bucket writers), :mod:`~pbgio.importers.summary`
+and :mod:`~pbgio.cli.importing`. Names are exported lazily so that ``pbgio`` commands
 that do not import stay free of polars.
 """
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pbgio.importers.importer import import_edge_lists
     from pbgio.importers.plan import ImportSetupError
     from pbgio.importers.read import InputOptions
-    from pbgio.importers.report import AppendInfo, FileReport, ImportReport, Problem
+    from pbgio.importers.summary import AppendInfo, FileReport, ImportReport, Problem
     from pbgio.importers.write import LayoutExistsError
 
 __all__, __getattr__ = lazy_exports("pbgio.importers", {
@@ -37,6 +37,6 @@ __all__, __getattr__ = lazy_exports("pbgio.importers", {
     "pbgio.importers.importer": ["import_edge_lists"],
     "pbgio.importers.plan": ["ImportSetupError"],
     "pbgio.importers.read": ["InputOptions"],
-    "pbgio.importers.report": ["AppendInfo", "FileReport", "ImportReport", "Problem"],
+    "pbgio.importers.summary": ["AppendInfo", "FileReport", "ImportReport", "Problem"],
     "pbgio.importers.write": ["LayoutExistsError"],
 })

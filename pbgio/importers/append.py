@@ -77,7 +77,7 @@ from pbgio import storage
 from pbgio.config import ConfigSchema
 from pbgio.entities import read_entity_count, read_entity_names, read_relation_names
 from pbgio.errors import MissingArtifactError
-from pbgio.h5 import open_h5
+from pbgio.formats.h5 import open_h5
 from pbgio.importers.dictionary import Counter, Dictionary, relation_names
 from pbgio.importers.importer import (
     InputFile,
@@ -95,7 +95,7 @@ from pbgio.importers.nameindex import NameIndex
 from pbgio.importers.partition import shuffled_order
 from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, checked_frame
 from pbgio.importers.read import InputOptions, open_source
-from pbgio.importers.report import AppendInfo, FileReport, ImportReport
+from pbgio.importers.summary import AppendInfo, FileReport, ImportReport
 from pbgio.importers.write import Staging, interrupted_commits, layout_files
 from pbgio.progress import Progress
 from pbgio.spec import naming

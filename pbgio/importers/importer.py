@@ -60,7 +60,7 @@ from pbgio.importers.dictionary import Counter, Dictionary, build_dictionary, ke
 from pbgio.importers.mapping import Vocabulary, mapped_batches
 from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, checked_frame
 from pbgio.importers.read import WHITESPACE, InputOptions, Source, open_source
-from pbgio.importers.report import FileReport, ImportReport, Problem
+from pbgio.importers.summary import FileReport, ImportReport, Problem
 from pbgio.importers.write import BucketSink, RemoteTargets, Staging
 from pbgio.progress import Progress
 from pbgio.storage import AnyPath

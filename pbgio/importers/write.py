@@ -50,14 +50,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import storage
-from pbgio.atomic import fsync_dir, fsync_path, tmp_path_for, write_failures
 from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists, bucket_length, read_bucket
 from pbgio.errors import OutputError, PbgioError
 from pbgio.importers.mapping import EdgeBatch
-from pbgio.lock import process_alive
 from pbgio.spec import naming
 from pbgio.spec.edges import WRITE_CHUNK_ELEMENTS
 from pbgio.storage import AnyPath
+from pbgio.storage.atomic import fsync_dir, fsync_path, tmp_path_for, write_failures
+from pbgio.storage.lock import process_alive
 
 # Edges buffered over all the buckets of an edge path before they are written (24 bytes each,
 # more with weights and features); with many buckets each one gets a share, but never fewer

@@ -33,11 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbgio import atomic, interrupts
+from pbgio import interrupts
 from pbgio.errors import OutputError, PbgioError, Report
 from pbgio.legacy.plan import MigrationPlan, MigrationStep, plan_migration
-from pbgio.lock import process_alive
-from pbgio.storage import local_path
+from pbgio.storage import atomic, local_path
+from pbgio.storage.lock import process_alive
 
 __all__ = ["DestinationError", "MigrationError", "MigrationPlan", "MigrationResult", "MigrationStep",
            "ProgressCallback", "migrate", "plan_migration"]

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 from pbgio.errors import FormatError, UnsafePickleError
+from pbgio.formats.torch_payload import BoundedReader
 from pbgio.legacy.spec import legacy_error
 from pbgio.spec.checkpoint import TORCH_LEGACY_MAGIC, TORCH_ZIP_MAGIC
-from pbgio.torch_payload import BoundedReader
 
 Container = Literal["zip", "legacy", "pickle"]
 """``zip``: torch.save since torch 1.6; ``legacy``: the pre-1.6 container (a header of

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pbgio import atomic
 from pbgio.checkpoint import CheckpointDir, EmbeddingsState, FileMetadata, IterationInfo, ModelState
 from pbgio.config import ConfigSchema, parse_config
 from pbgio.edges import BucketWriter
@@ -45,7 +44,7 @@ from pbgio.legacy.state import MigratedModel, serialize
 from pbgio.spec import naming
 from pbgio.spec.edges import WRITE_CHUNK_ELEMENTS
 from pbgio.spec.entities import format_count
-from pbgio.storage import local_path
+from pbgio.storage import atomic, local_path
 
 Advance = Callable[[int], None]
 Action = Callable[[Path, Advance], None]

@@ -32,7 +32,7 @@ from pbgio.checkpoint import EmbeddingsState, ModelState
 from pbgio.config import ConfigSchema, parse_config
 from pbgio.edges import EdgeBucket, FeatureLists
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.h5 import format_version, open_h5
+from pbgio.formats.h5 import format_version, open_h5
 from pbgio.legacy import spec
 from pbgio.legacy.pickles import Container, inspect_pickle, load_pickle
 from pbgio.legacy.spec import ConfigMigration, legacy_error, migrate_config_dict

@@ -36,7 +36,7 @@ DYNAMIC_REL_NAMES = "dynamic_rel_names.json"
 CHECKPOINT_VERSION = "checkpoint_version.txt"
 CONFIG_JSON = "config.json"
 SHARED_PROBE = ".pbg-shared-probe"  # written and removed by the first trainer of a distributed run
-CHECKPOINT_LOCK = ".pbg-lock"  # held by the writer of a checkpoint directory (pbgio.lock); readers skip it
+CHECKPOINT_LOCK = ".pbg-lock"  # held by the writer of a checkpoint directory (pbgio.storage.lock); readers skip it
 TRAINING_STATS = "training_stats.json"
 
 # Names that mark the legacy (.pt era) layout; see pbgio.legacy for migration.

@@ -146,7 +146,7 @@ def _run_optimizer(path: Path) -> object:
 
 
 def _tensor_refs(value: Any, depth: int = 0) -> Iterator[Any]:
-    from pbgio.torch_payload import TensorRef
+    from pbgio.formats.torch_payload import TensorRef
 
     if depth > 50:
         return
@@ -162,8 +162,8 @@ def _tensor_refs(value: Any, depth: int = 0) -> Iterator[Any]:
 
 def _run_payload(path: Path) -> object:
     from pbgio.errors import FormatError
+    from pbgio.formats.torch_payload import PayloadError, read_payload
     from pbgio.spec.rules import rule
-    from pbgio.torch_payload import PayloadError, read_payload
 
     try:
         payload = read_payload(path.read_bytes())
@@ -233,7 +233,7 @@ _TARGET_LIST = [
     Target("optimizer-blob", "state_dict.bin", "pickle", _run_optimizer,
            "pbgio.optimizer_state: read_state, the rule checks, decode_row_adagrad"),
     Target("torch-payload", "payload.pt", "pickle", _run_payload,
-           "pbgio.torch_payload.read_payload and every tensor's data"),
+           "pbgio.formats.torch_payload.read_payload and every tensor's data"),
     Target("legacy-pt", "entity_count_user_0.pt", "pickle", _run_legacy,
            "pbgio.legacy.pickles.load_pickle (scan, then torch's weights_only loader)"),
     Target("import-tsv", "edges.tsv", "text-table", _import_run("plain"),

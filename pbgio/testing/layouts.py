@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pbgio import atomic, entities
+from pbgio import entities
 from pbgio.checkpoint import (
     CheckpointDir,
     EmbeddingsState,
@@ -43,6 +43,7 @@ from pbgio.spec.checkpoint import (
     operator_param_name,
     param_shapes,
 )
+from pbgio.storage import atomic
 
 Part = tuple[str, int]
 BucketKey = tuple[int, int]

@@ -4,10 +4,10 @@ The score matrices of a step are large ([batch, negatives] per side) and the wor
 the matrix products is elementwise: the softmax loss's row max, ``exp``, row sums and, in the
 backward, the scaling of the saved ``exp``; and the count of violators. Eagerly each is a pass
 over memory; compiled (``--compile``: Triton kernels on a GPU, C++/OpenMP on a CPU) they fuse into
-a few. The eager functions (:func:`~pbgtrain.model.losses.softmax_forward`,
-:func:`~pbgtrain.model.losses.softmax_backward`, :func:`~pbgtrain.model.step.violators`) are the
-reference: the compiled ones are the same functions handed to ``torch.compile``, and a test checks
-they agree. Compiling costs tens of seconds once per process (shapes are compiled as dynamic).
+a few. The eager functions here (:func:`softmax_forward`, :func:`softmax_backward`,
+:func:`violators`) are the reference: the compiled ones are the same functions handed to
+``torch.compile``, and a test checks they agree. Compiling costs tens of seconds once per process
+(shapes are compiled as dynamic).
 
 >>> kernels().name
 'eager'
@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import Tensor
+
 
 @dataclass(frozen=True)
 class Kernels:
@@ -28,10 +31,36 @@ class Kernels:
     violators: Callable[..., Any]
 
 
-def _eager() -> Kernels:
-    from pbgtrain.model.losses import softmax_backward, softmax_forward
-    from pbgtrain.model.step import violators
+def softmax_forward(pos: Tensor, blocks: list[Tensor]) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """``(gap, total, exps)``: exps = exp(block − rowmax), total their row sums, gap =
+    logsumexp(blocks) − pos (the eager reference of the fused kernel, :mod:`pbgtrain.model.fused`)."""
+    top = blocks[0].amax(1)
+    for b in blocks[1:]:
+        top = torch.maximum(top, b.amax(1))
+    exps = []
+    total = torch.zeros_like(top)
+    for b in blocks:
+        e = b.sub(top.unsqueeze(1)).exp_()
+        total += e.sum(1)
+        exps.append(e)
+    return (top - pos) + total.log(), total, exps
 
+
+def softmax_backward(gap: Tensor, total: Tensor, exps: list[Tensor], grad: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """The gradients of softplus(gap) for pos and each block (the exps scaled in place)."""
+    sig = torch.sigmoid(gap) * grad
+    coef = (sig / total).unsqueeze(1)
+    return -sig, [e.mul_(coef) for e in exps]
+
+
+def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
+    """How many negative scores exceed their positive (a 0-d tensor, left on the device)."""
+    threshold = pos.unsqueeze(1)
+    return sum((torch.count_nonzero(b > threshold) for b in blocks), torch.zeros((), dtype=torch.long,
+                                                                                 device=pos.device))
+
+
+def _eager() -> Kernels:
     return Kernels("eager", softmax_forward, softmax_backward, violators)
 
 
@@ -53,7 +82,6 @@ def use_compiled(enabled: bool = True) -> Kernels:
     if not enabled:
         _active = eager
         return eager
-    import torch
 
     def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
         return torch.compile(fn, dynamic=True)

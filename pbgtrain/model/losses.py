@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pbgtrain.model import fused
+
 NegativeScores = Tensor | Sequence[Tensor]
 
 
@@ -83,37 +85,13 @@ class LogisticLoss(LossFunction):
         return _weighted_sum(per_edge, weight)
 
 
-def softmax_forward(pos: Tensor, blocks: list[Tensor]) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """``(gap, total, exps)``: exps = exp(block − rowmax), total their row sums, gap =
-    logsumexp(blocks) − pos (the eager reference of the fused kernel, :mod:`pbgtrain.model.fused`)."""
-    top = blocks[0].amax(1)
-    for b in blocks[1:]:
-        top = torch.maximum(top, b.amax(1))
-    exps = []
-    total = torch.zeros_like(top)
-    for b in blocks:
-        e = b.sub(top.unsqueeze(1)).exp_()
-        total += e.sum(1)
-        exps.append(e)
-    return (top - pos) + total.log(), total, exps
-
-
-def softmax_backward(gap: Tensor, total: Tensor, exps: list[Tensor], grad: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """The gradients of softplus(gap) for pos and each block (the exps scaled in place)."""
-    sig = torch.sigmoid(gap) * grad
-    coef = (sig / total).unsqueeze(1)
-    return -sig, [e.mul_(coef) for e in exps]
-
-
 class _SoftmaxPerEdge(torch.autograd.Function):
     """softplus(logsumexp(blocks) − pos) per edge; keeps exp(neg − max) from the forward for the
     backward, which scales it in place (one pass, no recomputation, no concatenation). The two
-    halves are :func:`softmax_forward`/:func:`softmax_backward`, or their fused versions."""
+    halves are :func:`pbgtrain.model.fused.softmax_forward`/``softmax_backward``, eager or compiled."""
 
     @staticmethod
     def forward(ctx: Any, pos: Tensor, *blocks: Tensor) -> Tensor:
-        from pbgtrain.model import fused
-
         gap, total, exps = fused.kernels().softmax_forward(pos, list(blocks))
         ctx.save_for_backward(gap, total)
         ctx.exps = exps
@@ -121,8 +99,6 @@ class _SoftmaxPerEdge(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        from pbgtrain.model import fused
-
         gap, total = ctx.saved_tensors
         exps: list[Tensor] = ctx.exps
         del ctx.exps  # consumed: a second backward through this node fails loudly

@@ -94,13 +94,6 @@ def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tenso
     return loss * weight if weight != 1.0 else loss
 
 
-def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
-    """How many negative scores exceed their positive (a 0-d tensor, left on the device)."""
-    threshold = pos.unsqueeze(1)
-    return sum((torch.count_nonzero(b > threshold) for b in blocks), torch.zeros((), dtype=torch.long,
-                                                                                 device=pos.device))
-
-
 def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
                optimizer: torch.optim.Optimizer | None, *, generator: torch.Generator | None = None,
                negatives: NegativeSampling | None = None) -> StepStats:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from pbgio import storage
 from pbgio.errors import OutputError, PbgioError, os_error_code
-from pbgio.storage import AnyPath
+from pbgio.storage import paths
+from pbgio.storage.paths import AnyPath
 
 TMP_SUFFIX = ".tmp"
 _PENDING: contextvars.ContextVar[dict[Path, Path] | None] = contextvars.ContextVar("pending", default=None)
@@ -73,8 +74,8 @@ def atomic_target(path: AnyPath) -> Iterator[Path]:
     """Yield a local temp path to write; on success fsync it and rename it to ``path`` (or, for a
     remote ``path``, upload it there). A failed write raises :class:`OutputError` and leaves no
     temp file behind."""
-    if storage.is_remote(path):
-        with storage.staged(path) as local:
+    if paths.is_remote(path):
+        with paths.staged(path) as local:
             yield local
         return
     tmp = tmp_path_for(path)
@@ -137,3 +138,42 @@ def write_bytes(path: AnyPath, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (a picture, a blob), as :func:`write_text` writes text."""
     with atomic_target(path) as tmp:
         tmp.write_bytes(data)
+
+
+def copy_tree(source: AnyPath, target: AnyPath) -> list[str]:
+    """Copy every file under ``source`` to ``target`` (either may be remote); return the relative
+    names copied."""
+    names = []
+    for rel in _walk(source):
+        copy_file(source / rel, target / rel)
+        names.append(rel)
+    return names
+
+
+def _walk(root: AnyPath, prefix: str = "") -> Iterator[str]:
+    with paths.remote_errors(root, "list"):
+        entries: list[AnyPath] = sorted(root.iterdir(), key=lambda p: p.name)
+    for entry in entries:
+        rel = f"{prefix}{entry.name}"
+        if entry.is_dir():
+            yield from _walk(entry, f"{rel}/")
+        else:
+            yield rel
+
+
+def copy_file(source: AnyPath, target: AnyPath) -> None:
+    """Copy one file between any two locations (atomic at the target)."""
+    if not paths.is_remote(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_target(target) as tmp:
+            if paths.is_remote(source):
+                with paths.remote_errors(source, "download"):
+                    source.fs.get_file(source.path, str(tmp))
+            else:
+                shutil.copyfile(source, tmp)
+        return
+    if paths.is_remote(source):
+        with paths.staged(target) as local, paths.remote_errors(source, "download"):
+            source.fs.get_file(source.path, str(local))
+        return
+    paths.upload(source, target)

@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from pbgio.cli_support import EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.cli.support import EXIT_USAGE, exit_codes, print_error, stderr_console
 from pbgio.progress import progress_wanted
 
 

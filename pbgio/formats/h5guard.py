@@ -1,6 +1,6 @@
 """Damaged HDF5 internals as typed errors, for code that works on an open file.
 
-:func:`pbgio.h5.open_h5` turns a file that cannot be opened into a
+:func:`pbgio.formats.h5.open_h5` turns a file that cannot be opened into a
 :class:`~pbgio.errors.CorruptFileError`; a file that opens but whose object headers, B-trees
 or heaps are damaged fails later, inside h5py, with a ``RuntimeError``, ``KeyError``,
 ``OSError`` or ``ValueError`` from HDF5. :func:`h5_guard`, which ``open_h5`` applies to every

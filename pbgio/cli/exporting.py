@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from pbgio.cli_support import EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.cli.support import EXIT_USAGE, exit_codes, print_error, stderr_console
 from pbgio.progress import progress_wanted
 
 
@@ -95,10 +95,10 @@ def export(
     """Export trained embeddings (TSV, Parquet, npy) and relation parameters (TSV, JSON)."""
     from rich.markup import escape
 
-    from pbgio import atomic
     from pbgio.exporters.embeddings import export_embeddings
     from pbgio.exporters.relations import export_relations
     from pbgio.progress import Progress, RichProgress
+    from pbgio.storage import atomic
 
     if output is None and relations_output is None:
         print_error("nothing to export: give --output and/or --relations-output")

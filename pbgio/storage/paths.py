@@ -345,7 +345,7 @@ def upload(local: Path, path: UPath) -> None:
         raise StorageError(path, f"upload incomplete: wrote {size} bytes, the store holds {stored}")
 
 
-def write_bytes(path: UPath, data: bytes) -> None:
+def upload_bytes(path: UPath, data: bytes) -> None:
     """Write a small remote object in one request (atomic on object stores)."""
     with staged(path) as local:
         local.write_bytes(data)
@@ -354,47 +354,6 @@ def write_bytes(path: UPath, data: bytes) -> None:
 def _protocol(path: UPath) -> str:
     protocol = path.fs.protocol
     return str(protocol[0] if isinstance(protocol, tuple | list) else protocol)
-
-
-def copy_tree(source: AnyPath, target: AnyPath) -> list[str]:
-    """Copy every file under ``source`` to ``target`` (either may be remote); return the relative
-    names copied."""
-    names = []
-    for rel in _walk(source):
-        copy_file(source / rel, target / rel)
-        names.append(rel)
-    return names
-
-
-def _walk(root: AnyPath, prefix: str = "") -> Iterator[str]:
-    with remote_errors(root, "list"):
-        entries: list[AnyPath] = sorted(root.iterdir(), key=lambda p: p.name)
-    for entry in entries:
-        rel = f"{prefix}{entry.name}"
-        if entry.is_dir():
-            yield from _walk(entry, f"{rel}/")
-        else:
-            yield rel
-
-
-def copy_file(source: AnyPath, target: AnyPath) -> None:
-    """Copy one file between any two locations (atomic at the target)."""
-    if not is_remote(target):
-        from pbgio import atomic
-
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.atomic_target(target) as tmp:
-            if is_remote(source):
-                with remote_errors(source, "download"):
-                    source.fs.get_file(source.path, str(tmp))
-            else:
-                shutil.copyfile(source, tmp)
-        return
-    if is_remote(source):
-        with staged(target) as local, remote_errors(source, "download"):
-            source.fs.get_file(source.path, str(local))
-        return
-    upload(source, target)
 
 
 # ---------------------------------------------------------------------------------------- caching

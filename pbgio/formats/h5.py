@@ -19,8 +19,8 @@ import numpy as np
 
 from pbgio import storage
 from pbgio.errors import CorruptFileError, MissingArtifactError, VersionError
-from pbgio.h5guard import h5_guard
-from pbgio.h5heap import check_global_heaps
+from pbgio.formats.h5guard import h5_guard
+from pbgio.formats.h5heap import check_global_heaps
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR
 from pbgio.spec.rules import rule
 
@@ -30,9 +30,9 @@ def open_h5(path: storage.AnyPath, mode: str = "r") -> Iterator[h5py.File]:
     """Open an HDF5 file; errors name the file and the rule it breaks.
 
     A remote file opens for reading only, through ranged reads (:func:`pbgio.storage.open_binary`);
-    writers stage a local file (:func:`pbgio.atomic.atomic_target`). While a file opened for
+    writers stage a local file (:func:`pbgio.storage.atomic.atomic_target`). While a file opened for
     reading is in use, damaged structures that h5py meets become a ``CorruptFileError`` too
-    (:func:`pbgio.h5guard.h5_guard`).
+    (:func:`pbgio.formats.h5guard.h5_guard`).
     """
     remote = storage.is_remote(path)
     if remote and mode != "r":

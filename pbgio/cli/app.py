@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.cli_support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.cli.support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console
 from pbgio.progress import progress_wanted
 
 app = typer.Typer(
@@ -258,7 +258,7 @@ def config_from_py(
     """
     from rich.markup import escape
 
-    from pbgio.atomic import write_text
+    from pbgio.storage.atomic import write_text
 
     if not source.is_file():
         raise _usage_error(f"{source}: no such file")
@@ -271,7 +271,7 @@ def config_from_py(
         if not target.parent.is_dir():
             raise _usage_error(f"{target.parent}: no such directory")
     with exit_codes(note=" (nothing was written)"):
-        from pbgio.pyconfig import config_from_python, rebase_paths
+        from pbgio.python_config import config_from_python, rebase_paths
 
         cfg = config_from_python(source, param or [], timeout=timeout)
         if target is None:
@@ -290,9 +290,9 @@ def config_from_py(
 
 def _register_subcommands() -> None:
     # Each module imports only typer at import time; the heavy work is imported inside the command.
-    from pbgio.exporters.cli import embed, export
-    from pbgio.importers.cli import import_edges
-    from pbgio.legacy.cli import convert
+    from pbgio.cli.converting import convert
+    from pbgio.cli.exporting import embed, export
+    from pbgio.cli.importing import import_edges
 
     app.command()(convert)
     app.command("import")(import_edges)

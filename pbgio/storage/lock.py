@@ -45,10 +45,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pbgio import storage
 from pbgio.errors import CheckpointInUseError, OutputError
 from pbgio.spec import naming
-from pbgio.storage import AnyPath
+from pbgio.storage import paths
+from pbgio.storage.paths import AnyPath
 
 WAIT_SECONDS = 1.0
 """How long an acquire tries before refusing: a reader probing the lock holds it for a moment."""
@@ -141,7 +141,7 @@ def lock_path(directory: AnyPath) -> AnyPath:
 
 
 def _key(directory: AnyPath) -> str:
-    return str(storage.absolute(directory))
+    return str(paths.absolute(directory))
 
 
 @dataclass
@@ -163,7 +163,7 @@ class CheckpointLock:
     _lost: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.path = storage.resolve(self.path)
+        self.path = paths.resolve(self.path)
 
     def __enter__(self) -> CheckpointLock:
         self.acquire()
@@ -174,7 +174,7 @@ class CheckpointLock:
 
     # ---- acquire
     def acquire(self) -> None:
-        if storage.is_remote(self.path):
+        if paths.is_remote(self.path):
             self._acquire_lease()
         else:
             self._acquire_flock(self.path)
@@ -196,7 +196,7 @@ class CheckpointLock:
                 os.close(fd)
                 if time.monotonic() >= deadline:
                     holder = _describe(_read_local_holder(file))
-                    raise CheckpointInUseError(storage.display(directory), holder) from None
+                    raise CheckpointInUseError(paths.display(directory), holder) from None
                 time.sleep(0.05)
                 continue
             try:  # a releasing holder unlinks the file: a lock on the unlinked one guards nothing
@@ -214,7 +214,7 @@ class CheckpointLock:
             os.fsync(fd)
         except OSError as exc:  # a full disk or a failing device: say which file
             os.close(fd)
-            raise OutputError(storage.display(file), exc) from None
+            raise OutputError(paths.display(file), exc) from None
         self._fd = fd
 
     def _acquire_lease(self) -> None:
@@ -226,7 +226,7 @@ class CheckpointLock:
             if current is None or current.stale(time.time()):
                 break
             if time.monotonic() >= deadline:
-                raise CheckpointInUseError(storage.display(remote), current.describe())
+                raise CheckpointInUseError(paths.display(remote), current.describe())
             time.sleep(0.05)
         self.holder = Holder.of_this_process(self.command, lease=LEASE_SECONDS)
         _write_remote(file, self.holder.to_json())
@@ -234,7 +234,7 @@ class CheckpointLock:
         won = _read_remote_holder(file)
         if won is None or won.token != self.holder.token:
             self.holder = None
-            raise CheckpointInUseError(storage.display(remote), _describe(won),
+            raise CheckpointInUseError(paths.display(remote), _describe(won),
                                        "it took the lease at the same moment")
         self._heartbeat = threading.Thread(target=self._renew, name="pbg-lease", daemon=True)
         self._heartbeat.start()
@@ -246,18 +246,18 @@ class CheckpointLock:
             try:
                 current = _read_remote_holder(file)
                 if current is not None and current.token != self.holder.token:
-                    self._lost = f"{storage.display(self.path)}: lost the lease to {current.describe()}"
+                    self._lost = f"{paths.display(self.path)}: lost the lease to {current.describe()}"
                     return
                 self.holder = Holder(**{**asdict(self.holder), "expires": time.time() + LEASE_SECONDS})
                 _write_remote(file, self.holder.to_json())
             except Exception as exc:  # a store that fails now may answer at the next renewal
                 if self.holder.expires is not None and self.holder.expires <= time.time():
-                    self._lost = f"{storage.display(self.path)}: could not renew the lease ({exc})"
+                    self._lost = f"{paths.display(self.path)}: could not renew the lease ({exc})"
 
     def check(self) -> None:
         """Raise :class:`~pbgio.errors.CheckpointInUseError` when a remote lease was lost to another writer."""
         if self._lost is not None:
-            raise CheckpointInUseError(storage.display(self.path), "another writer", self._lost)
+            raise CheckpointInUseError(paths.display(self.path), "another writer", self._lost)
 
     # ---- release
     def release(self) -> None:
@@ -266,7 +266,7 @@ class CheckpointLock:
                 del _HELD[_key(self.path)]
         if self._fd is not None:
             self._release_flock()
-        elif self.holder is not None and storage.is_remote(self.path):
+        elif self.holder is not None and paths.is_remote(self.path):
             self._stop.set()
             if self._heartbeat is not None:
                 self._heartbeat.join()
@@ -278,7 +278,7 @@ class CheckpointLock:
         self.holder = None
 
     def _release_flock(self) -> None:
-        assert self._fd is not None and not storage.is_remote(self.path)
+        assert self._fd is not None and not paths.is_remote(self.path)
         file = self.path / naming.CHECKPOINT_LOCK
         with contextlib.suppress(OSError):
             if os.stat(file).st_ino == os.fstat(self._fd).st_ino:
@@ -296,12 +296,12 @@ def holder_of(directory: str | AnyPath) -> Holder | None:
     For readers: a local probe takes a shared lock for a moment (a writer starting then waits it
     out); a remote one reads the lease. Never raises for a missing or unreadable lock file.
     """
-    directory = storage.resolve(directory)
+    directory = paths.resolve(directory)
     with _HELD_GUARD:
         if _key(directory) in _HELD:
             return None  # opening our own lock file again could drop the lock on NFS
     file = lock_path(directory)
-    if storage.is_remote(file):
+    if paths.is_remote(file):
         current = _read_remote_holder(file)
         return None if current is None or current.stale(time.time()) else current
     import fcntl
@@ -342,7 +342,7 @@ def _read_local_holder(file: Path) -> Holder | None:
 
 
 def _read_remote_holder(file: Any) -> Holder | None:
-    with storage.remote_errors(file, "checkpoint lease"):
+    with paths.remote_errors(file, "checkpoint lease"):
         try:
             data = file.read_bytes()
         except FileNotFoundError:
@@ -351,4 +351,4 @@ def _read_remote_holder(file: Any) -> Holder | None:
 
 
 def _write_remote(file: Any, text: str) -> None:
-    storage.write_bytes(file, text.encode())
+    paths.upload_bytes(file, text.encode())

@@ -1,0 +1,23 @@
+"""The ``pbgio`` command line (the top layer of :mod:`pbgio`).
+
+- :mod:`~pbgio.cli.app`: the Typer app and ``main`` (``pbgio validate``, ``info``, ``example`` …).
+- :mod:`~pbgio.cli.importing`, :mod:`~pbgio.cli.exporting`, :mod:`~pbgio.cli.converting`:
+  ``pbgio import``, ``pbgio export``, ``pbgio convert``.
+- :mod:`~pbgio.cli.support`: exit codes, error printing, JSON output and tables, shared with
+  ``pbgtrain``'s command line.
+
+The console script is ``pbgio.cli:main``, exported lazily: importing ``pbgio.cli.support``
+does not import the app and its commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pbgio.lazy import lazy_exports
+
+__all__, _export = lazy_exports("pbgio.cli", {"pbgio.cli.app": ["app", "main"]})
+
+
+def __getattr__(name: str) -> Any:
+    return _export(name)
