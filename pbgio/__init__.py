@@ -6,11 +6,24 @@ Read, write and validate every on-disk artifact of a PBG layout::
     >>> sorted(pbgio.__all__)[:4]
     ['BucketWriter', 'CheckpointDir', 'ConfigError', 'ConfigSchema']
 
-The submodules are the API: :mod:`pbgio.config` (run config), :mod:`pbgio.entities`,
-:mod:`pbgio.edges`, :mod:`pbgio.checkpoint` (readers and writers),
-:mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration)
-and :mod:`pbgio.testing` (hypothesis strategies and mutators for your own tests).
-Names are re-exported here lazily, so ``import pbgio`` stays cheap.
+The public API (what tools built on pbgio, pbgtrain among them, may import):
+
+- the artifacts: :mod:`pbgio.config` (run config; :mod:`pbgio.python_config` for the original's
+  Python configs), :mod:`pbgio.entities`, :mod:`pbgio.edges`, :mod:`pbgio.checkpoint`,
+  :mod:`pbgio.optimizer_state`, :mod:`pbgio.names` (entities by name), :mod:`pbgio.topk`;
+- :mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration),
+  :mod:`pbgio.errors` (the error tree);
+- :mod:`pbgio.storage` (paths, URLs, atomic writes; the package itself, not its modules),
+  :mod:`pbgio.interrupts` and :mod:`pbgio.progress` (Ctrl-C and progress bars for long work),
+  :mod:`pbgio.cli.support` (exit codes and messages shared by every pbg command line);
+- the tools: :mod:`pbgio.importers`, :mod:`pbgio.exporters`, :mod:`pbgio.legacy`,
+  :mod:`pbgio.neighbors`, :mod:`pbgio.info`, :mod:`pbgio.example`;
+- :mod:`pbgio.testing` (hypothesis strategies and mutators for your own tests).
+
+Internal: :mod:`pbgio.checks` (the code of every rule), :mod:`pbgio.formats` (HDF5 and torch
+payloads at the byte level), the modules inside :mod:`pbgio.storage`, and the commands of
+:mod:`pbgio.cli`. The layers are declared in ``pyproject.toml`` and checked by import-linter
+(docs/architecture.md). Names are re-exported here lazily, so ``import pbgio`` stays cheap.
 """
 
 from __future__ import annotations
