@@ -371,7 +371,9 @@ def renames_markdown() -> str:
     lines += [
         "",
         "Every other camelCase key only changes case: "
-        + ", ".join(f"`{k}` → `{snake(k)}`" for k in CAMEL_KEYS) + ".",
+        + ", ".join(f"`{k}` → `{snake(k)}`" for k in CAMEL_KEYS) + ". "
+        "The case conversion is the original's (`mixed_case_to_lowercase` in its `schema.py`, for every key "
+        f"it loads): each capital letter becomes `_` and its lowercase, so `lhsID` → `{snake('lhsID')}`.",
         "",
         "| key | legacy value | current value | changed in | note |",
         "|---|---|---|---|---|",
