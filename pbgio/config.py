@@ -42,6 +42,7 @@ from pydantic_core import PydanticCustomError
 from pbgio import storage
 from pbgio.errors import ConfigError, Issue, MissingArtifactError
 from pbgio.spec.checkpoint import CONFIG_JSON_INDENT
+from pbgio.spec.config_keys import mixed_case_to_snake_case as _mixed_case_to_snake_case
 from pbgio.spec.naming import entity_type_name_portability, entity_type_name_problem
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
@@ -435,11 +436,6 @@ def _featurized_negative_issues(cfg: ConfigSchema, batch_negs: int, uniform_negs
                     "only (its uniform negatives are skipped, as in the original); plain sides take their "
                     f"{uniform_negs} uniform negatives"))
     return issues
-
-
-def _mixed_case_to_snake_case(key: str) -> str:
-    """The original's key conversion: ``numEpochs`` -> ``num_epochs``."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
 
 
 def _key_paths(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -9,7 +9,8 @@ rows are its features, so its neighbours are features.
 
 Every row of the type is compared with every query, exactly: partition by partition, a block
 of rows at a time (memory: one partition, one block of scores and ``k`` per query), the best
-``k`` kept by :class:`~pbgio.topk.TopK` (equal scores: lower partition, then lower row first).
+``k`` kept by :class:`~pbgio.topk.TopK` (equal scores: lower partition, then lower row first);
+the scan is :func:`pbgio.topk.scan_partitions`, the one ``pbgtrain predict`` uses too.
 ``cos`` divides each vector by its L2 norm (a zero vector scores 0 against everything);
 ``dot`` is the plain inner product. On ``device="cpu"`` numpy does the products (no torch is
 imported); ``cuda`` moves each block to the GPU through torch. A query is left out of its own
@@ -42,7 +43,7 @@ from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
-from pbgio.topk import RankedEntity, TopK
+from pbgio.topk import BlockScores, RankedEntity, rows_per_block, scan_partitions
 
 Metric = Literal["cos", "dot"]
 METRICS: tuple[Metric, ...] = ("cos", "dot")
@@ -146,25 +147,23 @@ def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int,
                     raise _more_names_than_rows(source, entity_type, part, len(rows))
                 vectors[i] = rows[q.offset]
         held = (part, rows)
+    del rows  # held keeps the last one, for the scan to start with
     scorer = _Scorer(vectors, metric, device)
-    tops = [TopK(k if include_self else k + 1) for _ in queries]
-    candidates = 0
-    order = sorted(range(num_parts), key=lambda p: (held is None or p != held[0], p))
-    for part in order:
+
+    def open_partition(part: int) -> tuple[int, BlockScores]:
+        nonlocal held
         rows = held[1] if held is not None and held[0] == part else rows_of(part)
         held = None
-        candidates += len(rows)
-        step = max(1, min(MAX_BLOCK_ROWS, SCORE_BUDGET // max(rows.shape[1], len(queries), 1)))
-        for start in range(0, len(rows), step):
-            block = scorer(rows[start:start + step])
-            offsets = np.arange(start, start + block.shape[1])
-            for top, scores in zip(tops, block, strict=True):
-                top.add(scores, part, offsets)
-        del rows
+        return len(rows), lambda start, stop: scorer(rows[start:stop])
+
+    order = sorted(range(num_parts), key=lambda p: (held is None or p != held[0], p))
+    step = rows_per_block(max(cfg.entity_dimension(entity_type), len(queries)), SCORE_BUDGET, MAX_BLOCK_ROWS)
+    scan = scan_partitions(order, open_partition, k=k if include_self else k + 1, block_rows=step,
+                           queries=len(queries))
     found = [[(s, Position(p, o)) for s, p, o in top.items() if include_self or Position(p, o) != q][:k]
-             for top, q in zip(tops, queries, strict=True)]
+             for top, q in zip(scan.tops, queries, strict=True)]
     named = names_of(source.entity_path, entity_type, [pos for best in found for _, pos in best])
-    return [Neighbors(name, entity_type, metric, source.version, candidates,
+    return [Neighbors(name, entity_type, metric, source.version, scan.candidates,
                       [Neighbor(rank, named[pos], score, pos.partition, pos.offset)
                        for rank, (score, pos) in enumerate(best, 1)])
             for name, best in zip(names, found, strict=True)]

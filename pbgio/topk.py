@@ -10,12 +10,28 @@ or on how rows are split into blocks. A NaN score ranks below every other score.
 >>> top.add(np.array([2.0, 1.0]), 1, np.array([7, 8]))
 >>> top.items()
 [(2.0, 0, 1), (2.0, 1, 7), (1.0, 1, 8)]
+
+:func:`scan_partitions` is the one scan of candidates partition by partition that
+``pbgio neighbors`` (:mod:`pbgio.neighbors`) and ``pbgtrain predict`` (:mod:`pbgtrain.predict`:
+top-k and the ranks of a triple) share: each partition is opened (read) in turn, its rows are
+scored a block at a time, rows may be left out, and the best ``k`` of every query are kept with
+:class:`TopK` (and, for ranks, the rows scoring at least a threshold counted).
+
+>>> table = {0: np.array([0.5, 2.0, 0.25]), 1: np.array([2.0, 1.0, 3.0])}
+>>> def open_partition(part):  # one query: the scores are the rows themselves
+...     rows = table[part]
+...     return len(rows), lambda start, stop: rows[None, start:stop]
+>>> scan = scan_partitions([1, 0], open_partition, k=3, block_rows=2, exclude={1: np.array([2])},
+...                        at_least=[1.0])
+>>> scan.tops[0].items(), scan.candidates, scan.excluded, scan.at_least
+([(2.0, 0, 1), (2.0, 1, 0), (1.0, 1, 1)], 5, 1, [3])
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,6 +74,92 @@ class TopK:
 
     def __len__(self) -> int:
         return len(self.scores)
+
+
+BlockScores = Callable[[int, int], NDArray[Any]]
+"""The scores of rows ``[start, stop)`` of an open partition against every query: ``[queries, stop - start]``."""
+
+
+def rows_per_block(width: int, budget: int, max_rows: int) -> int:
+    """Rows scored at once so that a block holds at most ``budget`` elements of ``width`` per row
+    (its dimension, or its number of queries when that is larger), at most ``max_rows``, at least 1.
+
+    >>> [rows_per_block(width, 1 << 24, 1 << 16) for width in (100, 1 << 20, 1 << 30)]
+    [65536, 16, 1]
+    """
+    return max(1, min(max_rows, budget // max(width, 1)))
+
+
+@dataclass
+class PartitionScan:
+    """What :func:`scan_partitions` found.
+
+    ``tops``: one :class:`TopK` per query (none without ``k``); ``candidates``: rows scored and
+    kept (each row counts once, whatever the number of queries); ``excluded``: rows left out by
+    ``exclude``; ``at_least``: per query, the kept rows scoring at least its threshold (empty
+    without thresholds).
+    """
+
+    tops: list[TopK]
+    candidates: int = 0
+    excluded: int = 0
+    at_least: list[int] = field(default_factory=list)
+
+
+def scan_partitions(
+    partitions: Iterable[int],
+    open_partition: Callable[[int], tuple[int, BlockScores]],
+    *,
+    k: int | None,
+    block_rows: int,
+    queries: int = 1,
+    exclude: Mapping[int, NDArray[Any]] | None = None,
+    skip: tuple[int, int] | None = None,
+    at_least: Sequence[float] | None = None,
+) -> PartitionScan:
+    """Score every row of ``partitions`` against ``queries`` queries, keeping the best ``k`` of each.
+
+    ``open_partition(part)`` reads a partition and returns its number of rows and the scorer of
+    its row blocks (:data:`BlockScores`); the partition is let go before the next is opened, so
+    memory is one partition, one block of ``block_rows`` rows' scores and ``k`` per query. The
+    order of ``partitions`` does not change the result (:class:`TopK`'s tie rules).
+
+    Left out of every query's candidates: the rows ``exclude[part]`` (known edges; those inside
+    the partition are counted in ``excluded``) and the row ``skip = (part, offset)`` (a triple's
+    own slot; not counted). With ``at_least`` (one threshold per query), the kept rows scoring
+    ``>=`` each query's threshold are counted (ties count against the query, as ranks do).
+    """
+    if at_least is not None and len(at_least) != queries:
+        raise ValueError(f"expected one threshold per query ({queries}), found {len(at_least)}")
+    scan = PartitionScan([TopK(k) for _ in range(queries)] if k is not None else [],
+                         at_least=[0] * queries if at_least is not None else [])
+    for part in partitions:
+        num_rows, scores_of = open_partition(part)
+        drop: NDArray[np.bool_] | None = None
+        ids = exclude.get(part) if exclude is not None else None
+        if ids is not None:
+            drop = np.zeros(num_rows, dtype=bool)
+            drop[ids[ids < num_rows]] = True
+            scan.excluded += int(drop.sum())
+        if skip is not None and skip[0] == part:
+            drop = np.zeros(num_rows, dtype=bool) if drop is None else drop
+            drop[skip[1]] = True
+        for start in range(0, num_rows, block_rows):
+            stop = min(start + block_rows, num_rows)
+            block = scores_of(start, stop)
+            offsets = np.arange(start, stop)
+            keep = None if drop is None else ~drop[start:stop]
+            if keep is not None:
+                offsets = offsets[keep]
+            scan.candidates += len(offsets)
+            for q in range(queries):
+                values = block[q] if keep is None else block[q][keep]
+                if scan.tops:
+                    scan.tops[q].add(values, part, offsets)
+                if at_least is not None:
+                    scan.at_least[q] += int(np.count_nonzero(values >= at_least[q]))
+        del scores_of  # let the partition go before the next is read
+    return scan
 
 
 def finite_or_none(value: float) -> float | None:

@@ -33,6 +33,7 @@ from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
+from pbgio.topk import rows_per_block
 from pbgtrain.batching import stable_seed
 from pbgtrain.checkpointing import load_model_params
 from pbgtrain.config import RunConfig
@@ -194,12 +195,13 @@ def _filter_index(filter_paths: list[AnyPath], bucket: Bucket) -> FilterIndex:
 
 
 def all_entities_batch(num_candidates: int) -> int:
-    """Edges ranked at once against ``num_candidates`` entities (bounded by :data:`SCORE_MATRIX_BUDGET`).
+    """Edges ranked at once against ``num_candidates`` entities (bounded by :data:`SCORE_MATRIX_BUDGET`;
+    the block rule of the top-k scan, :func:`pbgio.topk.rows_per_block`, with a block of edges).
 
     >>> all_entities_batch(14_541), all_entities_batch(4_800_000), all_entities_batch(10**9)
     (500, 6, 1)
     """
-    return max(1, min(ALL_ENTITIES_BATCH, SCORE_MATRIX_BUDGET // max(num_candidates, 1)))
+    return rows_per_block(num_candidates, SCORE_MATRIX_BUDGET, ALL_ENTITIES_BATCH)
 
 
 @torch.no_grad()

@@ -9,13 +9,14 @@ candidates u' by c(u', h_r(v)), so a triple has two scores: ``score`` (the one t
 candidates) and ``lhs_side_score`` (the one that ranks lhs candidates; equal for static ones).
 
 :func:`top_k` ranks every entity of the candidate type, partition by partition and a block of
-rows at a time, keeping the best ``k`` across blocks (:class:`pbgio.topk.TopK`): memory is one
-partition, one block of scores and ``k``. Equal scores rank by (partition, row). With filter
-edge paths, the candidates that form a known edge with the query (same relation, in any bucket
-of those edge paths that holds the query's partition) are left out, as filtered evaluation
-leaves them out. :func:`rank_triple` ranks a triple's rhs among all rhs candidates and its lhs
-among all lhs candidates as ``pbgtrain eval --all-entities`` does (ties count against it, the
-triple's own slot is left out, filtering optional), over every partition.
+rows at a time, keeping the best ``k`` across blocks (:func:`pbgio.topk.scan_partitions`, the
+scan ``pbgio neighbors`` uses too): memory is one partition, one block of scores and ``k``.
+Equal scores rank by (partition, row). With filter edge paths, the candidates that form a known
+edge with the query (same relation, in any bucket of those edge paths that holds the query's
+partition) are left out, as filtered evaluation leaves them out. :func:`rank_triple` ranks a
+triple's rhs among all rhs candidates and its lhs among all lhs candidates as
+``pbgtrain eval --all-entities`` does (ties count against it, the triple's own slot is left
+out, filtering optional), over every partition.
 
 Names: entity names come from the names files (:mod:`pbgio.names`), relation names from the
 config (static) or ``dynamic_rel_names.json`` (dynamic). An unknown name raises
@@ -42,7 +43,7 @@ from pbgio.errors import InputError, PbgioError, UnknownNameError
 from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.topk import RankedEntity, TopK, finite_or_none
+from pbgio.topk import BlockScores, PartitionScan, RankedEntity, finite_or_none, rows_per_block, scan_partitions
 from pbgtrain.config import RunConfig, load_run_config
 from pbgtrain.eval_run import CheckpointReader
 from pbgtrain.model import EntityTable, score_candidates
@@ -234,8 +235,7 @@ def top_k(
         known = _known_candidates(run, filters, relation.rel_id, side, query_type, query, cand_type)
         query_row = _rows(reader, query_type, [query])
         scan = _scan(reader, relation.model_rel(reader.device), side, cand_type, query_row, known, k)
-        assert scan.top is not None
-        best = scan.top.items()
+        best = scan.tops[0].items()
         names = names_of(run.entity_path, cand_type, [Position(p, o) for _, p, o in best])
         predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
         asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
@@ -280,7 +280,7 @@ def rank_triple(
             positive = float(positives[side][0])
             scan = _scan(reader, rel_arg, side, cand_type, query_row, known, None, positive, target)
             worst = scan.candidates + 1
-            ranks[side] = (worst if math.isnan(positive) else scan.better + 1, worst)
+            ranks[side] = (worst if math.isnan(positive) else scan.at_least[0] + 1, worst)
         return TripleRank(reader.version, lhs, rel, rhs, float(positives["rhs"][0]), float(positives["lhs"][0]),
                           *ranks["rhs"], *ranks["lhs"], [storage.display(p) for p in filters])
 
@@ -487,52 +487,38 @@ def _known_candidates(run: RunConfig, filter_paths: list[AnyPath], rel_id: int, 
     return {part: np.unique(np.concatenate(ids)) for part, ids in found.items()}
 
 
-@dataclass
-class _Scan:
-    top: TopK | None
-    candidates: int = 0
-    excluded: int = 0
-    better: int = 0
-
-
 @torch.no_grad()
 def _scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_type: str, query_row: torch.Tensor,
           known: dict[int, np.ndarray], k: int | None, positive: float | None = None,
-          target: Position | None = None) -> _Scan:
+          target: Position | None = None) -> PartitionScan:
     """Score the query (one row, of the other side's type) against every entity of ``cand_type``,
-    partition by partition and block by block; keep the best ``k`` and count the candidates scoring
-    at least ``positive``. Known edges and the ``target``'s own slot are left out."""
+    partition by partition and block by block (:func:`pbgio.topk.scan_partitions`); keep the best
+    ``k`` and count the candidates scoring at least ``positive``. Known edges and the ``target``'s
+    own slot are left out."""
     model = reader.model
     device = reader.device
     query_type = model.relation(rel).lhs if side == "rhs" else model.relation(rel).rhs
     query_table = EntityTable(query_row.clone(), entity_type=query_type)
     zero = torch.zeros(1, dtype=torch.long, device=device)
-    scan = _Scan(TopK(k) if k is not None else None)
-    step = max(1, min(MAX_BLOCK_ROWS, ROW_BUDGET // reader.run.config.entity_dimension(cand_type)))
-    for part in range(reader.run.config.num_partitions(cand_type)):
+
+    def open_partition(part: int) -> tuple[int, BlockScores]:
         weights = reader.dir.read_embeddings(cand_type, part, reader.version).embeddings
         table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=part)
-        drop = np.zeros(table.num_entities, dtype=bool)
-        ids = known.get(part)
-        if ids is not None:
-            drop[ids[ids < len(drop)]] = True
-            scan.excluded += int(drop.sum())
-        if target is not None and target.partition == part:
-            drop[target.offset] = True
         lhs_table, rhs_table = (query_table, table) if side == "rhs" else (table, query_table)
-        for start in range(0, table.num_entities, step):
-            cand = torch.arange(start, min(start + step, table.num_entities), device=device)
+
+        def scores(start: int, stop: int) -> np.ndarray:
+            cand = torch.arange(start, stop, device=device)
             lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
-            _, scores = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand)
-            keep = ~drop[start:start + len(cand)]
-            values = scores[0].float().cpu().numpy()[keep]
-            scan.candidates += len(values)
-            if scan.top is not None:
-                scan.top.add(values, part, np.arange(start, start + len(cand))[keep])
-            if positive is not None:
-                scan.better += int(np.count_nonzero(values >= positive))
-        del table, weights
-    return scan
+            _, block = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand)
+            return block.float().cpu().numpy()
+
+        return table.num_entities, scores
+
+    step = rows_per_block(reader.run.config.entity_dimension(cand_type), ROW_BUDGET, MAX_BLOCK_ROWS)
+    return scan_partitions(range(reader.run.config.num_partitions(cand_type)), open_partition, k=k,
+                           block_rows=step, exclude=known,
+                           skip=(target.partition, target.offset) if target is not None else None,
+                           at_least=[positive] if positive is not None else None)
 
 
 @torch.no_grad()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import re
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from pbgio.config import ConfigSchema, EntitySchema, RelationSchema, parse_config
+from pbgio.config import ConfigSchema, EntitySchema, RelationSchema, key_case_issues, parse_config, snake_case_keys
 from pbgio.errors import ConfigError, FormatError
+from pbgio.legacy import spec as legacy_spec
+from pbgio.legacy.reader import LegacyEdgeDir
 from pbgio.legacy.spec import (
     CAMEL_KEYS,
     GENERATED_BLOCKS,
@@ -27,8 +32,11 @@ from pbgio.legacy.spec import (
     snake,
 )
 from pbgio.legacy.state import migrate_embeddings_optimizer, migrate_model
+from pbgio.spec import naming
+from pbgio.spec.config_keys import mixed_case_to_snake_case
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "migration.md"
+ORIGINAL = Path(__file__).resolve().parents[2] / "shared" / "reference" / "original"
 
 
 def camel_config(**overrides: Any) -> dict[str, Any]:
@@ -137,6 +145,85 @@ def test_conflicting_and_unknown_keys_are_errors() -> None:
         migrate_config_dict(camel_config(comparator="dot"))  # both metric and comparator
     with pytest.raises(ConfigError, match=r"unknown key 'num_epoch' \(did you mean 'num_epochs'"):
         migrated(camel_config(numEpoch=3))
+
+
+# --------------------------------------------------------------------------- one key converter, one bucket pattern
+
+# The original's torchbiggraph/schema.py:47 (mixed_case_to_lowercase), worked out by hand:
+# every character for which str.isupper holds becomes "_" + its lowercase.
+ORIGINAL_CONVERSIONS = {
+    "lhsID": "lhs_i_d", "numEpochs": "num_epochs", "entityPath": "entity_path", "edgePaths": "edge_paths",
+    "numDynamicRels": "num_dynamic_rels", "evalNumUniformNegs": "eval_num_uniform_negs",
+    "distributedTreeInitOrder": "distributed_tree_init_order", "loadPath": "load_path", "outdir": "outdir",
+    "all_rhs_negs": "all_rhs_negs", "NumEpochs": "_num_epochs", "maxNorm2D": "max_norm2_d", "ÉtéX": "_été_x",
+}
+
+
+def original_converter() -> Callable[[str], str] | None:
+    """The original's own ``mixed_case_to_lowercase``, taken from the wheel in ../shared (None without it):
+    only that function is compiled, so none of the original's dependencies is needed."""
+    wheels = sorted(ORIGINAL.glob("torchbiggraph-*.whl"))
+    if not wheels:
+        return None
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        source = wheel.read("torchbiggraph/schema.py").decode("utf-8")
+    [function] = [node for node in ast.parse(source).body
+                  if isinstance(node, ast.FunctionDef) and node.name == "mixed_case_to_lowercase"]
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module([function], type_ignores=[]), "torchbiggraph/schema.py", "exec"), namespace)
+    converter: Callable[[str], str] = namespace["mixed_case_to_lowercase"]
+    return converter
+
+
+CONVERTED_KEYS = sorted({*ORIGINAL_CONVERSIONS, *CAMEL_KEYS, *(r.legacy for r in KEY_RENAMES)})
+
+
+def test_the_key_converter_is_the_originals() -> None:
+    for key, expected in ORIGINAL_CONVERSIONS.items():
+        assert mixed_case_to_snake_case(key) == expected, key
+    original = original_converter()
+    if original is None:
+        pytest.skip(f"the original's wheel is not in {ORIGINAL}")
+    assert {k: mixed_case_to_snake_case(k) for k in CONVERTED_KEYS} == {k: original(k) for k in CONVERTED_KEYS}
+    assert {k: original(k) for k in ORIGINAL_CONVERSIONS} == ORIGINAL_CONVERSIONS
+
+
+def test_every_key_conversion_is_the_one_converter() -> None:
+    assert snake is mixed_case_to_snake_case
+    legacy = migrate_config_dict({"lhsID": 1, "entities": {"userId": {"numPartitions": 1}},
+                                  "relations": [{"name": "r", "allNegs": 1}]})
+    current = snake_case_keys({"lhsID": 1, "entities": {"userId": {"numPartitions": 1}},
+                               "relations": [{"name": "r", "allNegs": 1}]})
+    for config in (legacy.config, current):
+        assert "lhs_i_d" in config and "lhs_id" not in config
+        assert config["entities"] == {"userId": {"num_partitions": 1}}
+        assert config["relations"] == [{"name": "r", "all_negs": 1}]
+    assert legacy.era == "camelCase"
+    assert any(c.legacy_key == "lhsID" and c.current_key == "lhs_i_d" for c in legacy.changes)
+    [issue] = key_case_issues({"lhsID": 1})
+    assert "read as 'lhs_i_d'" in issue.message
+
+
+NON_ASCII_DIGITS = ["\u0663", "\uff11", "\u0967"]  # Arabic-Indic three, fullwidth one, Devanagari one
+
+
+@pytest.mark.parametrize("digit", NON_ASCII_DIGITS, ids=["arabic-indic", "fullwidth", "devanagari"])
+def test_file_names_with_non_ascii_digits_are_not_layout_files(digit: str, tmp_path: Path) -> None:
+    assert int(digit) >= 0  # a digit to Python's int(), and to the regex \d
+    assert naming.BUCKET_RE is legacy_spec.BUCKET_RE  # one declaration for both layouts
+    for parse in (naming.parse_bucket_file, legacy_spec.parse_bucket_file):
+        assert parse("edges_0_1.h5") == (0, 1)
+        for name in (f"edges_{digit}_0.h5", f"edges_0_{digit}.h5", f"edges_1{digit}_0.h5"):
+            assert parse(name) is None, name
+    assert legacy_spec.parse_entity_count_file(f"entity_count_user_{digit}.pt") is None
+    assert legacy_spec.parse_embeddings_file(f"user_{digit}.pt") is None
+    assert legacy_spec.parse_embeddings_file(f"user_1.pt.{digit}") is None
+    assert legacy_spec.parse_metadata_file(f"METADATA_1.pt.{digit}") is None
+    assert legacy_spec.migrate_param_key(f"rhs_operators.{digit}.rotation") == (f"rhs_operators.{digit}.rotation",
+                                                                                 False)
+    for name in ("edges_0_0.h5", f"edges_{digit}_0.h5"):
+        (tmp_path / name).write_bytes(b"")
+    assert list(LegacyEdgeDir(tmp_path).bucket_files) == [(0, 0)]
 
 
 @pytest.mark.parametrize("rename", PARAM_RENAMES, ids=lambda r: r.legacy)

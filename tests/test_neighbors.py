@@ -1,5 +1,5 @@
-"""``pbgio neighbors`` (pbgio.neighbors) and the running top-k (pbgio.topk), against numpy over the
-whole table."""
+"""``pbgio neighbors`` (pbgio.neighbors), the running top-k and the scan over partitions
+(pbgio.topk), against numpy over the whole table."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from pbgio.errors import MissingArtifactError, UnknownNameError
 from pbgio.neighbors import NeighborsError, nearest_neighbors
 from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.testing import small_valid_layout, write_layout
-from pbgio.topk import TopK
+from pbgio.topk import PartitionScan, TopK, scan_partitions
 
 Floats = NDArray[np.float64]
 
@@ -61,6 +62,77 @@ def test_topk_refuses_bad_input() -> None:
         TopK(0)
     with pytest.raises(ValueError, match="as many scores as offsets"):
         TopK(2).add(np.zeros(3), 0, np.arange(2))
+
+
+# --------------------------------------------------------------------------- scan_partitions
+
+
+@given(sizes=st.lists(st.integers(0, 7), min_size=1, max_size=4), queries=st.integers(1, 3),
+       k=st.none() | st.integers(1, 6), block=st.integers(1, 8), reverse=st.booleans(), seed=st.integers(0, 99),
+       excluded=st.booleans(), skipped=st.booleans(), thresholds=st.booleans())
+def test_scan_partitions_is_the_whole_table_sorted(sizes: list[int], queries: int, k: int | None, block: int,
+                                                   reverse: bool, seed: int, excluded: bool, skipped: bool,
+                                                   thresholds: bool) -> None:
+    rng = np.random.default_rng(seed)
+    tables = [rng.choice([-1.0, 0.0, 0.5, 2.0, np.nan], size=(queries, n)) for n in sizes]
+    exclude = {p: rng.choice(n + 2, size=2) for p, n in enumerate(sizes)} if excluded else None  # some beyond n
+    rows = [(p, o) for p, n in enumerate(sizes) for o in range(n)]
+    skip = rows[seed % len(rows)] if skipped and rows else None
+    at_least = [0.5] * queries if thresholds else None
+    opened: list[int] = []
+    blocks: list[tuple[int, int, int]] = []
+
+    def open_partition(part: int) -> tuple[int, Any]:
+        opened.append(part)
+
+        def scores(start: int, stop: int) -> NDArray[np.float64]:
+            blocks.append((part, start, stop))
+            out: NDArray[np.float64] = tables[part][:, start:stop]
+            return out
+
+        return sizes[part], scores
+
+    order = list(range(len(sizes)))[::-1 if reverse else 1]
+    scan = scan_partitions(order, open_partition, k=k, block_rows=block, queries=queries, exclude=exclude,
+                           skip=skip, at_least=at_least)
+    assert isinstance(scan, PartitionScan) and opened == order
+    assert all(stop - start <= block for _, start, stop in blocks)
+    left_out = {(p, int(o)) for p, ids in (exclude or {}).items() for o in ids if o < sizes[p]}
+    kept = [(p, o) for p, o in rows if (p, o) not in left_out and (p, o) != skip]
+    assert scan.candidates == len(kept) and scan.excluded == len(left_out)
+    for q in range(queries):
+        if k is None:
+            assert scan.tops == []
+        else:
+            key = [(-np.nan_to_num(tables[p][q, o], nan=-np.inf), p, o) for p, o in kept]
+            want = [(p, o) for _, p, o in sorted(key)[:k]]
+            assert [(p, o) for _, p, o in scan.tops[q].items()] == want
+        if at_least is None:
+            assert scan.at_least == []
+        else:
+            assert scan.at_least[q] == sum(1 for p, o in kept if tables[p][q, o] >= at_least[q])
+
+
+def test_scan_partitions_lets_each_partition_go_before_the_next() -> None:
+    alive: list[int] = []
+
+    class Rows:
+        def __init__(self, part: int) -> None:
+            self.part = part
+            alive.append(part)
+
+        def __del__(self) -> None:
+            alive.remove(self.part)
+
+    def open_partition(part: int) -> tuple[int, Any]:
+        rows = Rows(part)
+        assert alive == [part], alive  # the previous partition is gone before this one is read
+        return 3, lambda start, stop: np.full((1, stop - start), float(rows.part))
+
+    scan = scan_partitions(range(3), open_partition, k=2, block_rows=2)
+    assert [(p, o) for _, p, o in scan.tops[0].items()] == [(2, 0), (2, 1)]
+    with pytest.raises(ValueError, match="one threshold per query"):
+        scan_partitions([0], open_partition, k=1, block_rows=1, queries=2, at_least=[0.0])
 
 
 # --------------------------------------------------------------------------- brute force

@@ -17,6 +17,10 @@ migration guide's tables are rendered from these declarations.
 'camelCase'
 >>> migrate_param_key("rhs_operators.1.rotation")
 ('rhs_operators.1.linear_transformation', True)
+>>> snake("numEdgeChunks"), snake("hogwild_delay"), snake("distributedTreeInitOrder"), snake("lhsID")
+('num_edge_chunks', 'hogwild_delay', 'distributed_tree_init_order', 'lhs_i_d')
+>>> parse_bucket_file("edges_1_0.h5"), parse_bucket_file("edges_\u0663_0.h5")  # ASCII digits only
+((1, 0), None)
 """
 
 from __future__ import annotations
@@ -27,15 +31,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pbgio.errors import FormatError, Issue
+from pbgio.spec.config_keys import is_mixed_case, mixed_case_to_snake_case
+from pbgio.spec.naming import BUCKET_RE as BUCKET_RE
+from pbgio.spec.naming import parse_bucket_file as parse_bucket_file
 
 # --------------------------------------------------------------------------- file names
 
-ENTITY_COUNT_RE = re.compile(r"^entity_count_(?P<type>.+)_(?P<part>\d+)\.pt$")
+# Numbers in file names are ASCII digits ([0-9], not \d, which matches '٣' and other digits).
+ENTITY_COUNT_RE = re.compile(r"^entity_count_(?P<type>.+)_(?P<part>[0-9]+)\.pt$")
 DYNAMIC_REL_COUNT = "dynamic_rel_count.pt"
 DICTIONARY = "dict.pt"
-BUCKET_RE = re.compile(r"^edges_(?P<lhs>\d+)_(?P<rhs>\d+)\.h5$")
-METADATA_RE = re.compile(r"^METADATA_(?P<base>[01])\.pt(?:\.(?P<version>\d+))?$")
-EMBEDDINGS_RE = re.compile(r"^(?P<type>.+)_(?P<part>\d+)\.pt(?:\.(?P<version>\d+))?$")
+# Buckets: the legacy layout's edges_{lhs}_{rhs}.h5 are the current layout's names
+# (pbgio.spec.naming.BUCKET_RE and parse_bucket_file, imported above, are the one declaration).
+METADATA_RE = re.compile(r"^METADATA_(?P<base>[01])\.pt(?:\.(?P<version>[0-9]+))?$")
+EMBEDDINGS_RE = re.compile(r"^(?P<type>.+)_(?P<part>[0-9]+)\.pt(?:\.(?P<version>[0-9]+))?$")
 VERSION_FILES = ("CHECKPOINT_VERSION", "FILAMENT_CHECKPOINT_VERSION")
 """Checkpoint version file names, newest first (``FILAMENT_…`` until 9e6a290, 2019-01-23)."""
 
@@ -49,11 +58,6 @@ EMBEDDINGS_FIELDS = ("embeddings", "optimizer")
 def parse_entity_count_file(name: str) -> tuple[str, int] | None:
     m = ENTITY_COUNT_RE.match(name)
     return (m["type"], int(m["part"])) if m else None
-
-
-def parse_bucket_file(name: str) -> tuple[int, int] | None:
-    m = BUCKET_RE.match(name)
-    return (int(m["lhs"]), int(m["rhs"])) if m else None
 
 
 def parse_metadata_file(name: str) -> tuple[int, int | None] | None:
@@ -190,13 +194,9 @@ CAMEL_KEYS: tuple[str, ...] = (
 """camelCase keys of the 0035569-era config that only change case (for the docs)."""
 
 
-def snake(key: str) -> str:
-    """camelCase → snake_case, as the original's loader converts mixedCase keys.
-
-    >>> snake("numEdgeChunks"), snake("hogwild_delay"), snake("distributedTreeInitOrder")
-    ('num_edge_chunks', 'hogwild_delay', 'distributed_tree_init_order')
-    """
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+snake = mixed_case_to_snake_case
+"""camelCase → snake_case: the original's conversion of mixedCase keys, the one of
+:mod:`pbgio.spec.config_keys` (``lhsID`` → ``lhs_i_d``, as the original reads it)."""
 
 
 _KEY_RENAMES = {(r.scope, snake(r.legacy)): r for r in KEY_RENAMES}
@@ -325,7 +325,7 @@ def migrate_config_dict(legacy: Mapping[str, Any], source: str | None = None) ->
 
 def _has_camel(data: Mapping[str, Any]) -> bool:
     for key, value in data.items():
-        if isinstance(key, str) and key != key.lower():
+        if isinstance(key, str) and is_mixed_case(key):
             return True
         if key == "relations" and isinstance(value, list) and any(
                 isinstance(r, Mapping) and _has_camel(r) for r in value):
@@ -336,7 +336,7 @@ def _has_camel(data: Mapping[str, Any]) -> bool:
     return False
 
 
-PRIVATE_OPERATOR_RE = re.compile(r"^(?P<side>lhs|rhs)_operators\.(?P<idx>\d+)\.(?P<param>[^./]+)$")
+PRIVATE_OPERATOR_RE = re.compile(r"^(?P<side>lhs|rhs)_operators\.(?P<idx>[0-9]+)\.(?P<param>[^./]+)$")
 PRIVATE_GLOBAL_RE = re.compile(r"^global_embs\.emb_(?P<type>[^./]+)$")
 
 
@@ -371,7 +371,9 @@ def renames_markdown() -> str:
     lines += [
         "",
         "Every other camelCase key only changes case: "
-        + ", ".join(f"`{k}` → `{snake(k)}`" for k in CAMEL_KEYS) + ".",
+        + ", ".join(f"`{k}` → `{snake(k)}`" for k in CAMEL_KEYS) + ". "
+        "The case conversion is the original's (`mixed_case_to_lowercase` in its `schema.py`, for every key "
+        f"it loads): each capital letter becomes `_` and its lowercase, so `lhsID` → `{snake('lhsID')}`.",
         "",
         "| key | legacy value | current value | changed in | note |",
         "|---|---|---|---|---|",

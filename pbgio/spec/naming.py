@@ -1,6 +1,7 @@
 """File names of the current (format_version 1) layout, and entity-type name safety.
 
-Every file name pbgio reads or writes is built and parsed here, nowhere else.
+Every file name pbgio reads or writes is built and parsed here, nowhere else (the legacy .pt
+layout's own names are in :mod:`pbgio.legacy.spec`; its buckets are :data:`BUCKET_RE`'s).
 
 >>> entity_count_file("user", 3)
 'entity_count_user_3.txt'
@@ -8,6 +9,8 @@ Every file name pbgio reads or writes is built and parsed here, nowhere else.
 ('my_type', 12)
 >>> bucket_file(0, 1), parse_bucket_file("edges_0_1.h5")
 ('edges_0_1.h5', (0, 1))
+>>> parse_bucket_file("edges_\u0663_0.h5") is None  # numbers in file names are ASCII digits
+True
 >>> embeddings_file("user", 0, 7)
 'embeddings_user_0.v7.h5'
 >>> parse_versioned_file("embeddings_user_0.v7.h5")

@@ -447,11 +447,13 @@ class _Collect(logging.Handler):
 
 def _with_paths(raw: Any, root: Path) -> Any:
     """The case's config with its paths pointing into ``root`` (a list of edge paths keeps its length)."""
+    from torchbiggraph.schema import mixed_case_to_lowercase  # the original's own key conversion
+
     data = copy.deepcopy(raw)
     if not isinstance(data, dict):
         return data
     for key in list(data):
-        norm = "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
+        norm = mixed_case_to_lowercase(key)
         if norm == "entity_path":
             data[key] = str(root / "data")
         elif norm == "checkpoint_path":
