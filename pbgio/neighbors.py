@@ -34,7 +34,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.checkpoint import read_committed
-from pbgio.cli.support import text_table
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, PbgioError
 from pbgio.exporters.common import ExportSource, open_export_source
@@ -43,7 +42,7 @@ from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
 from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
-from pbgio.topk import BlockScores, RankedEntity, rows_per_block, scan_partitions
+from pbgio.topk import BlockScores, RankedEntity, rows_per_block, scan_partitions, text_table
 
 Metric = Literal["cos", "dot"]
 METRICS: tuple[Metric, ...] = ("cos", "dot")

@@ -16,6 +16,7 @@ or on how rows are split into blocks. A NaN score ranks below every other score.
 top-k and the ranks of a triple) share: each partition is opened (read) in turn, its rows are
 scored a block at a time, rows may be left out, and the best ``k`` of every query are kept with
 :class:`TopK` (and, for ranks, the rows scoring at least a threshold counted).
+:func:`text_table` prints results for people (``--json`` is for machines).
 
 >>> table = {0: np.array([0.5, 2.0, 0.25]), 1: np.array([2.0, 1.0, 3.0])}
 >>> def open_partition(part):  # one query: the scores are the rows themselves
@@ -181,3 +182,19 @@ class RankedEntity:
         """JSON-ready (a non-finite score is null)."""
         return {"rank": self.rank, "name": self.name, "score": finite_or_none(self.score),
                 "partition": self.partition, "offset": self.offset}
+
+
+def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """Columns aligned with two spaces between them; the columns numbered in ``right`` are
+    right-aligned (numbers). A plain-text result table for stdout (``--json`` is for machines).
+
+    >>> print(text_table(["rank", "name", "score"], [["1", "ann", "0.5"], ["10", "bob", "-12.25"]], right=[0, 2]))
+    rank  name   score
+       1  ann      0.5
+      10  bob   -12.25
+    """
+    lines = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+                     for line in lines)

@@ -37,13 +37,20 @@ import torch
 
 from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, read_committed
-from pbgio.cli.support import text_table
 from pbgio.edges import read_bucket
 from pbgio.errors import InputError, PbgioError, UnknownNameError
 from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.topk import BlockScores, PartitionScan, RankedEntity, finite_or_none, rows_per_block, scan_partitions
+from pbgio.topk import (
+    BlockScores,
+    PartitionScan,
+    RankedEntity,
+    finite_or_none,
+    rows_per_block,
+    scan_partitions,
+    text_table,
+)
 from pbgtrain.config import RunConfig, load_run_config
 from pbgtrain.eval_run import CheckpointReader
 from pbgtrain.model import EntityTable, score_candidates

@@ -13,13 +13,13 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
 grimp = pytest.importorskip("grimp", reason="needs grimp (pip install -e '.[lint]': import-linter)")
+tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with tomllib (Python 3.11+)")
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pbgio", "pbgtrain")

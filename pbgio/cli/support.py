@@ -13,7 +13,7 @@ command's errors to its exit code. Imports only the standard library at import t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 EXIT_FAILED = 1
@@ -81,22 +81,6 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         sys.unraisablehook, sys.excepthook = previous_hooks
-
-
-def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """Columns aligned with two spaces between them; the columns numbered in ``right`` are
-    right-aligned (numbers). A plain-text result table for stdout (``--json`` is for machines).
-
-    >>> print(text_table(["rank", "name", "score"], [["1", "ann", "0.5"], ["10", "bob", "-12.25"]], right=[0, 2]))
-    rank  name   score
-       1  ann      0.5
-      10  bob   -12.25
-    """
-    lines = [list(header), *(list(row) for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
-                               for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
-                     for line in lines)
 
 
 def _quiet_failed_h5_writes(previous: Callable[..., object]) -> Callable[..., object]:
