@@ -7,6 +7,7 @@ consequences its registration declares.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,66 @@ def test_every_rule_has_a_mutation() -> None:
     unknown = sorted(set(MUTATORS) - set(RULES))
     assert not missing, f"rules without a mutation test: {missing}"
     assert not unknown, f"mutations of rules that are not in the catalogue: {unknown}"
+
+
+_PACKAGES = Path(__file__).resolve().parent.parent
+_CATALOGUE = Path("pbgio/spec/rules.py")
+_MUTATORS = Path("pbgio/testing")
+_CHECKS = Path("pbgio/checks")
+
+
+def _rule_id_places() -> dict[str, set[tuple[str, str]]]:
+    """Where each rule id is written as a string constant: ``{rule id: {(module, function)}}``.
+
+    Every module of ``pbgio`` and ``pbgtrain`` is parsed, except the catalogue
+    (``pbgio/spec/rules.py``) and ``pbgio/testing/`` (which breaks files rule by rule); a string
+    constant equal to a rule id counts wherever it stands (a call, a comparison, a dict, a
+    default argument), docstrings and f-strings aside (a docstring is one constant that merely
+    mentions ids, an f-string is not a constant). The function is the outermost ``def`` holding the
+    constant (methods as ``Class.method``); ``<module>`` for one outside every function.
+    """
+    places: dict[str, set[tuple[str, str]]] = {rule_id: set() for rule_id in RULES}
+
+    def visit(node: ast.AST, module: str, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = function
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and function == "<module>":
+                inner = child.name
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and "." in function \
+                    and function.endswith(".<class>"):
+                inner = function.replace("<class>", child.name)
+            elif isinstance(child, ast.ClassDef) and function == "<module>":
+                inner = f"{child.name}.<class>"
+            if isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value in places:
+                places[child.value].add((module, inner))
+            visit(child, module, inner)
+
+    for package in ("pbgio", "pbgtrain"):
+        for path in sorted((_PACKAGES / package).rglob("*.py")):
+            module = path.relative_to(_PACKAGES)
+            if module == _CATALOGUE or module.is_relative_to(_MUTATORS):
+                continue
+            visit(ast.parse(path.read_text(encoding="utf-8")), module.as_posix(), "<module>")
+    return places
+
+
+def test_every_rule_is_coded_once() -> None:
+    """Every rule id of the catalogue is implemented in exactly one place: all the string
+    constants equal to it (found as :func:`_rule_id_places` says) lie in one function of one
+    module under ``pbgio/checks/`` (the predicate that decides the rule and builds its issue), and
+    there is at least one. Readers, the validator, importers and the trainer reach a rule only by
+    calling that function, so its decision and its message exist once."""
+    places = _rule_id_places()
+    nowhere = sorted(r for r, found in places.items() if not found)
+    assert not nowhere, f"rules no code names as a constant (an id built at run time?): {nowhere}"
+    outside = {r: sorted(f"{m}:{f}" for m, f in found if not Path(m).is_relative_to(_CHECKS))
+               for r, found in places.items()}
+    outside = {r: where for r, where in outside.items() if where}
+    assert not outside, "rule ids named outside pbgio/checks/:\n" + "\n".join(
+        f"  {r}: {', '.join(where)}" for r, where in sorted(outside.items()))
+    several = {r: sorted(f"{m}:{f}" for m, f in found) for r, found in places.items() if len(found) > 1}
+    assert not several, "rule ids named in more than one function:\n" + "\n".join(
+        f"  {r}: {', '.join(where)}" for r, where in sorted(several.items()))
 
 
 def _show(report: Report) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pbgio.config import ConfigSchema
+    from pbgio.spec.config import ConfigSchema
 
 MODEL_GROUP = "model"
 EMBEDDINGS_DATASET = "embeddings"
