@@ -8,7 +8,8 @@ Read, write and validate every on-disk artifact of a PBG layout::
 
 The submodules are the API: :mod:`pbgio.config` (run config), :mod:`pbgio.entities`,
 :mod:`pbgio.edges`, :mod:`pbgio.checkpoint` (readers and writers),
-:mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration)
+:mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration),
+:mod:`pbgio.checks` (the code of every rule, shared by readers and validator)
 and :mod:`pbgio.testing` (hypothesis strategies and mutators for your own tests).
 Names are re-exported here lazily, so ``import pbgio`` stays cheap.
 """

@@ -46,7 +46,7 @@ from pbgio.checks.checkpoint import config_mismatch, embeddings_shape, param_nam
 from pbgio.config import ConfigSchema
 from pbgio.errors import ConfigError
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
-from pbgio.spec.checkpoint import MODEL_DEFINING_KEYS, private_to_public, public_to_private
+from pbgio.spec.checkpoint import private_to_public, public_to_private
 from pbgio.storage import AnyPath
 from pbgtrain.batching import stable_seed
 from pbgtrain.model.tables import EntityTable
@@ -224,10 +224,10 @@ def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:
     except Exception:  # an unreadable config.json is reported by the validator, not here
         return
     current = config.to_dict()
-    differ = [k for k in MODEL_DEFINING_KEYS if saved.get(k) != current.get(k)]
+    path = str(directory.path / "config.json")
+    differ = config_mismatch(path, saved, current, "the checkpoint being resumed", resume=True)
     if differ:
-        path = str(directory.path / "config.json")
-        raise ConfigError(path, config_mismatch(path, saved, current, "the checkpoint being resumed", resume=True))
+        raise ConfigError(path, differ)
 
 
 def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], source: str, *,
@@ -239,10 +239,7 @@ def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], sou
     the rows after them."""
     own = model.state_dict()
     loaded = {public_to_private(name) or name: torch.from_numpy(value) for name, value in params.items()}
-    missing = sorted(set(own) - set(loaded))
-    unexpected = sorted(set(loaded) - set(own))
-    if missing or unexpected:
-        raise_first([param_names(source, "model", list(loaded), list(own))])
+    raise_first([param_names(source, "model", list(loaded), list(own))])
     for key, value in loaded.items():
         want = tuple(own[key].shape)
         if tuple(value.shape) == want:

@@ -43,9 +43,10 @@ def _rule_id_places() -> dict[str, set[tuple[str, str]]]:
     Every module of ``pbgio`` and ``pbgtrain`` is parsed, except the catalogue
     (``pbgio/spec/rules.py``) and ``pbgio/testing/`` (which breaks files rule by rule); a string
     constant equal to a rule id counts wherever it stands (a call, a comparison, a dict, a
-    default argument), docstrings and f-strings aside (a docstring is one constant that merely
-    mentions ids, an f-string is not a constant). The function is the outermost ``def`` holding the
-    constant (methods as ``Class.method``); ``<module>`` for one outside every function.
+    default argument, a module-level constant). A docstring or an f-string that mentions an id is
+    not equal to it, so an id assembled at run time (``f"edge-{side}-range"``) is found nowhere,
+    which the test refuses too. The function is the outermost ``def`` holding the constant (methods
+    as ``Class.method``); ``<module>`` for one outside every function.
     """
     places: dict[str, set[tuple[str, str]]] = {rule_id: set() for rule_id in RULES}
 
@@ -89,6 +90,20 @@ def test_every_rule_is_coded_once() -> None:
     several = {r: sorted(f"{m}:{f}" for m, f in found) for r, found in places.items() if len(found) > 1}
     assert not several, "rule ids named in more than one function:\n" + "\n".join(
         f"  {r}: {', '.join(where)}" for r, where in sorted(several.items()))
+
+
+def test_checks_import_only_errors_spec_and_numpy() -> None:
+    """The checks are the bottom layer above the spec: no reader, storage helper or validator
+    (imports inside functions count too), so that every layer above can call them."""
+    allowed = ("pbgio.errors", "pbgio.spec", "pbgio.checks")
+    found = []
+    for path in sorted((_PACKAGES / _CHECKS).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.name}: {n}" for n in names
+                      if (n.split(".")[0] == "pbgio" and not n.startswith(allowed)) or n == "pbgio"]
+    assert not found, found
 
 
 def _show(report: Report) -> str:

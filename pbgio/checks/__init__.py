@@ -52,11 +52,6 @@ def raise_first(issues: Iterable[Issue | None], error: type[FormatError] = Forma
             raise error(issue)
 
 
-def first_problem(issues: Iterable[Issue | None]) -> Issue | None:
-    """The first issue of ``issues`` (``None`` entries skipped), or None."""
-    return next((issue for issue in issues if issue is not None), None)
-
-
 @dataclass
 class RowProblem:
     """The rows of one block that break a rule: ``bad`` marks them, ``describe(i)`` says what

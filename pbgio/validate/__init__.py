@@ -19,6 +19,11 @@ What a path is taken to be:
   with the rules that need no config.
 - a single ``.h5`` file: that bucket or checkpoint file.
 - anything in the legacy ``.pt`` layout: reported as legacy, with the command that migrates it.
+
+The validator walks a layout, reads each artifact (:mod:`pbgio.validate.entities`,
+:mod:`pbgio.validate.edges`, :mod:`pbgio.validate.checkpoint`) and applies every rule to what it
+read, collecting all the issues where a reader raises the first; the rules themselves are coded
+in :mod:`pbgio.checks`, which readers and validator share.
 """
 
 from __future__ import annotations
