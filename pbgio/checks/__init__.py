@@ -70,11 +70,10 @@ class RowProblem:
         """The issue of this rule, for offending ``rows`` (file rows) of ``count`` in all."""
         return rule(self.rule_id).issue(file, self.dataset, message, rows=rows, count=count)
 
-    def first(self, file: str | None, offset: int = 0, *, at: int | None = None) -> Issue:
-        """The issue of the first offending row, the block starting at file row ``offset``;
-        ``at`` names another row than the offending one (a bag's edge row, say)."""
+    def first(self, file: str | None, offset: int = 0) -> Issue:
+        """The issue of the first offending row, the block starting at file row ``offset``."""
         i = int(self.rows()[0])
-        return self.issue(file, self.describe(i), (offset + i if at is None else at,), int(self.bad.sum()))
+        return self.issue(file, self.describe(i), (offset + i,), int(self.bad.sum()))
 
 
 def row_problem(rule_id: str, dataset: str, bad: NDArray[np.bool_],
