@@ -326,3 +326,60 @@ def test_rows_with_a_bad_rel_are_not_checked_as_another_relation(tmp_path: Path)
     issue = _only(report, "edge-rel-range")
     assert issue.rows == (row,)
     assert report.rule_ids() == {"edge-rel-range"}, _show(report)
+
+
+# Rules a reader decides on what it reads, with the predicate the validator applies.
+READER_RULES = (
+    "h5-format-version", "edge-dataset-missing", "edge-dataset-dtype", "edge-dataset-shape", "edge-length-mismatch",
+    "edge-offsets-pair", "edge-offsets-length", "edge-offsets-order", "edge-offsets-end", "embeddings-dataset",
+    "model-param-dtype", "training-stats-format", "training-stats-index", "training-stats-object",
+    "checkpoint-version-format", "entity-count-format", "entity-names-format", "dynamic-rel-count-format",
+    "dynamic-rel-names-format",
+)
+
+
+def _read(file: Path) -> Any:
+    """Read ``file`` with the reader of its kind (as a trainer or exporter would)."""
+    from pbgio import entities
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.edges import read_bucket
+
+    name, directory = file.name, CheckpointDir(file.parent)
+    if naming.parse_bucket_file(name):
+        return read_bucket(file)
+    if (versioned := naming.parse_versioned_file(name)) is not None:
+        kind, etype, part, version = versioned
+        if kind == "model":
+            return directory.read_model(version)
+        assert etype is not None and part is not None
+        return directory.read_embeddings(etype, part, version)
+    if name == naming.TRAINING_STATS:
+        return directory.read_stats()
+    if name == naming.CHECKPOINT_VERSION:
+        return directory.read_version()
+    if (count := naming.parse_entity_count_file(name)) is not None:
+        return entities.read_entity_count(file.parent, *count)
+    if (names := naming.parse_entity_names_file(name)) is not None:
+        return entities.read_entity_names(file.parent, *names)
+    if name == naming.DYNAMIC_REL_COUNT:
+        return entities.read_dynamic_rel_count(file.parent)
+    assert name == naming.DYNAMIC_REL_NAMES, name
+    return entities.read_relation_names(file.parent)
+
+
+@pytest.mark.parametrize("rule_id", READER_RULES)
+def test_reader_raises_what_the_validator_reports(rule_id: str, tmp_path: Path) -> None:
+    """The reader of a file broken for ``rule_id`` raises an issue of that rule, with the dataset
+    and message the validator reports: both ask the one predicate of :mod:`pbgio.checks`."""
+    from pbgio.errors import FormatError
+
+    path = prepare(rule_id, tmp_path)
+    MUTATIONS[rule_id].mutate(tmp_path)
+    reported = [i for i in validate_path(path).issues if i.rule == rule_id]
+    assert reported
+    root = path if path.is_dir() else path.parent
+    for file in sorted({root / i.file for i in reported if i.file}):
+        with pytest.raises(FormatError) as raised:
+            _read(file)
+        issue = raised.value.issue
+        assert (issue.rule, issue.dataset, issue.message) in {(i.rule, i.dataset, i.message) for i in reported}
