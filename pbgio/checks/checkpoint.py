@@ -29,7 +29,7 @@ from pbgio.spec.checkpoint import (
 )
 from pbgio.spec.naming import CHECKPOINT_VERSION
 from pbgio.spec.rules import rule
-from pbgio.spec.stats import STATS_KEYS, _is_int, stats_object_problem
+from pbgio.spec.stats import STATS_KEYS, is_int, stats_object_problem
 
 Shape = tuple[int, ...]
 
@@ -253,7 +253,7 @@ def stats_line(file: str | None, index: int, value: Any) -> list[Issue]:
     if not isinstance(value, dict):
         return [stats_format(file, index, f"expected a JSON object, found a JSON {type(value).__name__}")]
     problems = []
-    if not (_is_int(value.get("index")) and value["index"] >= 0):
+    if not (is_int(value.get("index")) and value["index"] >= 0):
         found = "none" if "index" not in value else repr(value["index"])
         problems.append(("training-stats-index",
                          f"expected an integer index ≥ 0 (the original reads it from every line), found {found}"))

@@ -22,7 +22,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from pbgio.spec.checkpoint import CONFIG_JSON_INDENT
+CONFIG_JSON_INDENT = 4
+"""``config.json`` (and the config/json attribute of checkpoint files) as the original writes it."""
 
 Operator = Literal["none", "diagonal", "translation", "linear", "affine", "complex_diagonal"]
 Comparator = Literal["dot", "cos", "l2", "squared_l2"]

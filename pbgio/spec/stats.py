@@ -56,7 +56,8 @@ EXTRA_MEANING = ("pbgtrain's own facts, ignored by the original: `eval_protocol`
                  "wall-clock training window, Unix seconds)")
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An integer of JSON (not a bool, which Python counts as one)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -75,7 +76,7 @@ def stats_object_problem(name: str, value: Any) -> str | None:
         found = (f"missing {', '.join(map(repr, missing))}" if missing else "") + (
             "; " if missing and extra else "") + (f"also {', '.join(map(repr, extra))}" if extra else "")
         return f"expected {name} to hold exactly the keys count and metrics, found {found}"
-    if not (_is_int(value["count"]) and value["count"] >= 0):
+    if not (is_int(value["count"]) and value["count"] >= 0):
         return f"expected {name}.count to be an integer ≥ 0, found {value['count']!r}"
     metrics = value["metrics"]
     if not isinstance(metrics, dict):
