@@ -31,12 +31,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import storage
-from pbgio.errors import CorruptFileError, FormatError, MissingArtifactError
+from pbgio.checks import checkpoint as checks
+from pbgio.checks import entities as counts
+from pbgio.checks import optimizer as optimizer_checks
+from pbgio.checks import raise_first
+from pbgio.errors import CorruptFileError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import (
     attr_int,
     attr_str,
     check_format_version,
-    is_float32,
     link_name,
     open_h5,
     read_whole,
@@ -52,9 +55,7 @@ from pbgio.spec.checkpoint import (
     STATE_DICT_KEY_ATTR,
     public_to_private,
 )
-from pbgio.spec.entities import format_count, parse_count_text
-from pbgio.spec.rules import rule
-from pbgio.spec.stats import line_problems
+from pbgio.spec.entities import format_count
 from pbgio.storage import AnyPath, atomic
 
 if TYPE_CHECKING:
@@ -166,14 +167,12 @@ class CheckpointDir:
         except FileNotFoundError:
             return 0
         except (OSError, UnicodeDecodeError) as exc:
-            raise FormatError(rule("checkpoint-version-format").issue(
-                str(self.version_path), None, f"expected a text file, found {exc}")) from None
+            raise FormatError(counts.text_unreadable("checkpoint version", str(self.version_path), exc)) from None
         if not text.strip():
             return 0
-        version = parse_count_text(text)
-        if version is None:
-            raise FormatError(rule("checkpoint-version-format").issue(
-                str(self.version_path), None, f"expected one non-negative integer, found {text[:40]!r}"))
+        version = counts.count_format("checkpoint version", str(self.version_path), text)
+        if isinstance(version, Issue):
+            raise FormatError(version)
         return version
 
     def _version_or_latest(self, version: int | None) -> int:
@@ -209,17 +208,8 @@ class CheckpointDir:
         path = self.embeddings_path(entity_type, part, self._version_or_latest(version))
         with open_h5(path) as f:
             check_format_version(f, path)
-            if EMBEDDINGS_DATASET not in f:
-                raise FormatError(rule("embeddings-dataset").issue(
-                    str(path), EMBEDDINGS_DATASET, "expected dataset embeddings, found none"))
-            ds = f[EMBEDDINGS_DATASET]
-            if not hasattr(ds, "ndim"):  # a group or a named datatype
-                raise FormatError(rule("embeddings-dataset").issue(
-                    str(path), EMBEDDINGS_DATASET, f"expected a dataset, found a {type(ds).__name__}"))
-            if not is_float32(ds.dtype) or ds.ndim != 2:
-                raise FormatError(rule("embeddings-dataset").issue(
-                    str(path), EMBEDDINGS_DATASET,
-                    f"expected 2-D float32, found {ds.ndim}-D {ds.dtype}"))
+            ds = f.get(EMBEDDINGS_DATASET)
+            raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
             return EmbeddingsState(read_whole(ds, path), _read_blob(f, path))
 
     # ---- model
@@ -240,14 +230,8 @@ class CheckpointDir:
             params: dict[str, Float32Array] = {}
             if MODEL_GROUP in f:
                 for name, ds in _datasets(f[MODEL_GROUP]):
-                    expected = public_to_private(name)
-                    if expected is None:
-                        raise FormatError(rule("model-param-name").issue(
-                            str(path), f"{MODEL_GROUP}/{name}", "expected relations/{idx}/operator/"
-                            "{side}/{param} or entities/{type}/global_embedding, found this name"))
-                    if not is_float32(ds.dtype):
-                        raise FormatError(rule("model-param-dtype").issue(
-                            str(path), f"{MODEL_GROUP}/{name}", f"expected float32, found {ds.dtype}"))
+                    raise_first([checks.param_name(str(path), name, known=public_to_private(name) is not None),
+                                 checks.param_dtype(str(path), name, ds.dtype)])
                     params[name] = read_whole(ds, path)
             return ModelState(params, _read_blob(f, path))
 
@@ -307,9 +291,8 @@ class CheckpointDir:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             bad = path.read_bytes()[:exc.start].count(b"\n")
-            raise FormatError(rule("training-stats-format").issue(
-                str(path), None, f"expected UTF-8 text, found invalid bytes on line {bad + 1} ({exc.reason})",
-                rows=(bad,), count=1)) from None
+            raise FormatError(checks.stats_format(
+                str(path), bad, f"expected UTF-8 text, found invalid bytes ({exc.reason})")) from None
         for index, line in enumerate(text.splitlines()):
             if not line.strip():
                 continue
@@ -318,12 +301,9 @@ class CheckpointDir:
             except (ValueError, RecursionError) as exc:  # invalid JSON, a too-long integer, too deep nesting
                 reason = exc.msg if isinstance(exc, json.JSONDecodeError) else (
                     "nesting too deep to decode" if isinstance(exc, RecursionError) else str(exc)[:200])
-                raise FormatError(rule("training-stats-format").issue(
-                    str(path), None, f"expected a JSON object on line {index + 1}, found invalid JSON "
-                    f"({reason})", rows=(index,), count=1)) from None
-            for rule_id, message in line_problems(value)[:1]:
-                raise FormatError(rule(rule_id).issue(str(path), None, f"line {index + 1}: {message}",
-                                                      rows=(index,), count=1))
+                raise FormatError(checks.stats_format(
+                    str(path), index, f"expected a JSON object, found invalid JSON ({reason})")) from None
+            raise_first(checks.stats_line(str(path), index, value))
             records.append(value)
         return records
 
@@ -343,10 +323,8 @@ class CheckpointDir:
 def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
     import h5py
 
-    if not isinstance(group, h5py.Group):
-        raise FormatError(rule("model-param-name").issue(
-            str(group.file.filename), link_name(group.name).lstrip("/"),
-            f"expected a group, found a {type(group).__name__}"))
+    file = str(group.file.filename)
+    raise_first([checks.param_member(file, link_name(group.name).lstrip("/"), type(group).__name__, group=True)])
     for raw, item in group.items():
         key = link_name(raw)
         name = f"{prefix}{key}"
@@ -355,9 +333,16 @@ def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
         elif isinstance(item, h5py.Group):
             yield from _datasets(item, f"{name}/")
         else:  # a named datatype: no parameter
-            raise FormatError(rule("model-param-name").issue(
-                str(group.file.filename), f"{link_name(group.name).lstrip('/')}/{key}",
-                f"expected a dataset or a group, found a {type(item).__name__}"))
+            raise_first([checks.param_member(file, f"{link_name(group.name).lstrip('/')}/{key}", type(item).__name__,
+                                             group=False)])
+
+
+def _member(item: Any) -> tuple[str | None, int | None, Any]:
+    """What a member of an HDF5 file is, as checks take it: its kind (a type name; None when
+    absent) and, for a dataset, its number of dimensions and dtype."""
+    if item is None:
+        return None, None, None
+    return type(item).__name__, getattr(item, "ndim", None), getattr(item, "dtype", None)
 
 
 @contextlib.contextmanager
@@ -388,12 +373,7 @@ def _read_blob(f: Any, path: AnyPath) -> bytes | None:
     if OPTIMIZER_DATASET not in f:
         return None
     ds = f[OPTIMIZER_DATASET]
-    if not hasattr(ds, "ndim"):  # a group or a named datatype
-        raise FormatError(rule("optimizer-blob").issue(
-            str(path), OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found a {type(ds).__name__}"))
-    if ds.ndim != 1 or ds.dtype.itemsize != 1:
-        raise FormatError(rule("optimizer-blob").issue(
-            str(path), OPTIMIZER_DATASET, f"expected a 1-D |V1 blob, found {ds.ndim}-D {ds.dtype}"))
+    raise_first([optimizer_checks.blob_dataset(str(path), *_member(ds))])
     return bytes(read_whole(ds, path).tobytes())
 
 

@@ -35,8 +35,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio import storage
-from pbgio.errors import FormatError
-from pbgio.formats.h5 import BlockReader, check_format_version, is_int64, open_h5, write_format_version
+from pbgio.checks import edges as checks
+from pbgio.checks import raise_first
+from pbgio.formats.h5 import BlockReader, check_format_version, check_written, open_h5, write_format_version
 from pbgio.spec.edges import (
     INDEX_DATASETS,
     SIDES,
@@ -46,7 +47,6 @@ from pbgio.spec.edges import (
     data_name,
     offsets_name,
 )
-from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath, atomic
 
 Int64Array = NDArray[np.int64]
@@ -175,9 +175,7 @@ def bucket_length(path: AnyPath) -> int:
     """Number of edges in a bucket file."""
     with open_h5(path) as f:
         check_format_version(f, path)
-        if "rel" not in f:
-            raise FormatError(rule("edge-dataset-missing").issue(
-                str(path), "rel", "expected dataset rel, found none"))
+        raise_first([checks.dataset_missing(str(path), "rel") if "rel" not in f else None])
         return _length(f, path)
 
 
@@ -185,14 +183,13 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
                 edge_range: tuple[int, int] | None = None) -> EdgeBucket:
     """Read a whole bucket, chunk ``(i, n)`` of it (seed 004), or an edge range.
 
-    Featurized offsets are rebased to start at 0 for the part read.
+    Featurized offsets are rebased to start at 0 for the part read. The first problem the checks
+    of :mod:`pbgio.checks.edges` find in what is read raises (the validator reports them all).
     """
+    file = str(path)
     with open_h5(path) as f:
         check_format_version(f, path)
-        for name in INDEX_DATASETS:
-            if name not in f:
-                raise FormatError(rule("edge-dataset-missing").issue(
-                    str(path), name, f"expected dataset {name}, found none"))
+        raise_first(checks.missing_datasets(file, list(f)))
         n = _length(f, path)
         if chunk is not None:
             start, end = chunk_bounds(n, chunk[1], chunk[0])
@@ -201,62 +198,57 @@ def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
             end = max(start, min(n, edge_range[1]))  # an empty or reversed range reads nothing
         else:
             start, end = 0, n
-        arrays = {name: _read_int(f, path, name, start, end, "edge-length-mismatch") for name in INDEX_DATASETS}
+        arrays = {"rel": _read_int(f, path, "rel", start, end)}  # an unwritten rel is reported as such
+        lengths = {name: _written(f, path, name).shape[0] for name in ("lhs", "rhs", "weight") if name in f}
+        raise_first(checks.length_mismatch(file, name, length, n) for name, length in lengths.items())
+        arrays.update((name, _read_int(f, path, name, start, end)) for name in ("lhs", "rhs"))
         weight = None
         if "weight" in f:
-            weight_ds = _one_dimensional(f, path, "weight")
-            if weight_ds.dtype.kind not in "iuf":
-                raise FormatError(rule("edge-dataset-dtype").issue(
-                    str(path), "weight", f"expected float32 (or int64), found {weight_ds.dtype}"))
-            weight = np.asarray(weight_ds[start:end], dtype=np.float32)
+            weight = np.asarray(f["weight"][start:end], dtype=np.float32)
         feats: dict[str, FeatureLists | None] = {}
         for side in SIDES:
             if offsets_name(side) in f:
-                off = _read_int(f, path, offsets_name(side), start, end + 1, "edge-offsets-length")
-                if len(off) > 1 and bool((off[1:] < off[:-1]).any()):
-                    row = start + int(np.flatnonzero(off[1:] < off[:-1])[0]) + 1
-                    raise FormatError(rule("edge-offsets-order").issue(
-                        str(path), offsets_name(side), f"expected non-decreasing offsets, found {off[row - start]} "
-                        f"after {off[row - start - 1]}", rows=(row,)))
-                data = _read_int(f, path, data_name(side), int(off[0]), int(off[-1]), "edge-offsets-end")
+                raise_first([checks.offsets_pair(file, side, list(f)),
+                             checks.offsets_length(file, side, _dataset(f, path, offsets_name(side)).shape[0], n)])
+                off = _read_int(f, path, offsets_name(side), start, end + 1)
+                order = checks.offsets_order(side, off)
+                raise_first([order.first(file, start + 1) if order is not None else None])
+                data_length = _dataset(f, path, data_name(side)).shape[0]
+                raise_first([checks.offsets_end(file, side, int(off[0]), int(off[-1]), data_length, end,
+                                                final=end == n)])
+                data = _read_int(f, path, data_name(side), int(off[0]), int(off[-1]))
                 feats[side] = FeatureLists(off - off[0], data)
             else:
                 feats[side] = None
-        try:
-            return EdgeBucket(arrays["rel"], arrays["lhs"], arrays["rhs"], weight,
-                              feats["lhs"], feats["rhs"])
-        except ValueError as exc:  # datasets of different lengths
-            raise FormatError(rule("edge-length-mismatch").issue(
-                str(path), None, f"expected datasets of one length per edge, found {exc}")) from None
+        return EdgeBucket(arrays["rel"], arrays["lhs"], arrays["rhs"], weight, feats["lhs"], feats["rhs"])
 
 
-def _one_dimensional(f: Any, path: AnyPath, name: str) -> Any:
-    """Dataset ``name``, which must be 1-D (not a group, a scalar or a matrix)."""
+def _dataset(f: Any, path: AnyPath, name: str) -> Any:
+    """Dataset ``name``, which must be a usable edge dataset (1-D, of its dtype; the first issue
+    of :func:`pbgio.checks.edges.dataset_issues` raises)."""
     ds = f[name]
-    if getattr(ds, "ndim", None) != 1:
-        found = f"{ds.ndim}-D" if hasattr(ds, "ndim") else f"a {type(ds).__name__}"
-        raise FormatError(rule("edge-dataset-shape").issue(str(path), name, f"expected a 1-D dataset, found {found}"))
+    shape, dtype = (tuple(ds.shape), ds.dtype) if isinstance(ds, h5py.Dataset) else (None, None)
+    raise_first(i for i in checks.dataset_issues(str(path), name, shape, dtype, type(ds).__name__)
+                if i.severity == "error")
+    return ds
+
+
+def _written(f: Any, path: AnyPath, name: str) -> Any:
+    """Dataset ``name`` (as :func:`_dataset`), which stores every row it claims (as the validator
+    finds unwritten data before it compares lengths)."""
+    ds = _dataset(f, path, name)
+    check_written(ds, path)
     return ds
 
 
 def _length(f: Any, path: AnyPath) -> int:
     """The edge count: the length of the 1-D dataset ``rel``."""
-    return int(_one_dimensional(f, path, "rel").shape[0])
+    return int(_dataset(f, path, "rel").shape[0])
 
 
-def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int, range_rule: str) -> Int64Array:
-    """Rows ``[start, end)`` of int64 dataset ``name``; rows it does not have break ``range_rule``
-    (checked before anything is allocated: the range may come from values in the file)."""
-    if name not in f:
-        raise FormatError(rule("edge-offsets-pair").issue(
-            str(path), name, f"expected dataset {name}, found none"))
-    ds = _one_dimensional(f, path, name)
-    if not is_int64(ds.dtype):
-        raise FormatError(rule("edge-dataset-dtype").issue(
-            str(path), name, f"expected int64, found {ds.dtype}"))
-    if not 0 <= start <= end <= ds.shape[0]:
-        raise FormatError(rule(range_rule).issue(
-            str(path), name, f"expected rows [{start}, {end}) of its {ds.shape[0]}, found them out of range"))
+def _read_int(f: Any, path: AnyPath, name: str, start: int, end: int) -> Int64Array:
+    """Rows ``[start, end)`` of int64 dataset ``name`` (a range the checks found within it)."""
+    ds = _dataset(f, path, name)
     with BlockReader(ds, path) as reader:  # checks the file stores the rows before they are allocated
         out = np.empty(max(0, end - start), dtype=np.int64)
         reader.read(start, end, out)

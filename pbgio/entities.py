@@ -19,29 +19,28 @@ from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring_ascii
 from typing import IO
 
-from pbgio.errors import FormatError, MissingArtifactError
+from pbgio.checks import entities as checks
+from pbgio.checks.entities import CountFile, NamesFile
+from pbgio.errors import FormatError, Issue, MissingArtifactError
 from pbgio.spec import naming
-from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_text
-from pbgio.spec.rules import rule
+from pbgio.spec.entities import NAMES_JSON_INDENT, format_count
 from pbgio.storage import AnyPath, atomic, link_problem
 
 
-def _read_text(path: AnyPath, what: str, rule_id: str) -> str:
+def _read_text(path: AnyPath, what: str, kind: CountFile) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MissingArtifactError(str(path), what) from None
     except (OSError, UnicodeDecodeError) as exc:
         found = link_problem(path) if isinstance(exc, OSError) else None
-        raise FormatError(rule(rule_id).issue(str(path), None, f"expected a text file, found {found or exc}")) from None
+        raise FormatError(checks.text_unreadable(kind, str(path), found or exc)) from None
 
 
-def _read_count(path: AnyPath, what: str, rule_id: str) -> int:
-    text = _read_text(path, what, rule_id)
-    count = parse_count_text(text)
-    if count is None:
-        raise FormatError(rule(rule_id).issue(
-            str(path), None, f"expected one non-negative integer, found {text[:40]!r}"))
+def _read_count(path: AnyPath, what: str, kind: CountFile) -> int:
+    count = checks.count_format(kind, str(path), _read_text(path, what, kind))
+    if isinstance(count, Issue):
+        raise FormatError(count)
     return count
 
 
@@ -219,27 +218,25 @@ def _exact_chunks(f: IO[str], fail: Callable[[str, int | None], FormatError], sk
         yield chunk
 
 
-def iter_name_list(path: AnyPath, what: str, rule_id: str) -> Iterator[list[str]]:
+def iter_name_list(path: AnyPath, what: str, kind: NamesFile) -> Iterator[list[str]]:
     """The names of a JSON list of strings, streamed in chunks of at most :data:`NAMES_PER_CHUNK`
     (memory: one block of the file and one chunk, whatever the file's size).
 
-    Bad content raises :class:`FormatError` under ``rule_id`` naming the line and the name (its
+    Bad content raises :class:`FormatError` under the format rule of ``kind`` naming the line and the name (its
     index in the list, as the issue's row); a missing file :class:`MissingArtifactError`.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "names.json"
     >>> _ = target.write_text('["a", "b",\\n 3]')
     >>> try:
-    ...     list(iter_name_list(target, "names", "entity-names-format"))
+    ...     list(iter_name_list(target, "names", "entity names"))
     ... except FormatError as exc:
     ...     print(exc.issue.message, exc.issue.rows)
     line 2: expected a string (name 2), found a number '3]' (2,)
     """
 
     def fail(message: str, element: int | None) -> FormatError:
-        rows = () if element is None else (element,)
-        return FormatError(rule(rule_id).issue(str(path), None, message, rows=rows,
-                                               count=None if element is None else 1))
+        return FormatError(checks.names_format(kind, str(path), message, element))
 
     def opened() -> IO[str]:
         try:
@@ -270,13 +267,13 @@ def iter_name_list(path: AnyPath, what: str, rule_id: str) -> Iterator[list[str]
         raise fail(f"expected a readable file, found {exc}", None) from None
 
 
-def _read_name_list(path: AnyPath, what: str, rule_id: str) -> list[str]:
-    return [name for chunk in iter_name_list(path, what, rule_id) for name in chunk]
+def _read_name_list(path: AnyPath, what: str, kind: NamesFile) -> list[str]:
+    return [name for chunk in iter_name_list(path, what, kind) for name in chunk]
 
 
 def read_entity_count(entity_path: AnyPath, entity_type: str, part: int) -> int:
     return _read_count(entity_path / naming.entity_count_file(entity_type, part),
-                       f"entity count of {entity_type!r} partition {part}", "entity-count-format")
+                       f"entity count of {entity_type!r} partition {part}", "entity count")
 
 
 def write_entity_count(entity_path: AnyPath, entity_type: str, part: int, count: int) -> None:
@@ -286,13 +283,13 @@ def write_entity_count(entity_path: AnyPath, entity_type: str, part: int, count:
 
 def read_entity_names(entity_path: AnyPath, entity_type: str, part: int) -> list[str]:
     return _read_name_list(entity_path / naming.entity_names_file(entity_type, part),
-                           f"entity names of {entity_type!r} partition {part}", "entity-names-format")
+                           f"entity names of {entity_type!r} partition {part}", "entity names")
 
 
 def iter_entity_names(entity_path: AnyPath, entity_type: str, part: int) -> Iterator[list[str]]:
     """The names of a partition in chunks, streamed (see :func:`iter_name_list`)."""
     return iter_name_list(entity_path / naming.entity_names_file(entity_type, part),
-                          f"entity names of {entity_type!r} partition {part}", "entity-names-format")
+                          f"entity names of {entity_type!r} partition {part}", "entity names")
 
 
 _NAMES_PER_WRITE = 1 << 16
@@ -331,8 +328,7 @@ def write_entity_names(entity_path: AnyPath, entity_type: str, part: int, names:
 
 
 def read_dynamic_rel_count(entity_path: AnyPath) -> int:
-    return _read_count(entity_path / naming.DYNAMIC_REL_COUNT, "dynamic relation count",
-                       "dynamic-rel-count-format")
+    return _read_count(entity_path / naming.DYNAMIC_REL_COUNT, "dynamic relation count", "dynamic relation count")
 
 
 def write_dynamic_rel_count(entity_path: AnyPath, count: int) -> None:
@@ -341,8 +337,7 @@ def write_dynamic_rel_count(entity_path: AnyPath, count: int) -> None:
 
 
 def read_relation_names(entity_path: AnyPath) -> list[str]:
-    return _read_name_list(entity_path / naming.DYNAMIC_REL_NAMES, "relation names",
-                           "dynamic-rel-names-format")
+    return _read_name_list(entity_path / naming.DYNAMIC_REL_NAMES, "relation names", "relation names")
 
 
 def write_relation_names(entity_path: AnyPath, names: Iterable[str]) -> None:

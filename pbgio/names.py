@@ -30,11 +30,12 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from pbgio.checks import raise_first
+from pbgio.checks.entities import names_count
 from pbgio.config import ConfigSchema
 from pbgio.entities import iter_entity_names, read_relation_names
-from pbgio.errors import FormatError, UnknownNameError
+from pbgio.errors import UnknownNameError
 from pbgio.spec import naming
-from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 
 
@@ -103,9 +104,8 @@ def names_at(entity_path: AnyPath, entity_type: str, part: int, offsets: Sequenc
                 break
     if len(got) != len(wanted):
         path = entity_path / naming.entity_names_file(entity_type, part)
-        raise FormatError(rule("entity-names-count").issue(
-            str(path), None, f"expected a name for row {max(wanted)} (rows of the checkpoint's embeddings), "
-            f"found {row} names"))
+        raise_first([names_count(str(path), max(wanted) + 1, row, "rows of the checkpoint's embeddings",
+                                 at_least=True)])
     return [got[int(o)] for o in offsets]
 
 

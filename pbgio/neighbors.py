@@ -34,13 +34,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.checkpoint import read_committed
+from pbgio.checks.entities import names_count
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, PbgioError
 from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
 from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
-from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 from pbgio.topk import BlockScores, RankedEntity, rows_per_block, scan_partitions, text_table
 
@@ -171,8 +171,7 @@ def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int,
 def _more_names_than_rows(source: ExportSource, entity_type: str, part: int, rows: int) -> FormatError:
     path = source.entity_path / naming.entity_names_file(entity_type, part)
     embeddings = source.checkpoint.embeddings_path(entity_type, part, source.version)
-    return FormatError(rule("entity-names-count").issue(
-        str(path), None, f"expected {rows} names (the rows of {embeddings}), found more"))
+    return FormatError(names_count(str(path), rows, None, f"the rows of {embeddings}"))  # type: ignore[arg-type]
 
 
 def _check_device(device: str) -> str:

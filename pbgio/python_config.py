@@ -58,9 +58,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pbgio.checks.config import schema_issue, unreadable
 from pbgio.config import ConfigSchema, did_you_mean, parse_config, snake_case_keys
 from pbgio.errors import ConfigError, Issue
-from pbgio.spec.rules import rule
 
 CONFIG_FUNCTION = "get_torchbiggraph_config"
 """The function a config file defines; it returns the config dict."""
@@ -203,7 +203,7 @@ answer({"config": data})
 
 
 def _unreadable(source: str, message: str) -> ConfigError:
-    return ConfigError(source, [rule("config-unreadable").issue(source, None, message)])
+    return ConfigError(source, [unreadable(source, message)])
 
 
 def _error_from_child(source: str, error: dict[str, Any]) -> ConfigError:
@@ -230,7 +230,7 @@ def _error_from_child(source: str, error: dict[str, Any]) -> ConfigError:
     if kind == "not-dict":
         return _unreadable(source, f"expected {call} to return a dict, found {message}")
     if kind == "not-json":
-        return ConfigError(source, [rule("config-schema").issue(source, error["key"], message)])
+        return ConfigError(source, [schema_issue(source, error["key"], message)])
     return _unreadable(source, message)
 
 
@@ -422,7 +422,7 @@ def override_config_dict(data: dict[str, Any], overrides: Iterable[str], source:
             tp, optional = _override_type(keys)
             _inject(data, keys, _convert(value, tp, optional))
         except _BadOverride as exc:
-            issues.append(rule("config-schema").issue(source, key or override, f"bad override {override!r}: {exc}"))
+            issues.append(schema_issue(source, key or override, f"bad override {override!r}: {exc}"))
     if issues:
         raise ConfigError(source, issues)
     return data

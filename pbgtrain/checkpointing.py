@@ -41,11 +41,12 @@ from pbgio.checkpoint import (
     ModelState,
     plan_checkpoint,
 )
+from pbgio.checks import raise_first
+from pbgio.checks.checkpoint import config_mismatch, embeddings_shape, param_names, param_shape
 from pbgio.config import ConfigSchema
-from pbgio.errors import ConfigError, FormatError, Issue
+from pbgio.errors import ConfigError
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
-from pbgio.spec.checkpoint import GROWN_LAYOUT_HINT, MODEL_DEFINING_KEYS, private_to_public, public_to_private
-from pbgio.spec.rules import rule
+from pbgio.spec.checkpoint import private_to_public, public_to_private
 from pbgio.storage import AnyPath
 from pbgtrain.batching import stable_seed
 from pbgtrain.model.tables import EntityTable
@@ -95,11 +96,12 @@ class TrainingCheckpoint:
             path = str(directory.embeddings_path(entity_type, part, version))
             stored = state.embeddings.shape[0]
             grow = directory is self.init and stored < count and state.embeddings.shape[1:] == (dim,)
-            if state.embeddings.shape != (count, dim) and not grow:
-                hint = "" if stored > count or directory is self.init else f"; {GROWN_LAYOUT_HINT}"
-                raise ConfigError(path, [rule("embeddings-shape").issue(
-                    path, "embeddings", f"expected shape ({count}, {dim}) from the entity count and the "
-                    f"config's dimension, found {state.embeddings.shape}{hint}")])
+            problem = None if grow else embeddings_shape(
+                path, entity_type, state.embeddings.shape, (count, dim),
+                grown=not (stored > count or directory is self.init),
+                source="the entity count and the config's dimension")
+            if problem is not None:
+                raise ConfigError(path, [problem])
             weights = torch.from_numpy(state.embeddings)
             sums = torch.from_numpy(decode_row_adagrad(state.optimizer_state, path, count=stored)) \
                 if state.optimizer_state else torch.zeros(stored)
@@ -222,12 +224,10 @@ def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:
     except Exception:  # an unreadable config.json is reported by the validator, not here
         return
     current = config.to_dict()
-    differ = [k for k in MODEL_DEFINING_KEYS if saved.get(k) != current.get(k)]
+    path = str(directory.path / "config.json")
+    differ = config_mismatch(path, saved, current, "the checkpoint being resumed", resume=True)
     if differ:
-        path = str(directory.path / "config.json")
-        raise ConfigError(path, [rule("checkpoint-config-mismatch").issue(
-            path, key, f"expected {key} as in the checkpoint being resumed ({saved.get(key)!r}), found "
-            f"{current.get(key)!r}; use a new checkpoint_path or the same model settings") for key in differ])
+        raise ConfigError(path, differ)
 
 
 def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], source: str, *,
@@ -239,12 +239,7 @@ def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], sou
     the rows after them."""
     own = model.state_dict()
     loaded = {public_to_private(name) or name: torch.from_numpy(value) for name, value in params.items()}
-    missing = sorted(set(own) - set(loaded))
-    unexpected = sorted(set(loaded) - set(own))
-    if missing or unexpected:
-        raise FormatError(Issue("model-param-name", "error", source, "model",
-                                f"expected the parameters {sorted(own)}, found {sorted(loaded)} "
-                                f"(missing {missing}, unexpected {unexpected})"))
+    raise_first([param_names(source, "model", list(loaded), list(own))])
     for key, value in loaded.items():
         want = tuple(own[key].shape)
         if tuple(value.shape) == want:
@@ -254,8 +249,8 @@ def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], sou
             filled[: value.shape[0]] = value
             loaded[key] = filled
             continue
-        raise FormatError(Issue("model-param-shape", "error", source, f"model/{private_to_public(key) or key}",
-                                f"expected shape {want} from the config and the layout, found {tuple(value.shape)}"))
+        raise_first([param_shape(source, private_to_public(key) or key, tuple(value.shape), want,
+                                 source="the config and the layout")])
     model.load_state_dict({k: v.to(own[k].device) for k, v in loaded.items()})
 
 

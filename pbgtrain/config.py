@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from pbgio import storage
+from pbgio.checks.config import schema_issue
 from pbgio.config import ConfigSchema, parse_config, read_config_json
 from pbgio.errors import ConfigError
 from pbgio.python_config import config_from_python, is_python_config, override_config_dict
-from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 from pbgio.validate import infer_base
 
@@ -143,7 +143,7 @@ def load_run_config(path: str | AnyPath, overrides: Sequence[str] = (), base: An
         default_base = infer_base(location, cfg)
     problems = unsupported_settings(cfg)
     if problems:
-        raise ConfigError(source, [rule("config-schema").issue(source, None, p) for p in problems])
+        raise ConfigError(source, [schema_issue(source, None, p) for p in problems])
     return RunConfig(cfg, base if base is not None else default_base, source)
 
 

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 
 from pbgio.checkpoint import CheckpointDir, read_committed
+from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
-from pbgio.spec.rules import rule
 from pbgio.storage import AnyPath
 from pbgio.topk import rows_per_block
 from pbgtrain.batching import stable_seed
@@ -244,8 +244,4 @@ def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: b
     if not featurized:
         return
     if all_entities:
-        raise ConfigError(run.source, [rule("config-featurized-all-negs").issue(
-            run.source, "--all-entities",
-            f"expected sampled evaluation: entity types {featurized} are featurized, so their entities (bags of "
-            "features) have no table to rank against; evaluate without --all-entities/--filter (same-batch "
-            "candidates)")])
+        raise ConfigError(run.source, [featurized_ranking(run.source, featurized, "--all-entities")])

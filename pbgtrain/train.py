@@ -32,8 +32,8 @@ import torch
 
 from pbgio import interrupts, storage
 from pbgio.checkpoint import remove_superseded, remove_uncommitted
+from pbgio.checks.config import schema_issue, semantic_issues
 from pbgio.checks.edges import SideLimits, check_bounds, relation_limits
-from pbgio.config import semantic_issues
 from pbgio.edges import EdgeBucket, bucket_length, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import FormatError, Issue
@@ -265,7 +265,7 @@ def frozen_types_problem(cfg: Any, frozen: frozenset[str] | set[str]) -> str | N
 
 
 def _option_error(run: RunConfig, where: str, message: str) -> FormatError:
-    return FormatError(Issue("config-schema", "error", run.source, where, message))
+    return FormatError(schema_issue(run.source, where, message))
 
 
 def _validate_inputs(run: RunConfig, bucket_cache: LocalCache) -> None:
@@ -719,12 +719,13 @@ def _fit(run: RunConfig, options: FitOptions, cluster: Cluster | None) -> FitRes
 
     problem = storage.link_problem(run.checkpoint_path)
     if problem is not None:  # the lock would fail to create the directory (EEXIST)
+        from pbgio.checks.layout import path_missing
         from pbgio.errors import ConfigError
-        from pbgio.spec.rules import rule
 
-        raise ConfigError(run.source, [rule("path-missing").issue(
-            storage.display(run.checkpoint_path), "checkpoint_path",
-            f"expected the checkpoint_path directory (or nothing, before training), found {problem}")])
+        raise ConfigError(run.source, [path_missing(
+            storage.display(run.checkpoint_path),
+            f"expected the checkpoint_path directory (or nothing, before training), found {problem}",
+            "checkpoint_path")])
     with CheckpointLock(run.checkpoint_path, command="pbgtrain fit") as lock:
         return _fit_locked(run, options, cluster, rank, lock.check)
 

@@ -7,6 +7,7 @@ consequences its registration declares.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,81 @@ def test_every_rule_has_a_mutation() -> None:
     unknown = sorted(set(MUTATORS) - set(RULES))
     assert not missing, f"rules without a mutation test: {missing}"
     assert not unknown, f"mutations of rules that are not in the catalogue: {unknown}"
+
+
+_PACKAGES = Path(__file__).resolve().parent.parent
+_CATALOGUE = Path("pbgio/spec/rules.py")
+_MUTATORS = Path("pbgio/testing")
+_CHECKS = Path("pbgio/checks")
+
+
+def _rule_id_places() -> dict[str, set[tuple[str, str]]]:
+    """Where each rule id is written as a string constant: ``{rule id: {(module, function)}}``.
+
+    Every module of ``pbgio`` and ``pbgtrain`` is parsed, except the catalogue
+    (``pbgio/spec/rules.py``) and ``pbgio/testing/`` (which breaks files rule by rule); a string
+    constant equal to a rule id counts wherever it stands (a call, a comparison, a dict, a
+    default argument, a module-level constant). A docstring or an f-string that mentions an id is
+    not equal to it, so an id assembled at run time (``f"edge-{side}-range"``) is found nowhere,
+    which the test refuses too. The function is the outermost ``def`` holding the constant (methods
+    as ``Class.method``); ``<module>`` for one outside every function.
+    """
+    places: dict[str, set[tuple[str, str]]] = {rule_id: set() for rule_id in RULES}
+
+    def visit(node: ast.AST, module: str, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = function
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and function == "<module>":
+                inner = child.name
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and "." in function \
+                    and function.endswith(".<class>"):
+                inner = function.replace("<class>", child.name)
+            elif isinstance(child, ast.ClassDef) and function == "<module>":
+                inner = f"{child.name}.<class>"
+            if isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value in places:
+                places[child.value].add((module, inner))
+            visit(child, module, inner)
+
+    for package in ("pbgio", "pbgtrain"):
+        for path in sorted((_PACKAGES / package).rglob("*.py")):
+            module = path.relative_to(_PACKAGES)
+            if module == _CATALOGUE or module.is_relative_to(_MUTATORS):
+                continue
+            visit(ast.parse(path.read_text(encoding="utf-8")), module.as_posix(), "<module>")
+    return places
+
+
+def test_every_rule_is_coded_once() -> None:
+    """Every rule id of the catalogue is implemented in exactly one place: all the string
+    constants equal to it (found as :func:`_rule_id_places` says) lie in one function of one
+    module under ``pbgio/checks/`` (the predicate that decides the rule and builds its issue), and
+    there is at least one. Readers, the validator, importers and the trainer reach a rule only by
+    calling that function, so its decision and its message exist once."""
+    places = _rule_id_places()
+    nowhere = sorted(r for r, found in places.items() if not found)
+    assert not nowhere, f"rules no code names as a constant (an id built at run time?): {nowhere}"
+    outside = {r: sorted(f"{m}:{f}" for m, f in found if not Path(m).is_relative_to(_CHECKS))
+               for r, found in places.items()}
+    outside = {r: where for r, where in outside.items() if where}
+    assert not outside, "rule ids named outside pbgio/checks/:\n" + "\n".join(
+        f"  {r}: {', '.join(where)}" for r, where in sorted(outside.items()))
+    several = {r: sorted(f"{m}:{f}" for m, f in found) for r, found in places.items() if len(found) > 1}
+    assert not several, "rule ids named in more than one function:\n" + "\n".join(
+        f"  {r}: {', '.join(where)}" for r, where in sorted(several.items()))
+
+
+def test_checks_import_only_errors_spec_and_numpy() -> None:
+    """The checks are the bottom layer above the spec: no reader, storage helper or validator
+    (imports inside functions count too), so that every layer above can call them."""
+    allowed = ("pbgio.errors", "pbgio.spec", "pbgio.checks")
+    found = []
+    for path in sorted((_PACKAGES / _CHECKS).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.name}: {n}" for n in names
+                      if (n.split(".")[0] == "pbgio" and not n.startswith(allowed)) or n == "pbgio"]
+    assert not found, found
 
 
 def _show(report: Report) -> str:
@@ -250,3 +326,60 @@ def test_rows_with_a_bad_rel_are_not_checked_as_another_relation(tmp_path: Path)
     issue = _only(report, "edge-rel-range")
     assert issue.rows == (row,)
     assert report.rule_ids() == {"edge-rel-range"}, _show(report)
+
+
+# Rules a reader decides on what it reads, with the predicate the validator applies.
+READER_RULES = (
+    "h5-format-version", "edge-dataset-missing", "edge-dataset-dtype", "edge-dataset-shape", "edge-length-mismatch",
+    "edge-offsets-pair", "edge-offsets-length", "edge-offsets-order", "edge-offsets-end", "embeddings-dataset",
+    "model-param-dtype", "training-stats-format", "training-stats-index", "training-stats-object",
+    "checkpoint-version-format", "entity-count-format", "entity-names-format", "dynamic-rel-count-format",
+    "dynamic-rel-names-format",
+)
+
+
+def _read(file: Path) -> Any:
+    """Read ``file`` with the reader of its kind (as a trainer or exporter would)."""
+    from pbgio import entities
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.edges import read_bucket
+
+    name, directory = file.name, CheckpointDir(file.parent)
+    if naming.parse_bucket_file(name):
+        return read_bucket(file)
+    if (versioned := naming.parse_versioned_file(name)) is not None:
+        kind, etype, part, version = versioned
+        if kind == "model":
+            return directory.read_model(version)
+        assert etype is not None and part is not None
+        return directory.read_embeddings(etype, part, version)
+    if name == naming.TRAINING_STATS:
+        return directory.read_stats()
+    if name == naming.CHECKPOINT_VERSION:
+        return directory.read_version()
+    if (count := naming.parse_entity_count_file(name)) is not None:
+        return entities.read_entity_count(file.parent, *count)
+    if (names := naming.parse_entity_names_file(name)) is not None:
+        return entities.read_entity_names(file.parent, *names)
+    if name == naming.DYNAMIC_REL_COUNT:
+        return entities.read_dynamic_rel_count(file.parent)
+    assert name == naming.DYNAMIC_REL_NAMES, name
+    return entities.read_relation_names(file.parent)
+
+
+@pytest.mark.parametrize("rule_id", READER_RULES)
+def test_reader_raises_what_the_validator_reports(rule_id: str, tmp_path: Path) -> None:
+    """The reader of a file broken for ``rule_id`` raises an issue of that rule, with the dataset
+    and message the validator reports: both ask the one predicate of :mod:`pbgio.checks`."""
+    from pbgio.errors import FormatError
+
+    path = prepare(rule_id, tmp_path)
+    MUTATIONS[rule_id].mutate(tmp_path)
+    reported = [i for i in validate_path(path).issues if i.rule == rule_id]
+    assert reported
+    root = path if path.is_dir() else path.parent
+    for file in sorted({root / i.file for i in reported if i.file}):
+        with pytest.raises(FormatError) as raised:
+            _read(file)
+        issue = raised.value.issue
+        assert (issue.rule, issue.dataset, issue.message) in {(i.rule, i.dataset, i.message) for i in reported}

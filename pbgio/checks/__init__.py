@@ -1,116 +1,92 @@
-"""Rule checks, one module per artifact; :mod:`pbgio.validate` drives them.
+"""The code of every rule of the catalogue (:mod:`pbgio.spec.rules`), each in one function.
 
-Checks never raise for bad data: they add :class:`~pbgio.errors.Issue` objects
-to a :class:`~pbgio.errors.Report`. They stream large datasets in blocks, so
-memory stays bounded by a block, not by the dataset.
+A check is a pure function over data already read (numbers, arrays, shapes, dtypes, attribute
+values, strings, a parsed config) that returns the :class:`~pbgio.errors.Issue` (or issues) of
+its rule(s), ``None`` or ``[]`` when the data keep them. Who reads the data decides what
+to do with them: the readers (:mod:`pbgio.edges`, :mod:`pbgio.checkpoint`,
+:mod:`pbgio.entities`, :mod:`pbgio.config`, the HDF5 helpers …) raise the first issue
+(:func:`raise_first`); the validator (:mod:`pbgio.validate`) collects them all. A rule's
+decision and its message therefore exist once, whoever meets the problem; the meta-test
+``test_every_rule_is_coded_once`` holds every rule id to one function of this package.
+
+Layering: checks import only :mod:`pbgio.errors`, :mod:`pbgio.spec` and numpy; never a reader,
+the storage layer or the validator. Files are named by the string the caller shows (a reader
+its path, the validator a path relative to the validated root).
+
+Rules decided row by row over large datasets return a :class:`RowProblem` (the rows of one
+block that break the rule, and how to describe one of them), which a reader turns into the
+issue of the first row (:meth:`RowProblem.first`) and the validator accumulates across blocks:
+
+>>> import numpy as np
+>>> rel = np.array([0, 7, 2, 9])
+>>> bad = rel >= 3
+>>> problem = RowProblem("edge-rel-range", "rel", bad, lambda i: f"expected rel < 3, found {rel[i]}")
+>>> print(problem.first("edges_0_0.h5", offset=100))
+edges_0_0.h5: rel: row 101 (2 rows in all): expected rel < 3, found 7 [edge-rel-range]
+>>> raise_first([None, problem.first("edges_0_0.h5")])
+Traceback (most recent call last):
+pbgio.errors.FormatError: edges_0_0.h5: rel: row 1 (2 rows in all): expected rel < 3, found 7 [edge-rel-range]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio.config import ConfigSchema
-from pbgio.errors import FormatError, Issue, MissingArtifactError, Report
+from pbgio.errors import FormatError, Issue
 from pbgio.spec.rules import rule
-from pbgio.storage import AnyPath, LocalCache, display, found_at
 
 MAX_ROWS_SHOWN = 5
+"""Rows an issue lists (its ``count`` counts them all)."""
+
+
+def raise_first(issues: Iterable[Issue | None], error: type[FormatError] = FormatError) -> None:
+    """Raise the first issue of ``issues`` (``None`` entries are skipped) as ``error``; return
+    when there is none. The fail-fast form a reader applies to what a check reports."""
+    for issue in issues:
+        if issue is not None:
+            raise error(issue)
 
 
 @dataclass
-class Context:
-    """What the checks know about the layout being validated."""
+class RowProblem:
+    """The rows of one block that break a rule: ``bad`` marks them, ``describe(i)`` says what
+    row ``i`` of the block holds (the message of the first one becomes the issue's)."""
 
-    report: Report
-    root: AnyPath | None = None
-    config: ConfigSchema | None = None
-    counts: dict[tuple[str, int], int] = field(default_factory=dict)
-    dynamic_rel_count: int | None = None
-    cache: LocalCache | None = None
-    """Where remote buckets are read from when set: whole local copies (a trainer validates into
-    the cache it then trains from), instead of ranged reads."""
-    warm_start: bool = False
-    """True while an ``init_path`` is checked: its tables may have fewer rows than the entity
-    counts, and its dynamic relation operators fewer relations (a warm start grows them)."""
-    _buffers: dict[tuple[str, str], NDArray[Any]] = field(default_factory=dict, repr=False)
+    rule_id: str
+    dataset: str
+    bad: NDArray[np.bool_]
+    describe: Callable[[int], str]
 
-    def buffer(self, slot: str, size: int, dtype: np.dtype[Any]) -> NDArray[Any]:
-        """A reusable read buffer: fresh large allocations cost a page-zeroing pass each."""
-        key = (slot, dtype.str)
-        buf = self._buffers.get(key)
-        if buf is None or len(buf) < size:
-            buf = self._buffers[key] = np.empty(size, dtype=dtype)
-        return buf[:size]
+    def rows(self) -> NDArray[np.intp]:
+        """Indices of the offending rows within the block."""
+        return np.flatnonzero(self.bad)
 
-    def display(self, path: AnyPath) -> str:
-        """``path`` as shown in issues: relative to the validated root when inside it."""
-        if self.root is not None and type(path) is type(self.root):
-            try:
-                return path.relative_to(self.root).as_posix()  # type: ignore[arg-type]
-            except ValueError:
-                pass
-        return display(path)
+    def issue(self, file: str | None, message: str, rows: tuple[int, ...] = (), count: int | None = None) -> Issue:
+        """The issue of this rule, for offending ``rows`` (file rows) of ``count`` in all."""
+        return rule(self.rule_id).issue(file, self.dataset, message, rows=rows, count=count)
 
-    def add(self, rule_id: str, path: AnyPath | None, dataset: str | None, message: str, *,
-            rows: tuple[int, ...] = (), count: int | None = None) -> None:
-        self.report.add(rule(rule_id).issue(
-            None if path is None else self.display(path), dataset, message, rows=rows, count=count))
-
-    def add_error(self, exc: FormatError | MissingArtifactError, path: AnyPath) -> None:
-        """Record an error a reader raised, relocated to the displayed path."""
-        if isinstance(exc, FormatError):
-            issue = exc.issue
-            self.report.add(Issue(issue.rule, issue.severity, self.display(path), issue.dataset,
-                                  issue.message, issue.rows, issue.count))
-        else:
-            self.add("path-missing", path, None, f"expected this file, found {found_at(path)}")
-
-    def count(self, entity_type: str, part: int) -> int | None:
-        """Entity count of a type in a bucket partition (unpartitioned types use part 0)."""
-        if self.config is not None and self.config.entities[entity_type].num_partitions == 1:
-            part = 0
-        return self.counts.get((entity_type, part))
-
-    @property
-    def num_relations(self) -> int | None:
-        if self.config is None:
-            return None
-        if self.config.dynamic_relations:
-            return self.dynamic_rel_count
-        return len(self.config.relations)
+    def first(self, file: str | None, offset: int = 0) -> Issue:
+        """The issue of the first offending row, the block starting at file row ``offset``."""
+        i = int(self.rows()[0])
+        return self.issue(file, self.describe(i), (offset + i,), int(self.bad.sum()))
 
 
-class RowCollector:
-    """Collects offending rows of one rule across blocks; emits one issue at the end."""
+def row_problem(rule_id: str, dataset: str, bad: NDArray[np.bool_],
+                describe: Callable[[int], str]) -> RowProblem | None:
+    """A :class:`RowProblem` when ``bad`` marks a row, else None."""
+    return RowProblem(rule_id, dataset, bad, describe) if bad.any() else None
 
-    def __init__(self, ctx: Context, rule_id: str, path: AnyPath, dataset: str) -> None:
-        self.ctx, self.rule_id, self.path, self.dataset = ctx, rule_id, path, dataset
-        self.rows: list[int] = []
-        self.total = 0
-        self.first_message: str | None = None
 
-    def add(self, offset: int, bad: NDArray[np.bool_]) -> int | None:
-        """Record the rows ``bad`` marks in a block starting at ``offset``.
+def is_int64(dtype: np.dtype[Any]) -> bool:
+    """An 8-byte signed integer in either byte order (h5py converts on read)."""
+    return dtype.kind == "i" and dtype.itemsize == 8
 
-        Returns the block index of the first offending row while no message has been
-        set (the caller then describes it with :meth:`describe`), else None.
-        """
-        idx = np.flatnonzero(bad)
-        if not len(idx):
-            return None
-        self.total += len(idx)
-        if len(self.rows) < MAX_ROWS_SHOWN:
-            self.rows.extend(int(offset + i) for i in idx[: MAX_ROWS_SHOWN - len(self.rows)])
-        return int(idx[0]) if self.first_message is None else None
 
-    def describe(self, message: str) -> None:
-        self.first_message = message
-
-    def flush(self) -> None:
-        if self.total:
-            self.ctx.add(self.rule_id, self.path, self.dataset, self.first_message or "",
-                         rows=tuple(self.rows), count=self.total)
+def is_float32(dtype: np.dtype[Any]) -> bool:
+    """A 4-byte float in either byte order."""
+    return dtype.kind == "f" and dtype.itemsize == 4

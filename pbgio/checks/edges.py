@@ -1,40 +1,178 @@
-"""Checks of edge buckets, streamed block by block.
+"""The rules of edge buckets, over what a reader or the validator has read of a bucket.
 
-Per bucket: HDF5 readability, ``format_version``, datasets, dtypes, shapes and
-lengths; featurized offsets invariants; and, when the config and entity counts
-are known, index ranges per relation type and side.
+Structure (datasets, dtypes, shapes, lengths, offsets beside data) is decided on metadata; values
+(index ranges, weights, offsets, feature ids) on blocks of rows, as :class:`~pbgio.checks.RowProblem`
+objects: the validator streams a bucket block by block and accumulates them, a reader raises
+the first (:func:`pbgio.checks.raise_first`), and :func:`check_bounds` is the fail-fast form of
+the range rules a trainer applies to every bucket it reads.
+
+>>> print(dataset_missing("edges_0_0.h5", "rhs"))
+edges_0_0.h5: rhs: expected dataset rhs, found none [edge-dataset-missing]
+>>> [i.rule for i in dataset_issues("edges_0_0.h5", "weight", (4,), np.dtype(np.int64))]
+['edge-weight-int']
+>>> print(offsets_order("lhs", np.array([0, 2, 1, 3])).first("edges_0_0.h5", offset=1))
+edges_0_0.h5: lhsd_offsets: row 2: expected non-decreasing offsets, found 1 after 2 [edge-offsets-order]
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import h5py
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio.checks import Context, RowCollector
-from pbgio.config import ConfigSchema
-from pbgio.edges import EdgeBucket
-from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.formats.h5 import BlockReader, check_format_version, check_written, is_int64, link_name, open_h5
-from pbgio.spec.edges import (
-    DATASETS_BY_NAME,
-    INDEX_DATASETS,
-    READ_BLOCK_ELEMENTS,
-    SIDES,
-    Side,
-    data_name,
-    offsets_name,
-)
+from pbgio.checks import RowProblem, is_int64, raise_first, row_problem
+from pbgio.errors import Issue
+from pbgio.spec.config import ConfigSchema
+from pbgio.spec.edges import DATASETS_BY_NAME, INDEX_DATASETS, Side, data_name, offsets_name
 from pbgio.spec.rules import rule
-from pbgio.storage import AnyPath
 
 Ints = NDArray[np.int64]
+Mask = NDArray[np.bool_]
+
+
+class FeatureBags(Protocol):
+    """Bags of feature ids (:class:`pbgio.edges.FeatureLists`)."""
+
+    offsets: Ints
+    data: Ints
+
+
+class Edges(Protocol):
+    """Edges read from a bucket (:class:`pbgio.edges.EdgeBucket`)."""
+
+    rel: Ints
+    lhs: Ints
+    rhs: Ints
+
+    def __len__(self) -> int: ...
+
+    def features(self, side: Side) -> FeatureBags | None: ...
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def dataset_unknown(file: str | None, name: str, *, group: bool) -> Issue:
+    """``edge-dataset-unknown``: a member ``name`` of the bucket that is not an edge dataset (a
+    group, or a dataset of another name)."""
+    return rule("edge-dataset-unknown").issue(
+        file, name, "expected only rel, lhs, rhs, weight, lhsd_/rhsd_ offsets and data, found this "
+        + ("group" if group else "dataset"))
+
+
+def dataset_missing(file: str | None, name: str) -> Issue:
+    """``edge-dataset-missing``: required dataset ``name`` (rel, lhs or rhs) is absent."""
+    return rule("edge-dataset-missing").issue(file, name, f"expected dataset {name}, found none")
+
+
+def missing_datasets(file: str | None, names: Sequence[str]) -> list[Issue]:
+    """``edge-dataset-missing`` for each of rel, lhs and rhs that ``names`` lacks."""
+    return [dataset_missing(file, name) for name in INDEX_DATASETS if name not in names]
+
+
+def dataset_issues(file: str | None, name: str, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None,
+                   kind: str = "Dataset") -> list[Issue]:
+    """``edge-dataset-shape``, ``edge-dataset-dtype`` and ``edge-weight-int`` of edge dataset
+    ``name`` of ``shape`` and ``dtype`` (both None: the member is a ``kind``, not a dataset).
+    An empty list, or only the ``edge-weight-int`` warning, means the dataset is usable."""
+    if shape is None or dtype is None:
+        return [rule("edge-dataset-shape").issue(file, name, f"expected a 1-D dataset, found a {kind}")]
+    issues = []
+    if len(shape) != 1:
+        issues.append(rule("edge-dataset-shape").issue(file, name, f"expected 1 dimension, found shape {shape}"))
+    if name == "weight":
+        if np.issubdtype(dtype, np.integer):
+            issues.append(rule("edge-weight-int").issue(
+                file, name, f"expected float weights, found {dtype} (the original's importer truncated "
+                "float weights to integers)"))
+        elif not np.issubdtype(dtype, np.floating):
+            issues.append(rule("edge-dataset-dtype").issue(file, name, f"expected a float dtype, found {dtype}"))
+    elif not is_int64(dtype):
+        issues.append(rule("edge-dataset-dtype").issue(
+            file, name, f"expected {DATASETS_BY_NAME[name].dtype}, found {dtype}"))
+    return issues
+
+
+def usable(issues: Sequence[Issue]) -> bool:
+    """Whether a dataset whose :func:`dataset_issues` are ``issues`` can be read as edges."""
+    return all(issue.severity == "warning" for issue in issues)
+
+
+def length_mismatch(file: str | None, name: str, length: int, num_edges: int) -> Issue | None:
+    """``edge-length-mismatch``: dataset ``name`` (lhs, rhs, weight) has ``length`` entries for
+    the ``num_edges`` of rel."""
+    if length == num_edges:
+        return None
+    return rule("edge-length-mismatch").issue(
+        file, name, f"expected {num_edges} entries (the length of rel), found {length}")
+
+
+def offsets_pair(file: str | None, side: Side, names: Sequence[str]) -> Issue | None:
+    """``edge-offsets-pair``: a bucket with member ``names`` has both or neither of ``side``'s
+    offsets and data."""
+    off, dat = offsets_name(side), data_name(side)
+    if (off in names) == (dat in names):
+        return None
+    have, lack = (off, dat) if off in names else (dat, off)
+    return rule("edge-offsets-pair").issue(file, lack, f"expected {lack} beside {have}, found none")
+
+
+def offsets_length(file: str | None, side: Side, length: int, num_edges: int) -> Issue | None:
+    """``edge-offsets-length``: ``side``'s offsets have N + 1 entries for N edges."""
+    if length == num_edges + 1:
+        return None
+    return rule("edge-offsets-length").issue(
+        file, offsets_name(side), f"expected {num_edges + 1} entries (N + 1 for N = {num_edges} edges), "
+        f"found {length}")
+
+
+def features_unused(file: str | None, side: Side, names: Sequence[str], cfg: ConfigSchema) -> Issue | None:
+    """``edge-features-unused``: ``side``'s feature datasets among ``names`` while no relation of
+    ``cfg`` has a featurized ``side`` type (flag ↔ datasets)."""
+    present = [name for name in (offsets_name(side), data_name(side)) if name in names]
+    types = {getattr(rel, side) for rel in cfg.relations}
+    if not present or any(t in cfg.entities and cfg.entities[t].featurized for t in types):
+        return None
+    return rule("edge-features-unused").issue(
+        file, present[0], f"expected no {side}d_* datasets: no relation has a featurized {side} type "
+        f"({', '.join(sorted(types))}), found {', '.join(present)} (ignored when training)")
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def offsets_start(file: str | None, side: Side, first: int) -> Issue | None:
+    """``edge-offsets-start``: ``side``'s offsets start at 0."""
+    if first == 0:
+        return None
+    return rule("edge-offsets-start").issue(file, offsets_name(side), f"expected 0, found {first}", rows=(0,), count=1)
+
+
+def offsets_order(side: Side, off: Ints) -> RowProblem | None:
+    """``edge-offsets-order``: offsets (a block of them, the first one already checked against
+    the previous block) are non-decreasing; row ``i`` of the problem is entry ``i + 1``."""
+    return row_problem("edge-offsets-order", offsets_name(side), off[1:] < off[:-1],
+                       lambda i: f"expected non-decreasing offsets, found {off[i + 1]} after {off[i]}")
+
+
+def offsets_end(file: str | None, side: Side, first: int, last: int, data_length: int, row: int, *,
+                final: bool) -> Issue | None:
+    """``edge-offsets-end``: offsets ``first``..``last`` (ending at entry ``row``) cut
+    ``side``'s data of ``data_length`` entries: the final offset equals it (``final``), and any
+    offsets lie within it (a reader of a chunk, which knows its offsets only)."""
+    if final and last != data_length:
+        message = f"expected {data_length} (len({data_name(side)})), found {last}"
+    elif not 0 <= first <= last <= data_length:
+        message = f"expected offsets within [0, {data_length}] (len({data_name(side)})), found {first} to {last}"
+    else:
+        return None
+    return rule("edge-offsets-end").issue(file, offsets_name(side), message, rows=(row,), count=1)
+
+
+# --------------------------------------------------------------------------- values
 
 
 @dataclass
@@ -42,7 +180,7 @@ class SideLimits:
     """Per relation id: the entity count bounding a side's index, and whether it is featurized."""
 
     limit: Ints  # -1 where unknown (count file missing)
-    featurized: NDArray[np.bool_]
+    featurized: Mask
     feature_limit: Ints  # feature count where featurized, -1 otherwise
     labels: list[str]  # "'user' partition 1", the count file each limit comes from
 
@@ -53,9 +191,11 @@ class SideLimits:
             return int(self.limit[0])
         return None
 
-
-def side_limits(ctx: Context, side: Side, part: int, num_relations: int) -> SideLimits | None:
-    return relation_limits(ctx.config, side, part, num_relations, ctx.counts)
+    @property
+    def single_feature_limit(self) -> int | None:
+        """The one feature count of the featurized relations when they share one, else None."""
+        found = set(self.feature_limit[self.featurized].tolist())
+        return found.pop() if len(found) == 1 else None
 
 
 def relation_limits(cfg: ConfigSchema | None, side: Side, part: int, num_relations: int,
@@ -85,7 +225,77 @@ def relation_limits(cfg: ConfigSchema | None, side: Side, part: int, num_relatio
     return SideLimits(limit, featurized, feature_limit, labels)
 
 
-def check_bounds(edges: EdgeBucket, path: AnyPath, *, first_row: int, lhs: SideLimits, rhs: SideLimits) -> None:
+def rel_range(rel: Ints, num_relations: int, source: str | None = None) -> RowProblem | None:
+    """``edge-rel-range``: 0 <= rel < ``num_relations`` (counted from ``source``, when named)."""
+    if len(rel) == 0 or (int(rel.min()) >= 0 and int(rel.max()) < num_relations):
+        return None
+    where = f" ({source})" if source else ""
+    return row_problem("edge-rel-range", "rel", (rel < 0) | (rel >= num_relations),
+                       lambda i: f"expected 0 <= rel < {num_relations}{where}, found {rel[i]}")
+
+
+def index_range(side: Side, ids: Ints, rel: Ints, lim: SideLimits, known: Mask | None = None) -> RowProblem | None:
+    """``edge-lhs-range`` / ``edge-rhs-range``: plain rows have 0 <= id < the count of their
+    relation's type; ``rel`` is in range wherever ``known`` (None: everywhere) is true, the rows
+    it marks false are left to ``edge-rel-range``."""
+    rule_id = {"lhs": "edge-lhs-range", "rhs": "edge-rhs-range"}[side]
+    uniform = lim.uniform_plain_limit
+    if uniform is not None:
+        if uniform < 0 or len(ids) == 0 or int(ids.view(np.uint64).max()) < uniform:  # negatives wrap to huge
+            return None
+        bad = (ids < 0) | (ids >= uniform)
+        if known is not None:
+            bad &= known
+        bound = np.int64(uniform)
+        return row_problem(rule_id, side, bad,
+                           lambda i: f"expected 0 <= {side} < {bound} (count of {lim.labels[0]}), found {ids[i]}")
+    if lim.featurized.all():
+        return None
+    row_limit = lim.limit[rel]
+    checked = ~lim.featurized[rel] & (row_limit >= 0)
+    if known is not None:
+        checked &= known
+    return row_problem(rule_id, side, checked & ((ids < 0) | (ids >= row_limit)),
+                       lambda i: f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}, "
+                       f"rel {rel[i]}), found {ids[i]}")
+
+
+def plain_features(side: Side, lengths: Ints, plain: Mask) -> RowProblem | None:
+    """``edge-plain-features``: rows whose ``side`` entity is ``plain`` have empty feature lists
+    (of ``lengths``)."""
+    return row_problem("edge-plain-features", offsets_name(side), plain & (lengths != 0),
+                       lambda i: f"expected an empty feature list for a plain {side} entity, found {lengths[i]} "
+                       "features")
+
+
+def featurized_missing(side: Side, need: Mask) -> RowProblem | None:
+    """``edge-featurized-missing``: rows whose ``side`` type is featurized (``need``), in a bucket
+    without ``side``'s feature datasets."""
+    return row_problem("edge-featurized-missing", offsets_name(side), need,
+                       lambda _: f"expected {offsets_name(side)} and {data_name(side)} for this edge, whose "
+                       f"{side} type is featurized, found no such datasets")
+
+
+def feature_range(side: Side, ids: Ints, limits: Ints | int) -> RowProblem | None:
+    """``edge-feature-range``: feature ids lie in [0, the feature count): ``limits`` per id (-1:
+    unknown, not checked), or one for all."""
+    if isinstance(limits, int):
+        if len(ids) == 0 or (int(ids.min()) >= 0 and int(ids.max()) < limits):
+            return None
+        bound = limits
+        return row_problem("edge-feature-range", data_name(side), (ids < 0) | (ids >= bound),
+                           lambda i: f"expected 0 <= feature id < {bound} (feature count), found {ids[i]}")
+    return row_problem("edge-feature-range", data_name(side), (limits >= 0) & ((ids < 0) | (ids >= limits)),
+                       lambda i: f"expected 0 <= feature id < {limits[i]} (feature count), found {ids[i]}")
+
+
+def weight_invalid(weight: NDArray[Any]) -> RowProblem | None:
+    """``edge-weight-invalid``: every weight is finite and non-negative."""
+    return row_problem("edge-weight-invalid", "weight", ~np.isfinite(weight) | (weight < 0),
+                       lambda i: f"expected a finite non-negative weight, found {weight[i]}")
+
+
+def check_bounds(edges: Edges, path: object, *, first_row: int, lhs: SideLimits, rhs: SideLimits) -> None:
     """Raise the first edge of ``edges`` (read from ``path``, file row ``first_row`` onwards) whose
     rel, plain entity id or feature id lies outside its table, as a :class:`FormatError` naming
     the file, dataset, row and rule (``edge-rel-range``, ``edge-lhs-range``, ``edge-rhs-range``,
@@ -94,6 +304,9 @@ def check_bounds(edges: EdgeBucket, path: AnyPath, *, first_row: int, lhs: SideL
     trainer calls it on every bucket it reads, so a bad id never reaches an indexing kernel.
     Featurized ids are checked where the bucket has the side's feature bags.
 
+    >>> from pathlib import Path
+    >>> from pbgio.edges import EdgeBucket
+    >>> from pbgio.spec.edges import SIDES
     >>> from pbgio.example import example_config
     >>> cfg = example_config()
     >>> counts = {("user", 0): 3, ("user", 1): 3, ("item", 0): 4}
@@ -105,326 +318,19 @@ def check_bounds(edges: EdgeBucket, path: AnyPath, *, first_row: int, lhs: SideL
     """
     if len(edges) == 0:
         return
-    rel, num_relations = edges.rel, len(lhs.limit)
-    bad = (rel < 0) | (rel >= num_relations)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise FormatError(rule("edge-rel-range").issue(
-            str(path), "rel", f"expected 0 <= rel < {num_relations}, found {rel[i]}", rows=(first_row + i,),
-            count=int(bad.sum())))
+    file, rel = str(path), edges.rel
+    problem = rel_range(rel, len(lhs.limit))
+    raise_first([problem.first(file, first_row) if problem else None])
     sides: tuple[tuple[Side, SideLimits], ...] = (("lhs", lhs), ("rhs", rhs))
     for side, lim in sides:
-        ids = edges.lhs if side == "lhs" else edges.rhs
-        row_limit = lim.limit[rel]
-        bad = ~lim.featurized[rel] & (row_limit >= 0) & ((ids < 0) | (ids >= row_limit))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise FormatError(rule(f"edge-{side}-range").issue(
-                str(path), side, f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}), "
-                f"found {ids[i]}", rows=(first_row + i,), count=int(bad.sum())))
+        problem = index_range(side, edges.lhs if side == "lhs" else edges.rhs, rel, lim)
+        raise_first([problem.first(file, first_row) if problem else None])
         bags = edges.features(side)
         if bags is None:
             continue
-        sizes = np.diff(bags.offsets)
-        feature_limit = np.repeat(lim.feature_limit[rel], sizes)
-        bad = (feature_limit >= 0) & ((bags.data < 0) | (bags.data >= feature_limit))
-        if bad.any():
-            i = int(np.argmax(bad))
-            edge = first_row + int(np.searchsorted(bags.offsets, i, side="right")) - 1
-            raise FormatError(rule("edge-feature-range").issue(
-                str(path), data_name(side), f"expected 0 <= feature id < {feature_limit[i]} (feature count), "
-                f"found {bags.data[i]} in the features of edge row {edge}", rows=(edge,), count=int(bad.sum())))
-
-
-def check_bucket(ctx: Context, path: AnyPath, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
-    """Check one bucket file; partitions are needed for range checks against the config."""
-    try:
-        with open_h5(path if ctx.cache is None else ctx.cache.local(path)) as f:
-            _check_open_bucket(ctx, path, f, lhs_part, rhs_part)
-    except (FormatError, MissingArtifactError) as exc:
-        ctx.add_error(exc, path)
-    ctx.report.count_checked("bucket files")
-
-
-def _check_open_bucket(ctx: Context, path: AnyPath, f: h5py.File, lhs_part: int | None,
-                       rhs_part: int | None) -> None:
-    try:
-        check_format_version(f, path)
-    except FormatError as exc:
-        ctx.add_error(exc, path)
-    datasets: dict[str, Any] = {}
-    for raw, item in f.items():
-        name = link_name(raw)
-        if isinstance(item, h5py.Dataset) and name in DATASETS_BY_NAME:
-            datasets[name] = item
-        else:
-            ctx.add("edge-dataset-unknown", path, name,
-                    "expected only rel, lhs, rhs, weight, lhsd_/rhsd_ offsets and data, found this "
-                    + ("group" if isinstance(item, h5py.Group) else "dataset"))
-    missing = [n for n in INDEX_DATASETS if n not in datasets]
-    for name in missing:
-        ctx.add("edge-dataset-missing", path, name, f"expected dataset {name}, found none")
-    usable = _check_dtypes_and_shapes(ctx, path, datasets)
-    if missing or not {*INDEX_DATASETS} <= usable:
-        return
-    unwritten = False
-    for name in sorted(usable):
-        try:
-            check_written(datasets[name], path)
-        except FormatError as exc:
-            ctx.add_error(exc, path)
-            unwritten = True
-    if unwritten:
-        return  # nothing to scan: the claimed rows are not in the file
-    n = int(datasets["rel"].shape[0])
-    ctx.report.count_checked("edges", n)
-    ctx.report.count_checked("bucket bytes", sum(int(datasets[k].id.get_storage_size()) for k in INDEX_DATASETS))
-    for name in ("lhs", "rhs", "weight"):
-        if name in usable and datasets[name].shape[0] != n:
-            ctx.add("edge-length-mismatch", path, name,
-                    f"expected {n} entries (the length of rel), found {datasets[name].shape[0]}")
-            usable.discard(name)
-    if not {"lhs", "rhs"} <= usable:
-        return
-    sides: dict[Side, tuple[Any, Any]] = {}
-    for side in SIDES:
-        off, dat = offsets_name(side), data_name(side)
-        if (off in datasets) != (dat in datasets):
-            have, lack = (off, dat) if off in datasets else (dat, off)
-            ctx.add("edge-offsets-pair", path, lack, f"expected {lack} beside {have}, found none")
-        elif off in datasets and off in usable and dat in usable:
-            if datasets[off].shape[0] != n + 1:
-                ctx.add("edge-offsets-length", path, off,
-                        f"expected {n + 1} entries (N + 1 for N = {n} edges), found {datasets[off].shape[0]}")
-            else:
-                sides[side] = (datasets[off], datasets[dat])
-    _check_unused_features(ctx, path, datasets)
-    _scan(ctx, path, datasets, usable, sides, n, lhs_part, rhs_part)
-
-
-def _check_unused_features(ctx: Context, path: AnyPath, datasets: dict[str, Any]) -> None:
-    """Feature datasets on a side where the config has no featurized type (flag ↔ datasets)."""
-    cfg = ctx.config
-    if cfg is None:
-        return
-    for side in SIDES:
-        present = [name for name in (offsets_name(side), data_name(side)) if name in datasets]
-        types = {getattr(rel, side) for rel in cfg.relations}
-        if present and not any(t in cfg.entities and cfg.entities[t].featurized for t in types):
-            ctx.add("edge-features-unused", path, present[0],
-                    f"expected no {side}d_* datasets: no relation has a featurized {side} type "
-                    f"({', '.join(sorted(types))}), found {', '.join(present)} (ignored when training)")
-
-
-def _check_dtypes_and_shapes(ctx: Context, path: AnyPath, datasets: dict[str, Any]) -> set[str]:
-    usable = set()
-    for name, ds in datasets.items():
-        ok = True
-        if ds.ndim != 1:
-            ctx.add("edge-dataset-shape", path, name, f"expected 1 dimension, found shape {ds.shape}")
-            ok = False
-        if name == "weight":
-            if np.issubdtype(ds.dtype, np.integer):
-                ctx.add("edge-weight-int", path, name,
-                        f"expected float weights, found {ds.dtype} (the original's importer truncated "
-                        "float weights to integers)")
-            elif not np.issubdtype(ds.dtype, np.floating):
-                ctx.add("edge-dataset-dtype", path, name, f"expected a float dtype, found {ds.dtype}")
-                ok = False
-        elif not is_int64(ds.dtype):
-            ctx.add("edge-dataset-dtype", path, name,
-                    f"expected {DATASETS_BY_NAME[name].dtype}, found {ds.dtype}")
-            ok = False
-        if ok:
-            usable.add(name)
-    return usable
-
-
-class _Reader:
-    """Reads blocks of a 1-D dataset into a reused buffer (bounded memory)."""
-
-    def __init__(self, ctx: Context, files: contextlib.ExitStack, slot: str, ds: Any, block: int) -> None:
-        self.blocks = files.enter_context(BlockReader(ds, Path(ds.file.filename)))
-        self.buf = ctx.buffer(slot, block, ds.dtype.newbyteorder("="))
-
-    def read(self, start: int, end: int) -> NDArray[Any]:
-        out = self.buf[: end - start]
-        self.blocks.read(start, end, out)
-        return out
-
-
-def _scan(ctx: Context, path: AnyPath, datasets: dict[str, Any], usable: set[str],
-          sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None, rhs_part: int | None) -> None:
-    with contextlib.ExitStack() as files:
-        _scan_blocks(ctx, files, path, datasets, usable, sides, n, lhs_part, rhs_part)
-
-
-def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: AnyPath, datasets: dict[str, Any],
-                 usable: set[str], sides: dict[Side, tuple[Any, Any]], n: int, lhs_part: int | None,
-                 rhs_part: int | None) -> None:
-    block = READ_BLOCK_ELEMENTS
-    num_rel = ctx.num_relations
-    limits: dict[Side, SideLimits | None] = {"lhs": None, "rhs": None}
-    if num_rel is not None and lhs_part is not None and rhs_part is not None:
-        limits = {"lhs": side_limits(ctx, "lhs", lhs_part, num_rel),
-                  "rhs": side_limits(ctx, "rhs", rhs_part, num_rel)}
-    readers = {name: _Reader(ctx, files, name, datasets[name], block) for name in INDEX_DATASETS}
-    weight = _Reader(ctx, files, "weight", datasets["weight"], block) if "weight" in usable else None
-    off_readers = {side: _Reader(ctx, files, offsets_name(side), off, block + 1) for side, (off, _) in sides.items()}
-
-    def collector(rule_id: str, dataset: str) -> RowCollector:
-        return RowCollector(ctx, rule_id, path, dataset)
-
-    rel_rows = collector("edge-rel-range", "rel")
-    index_rows = {side: collector(f"edge-{side}-range", side) for side in SIDES}
-    order_rows = {side: collector("edge-offsets-order", offsets_name(side)) for side in SIDES}
-    plain_rows = {side: collector("edge-plain-features", offsets_name(side)) for side in SIDES}
-    missing_rows = {side: collector("edge-featurized-missing", offsets_name(side)) for side in SIDES}
-    feature_rows = {side: collector("edge-feature-range", data_name(side)) for side in SIDES}
-    weight_rows = collector("edge-weight-invalid", "weight")
-
-    for start in range(0, n, block):
-        end = min(start + block, n)
-        rel = readers["rel"].read(start, end)
-        # Rows with an out-of-range rel have no known entity types: only edge-rel-range applies.
-        rel_index, known = rel, None
-        if num_rel is not None and (int(rel.min()) < 0 or int(rel.max()) >= num_rel):
-            bad_rel = (rel < 0) | (rel >= num_rel)
-            if (i := rel_rows.add(start, bad_rel)) is not None:
-                rel_rows.describe(f"expected 0 <= rel < {num_rel} ({_rel_source(ctx)}), found {rel[i]}")
-            rel_index, known = np.clip(rel, 0, max(num_rel - 1, 0)), ~bad_rel
-        offs = {side: reader.read(start, end + 1) for side, reader in off_readers.items()}
-        for side, off in offs.items():
-            if start == 0 and off[0] != 0:
-                ctx.add("edge-offsets-start", path, offsets_name(side), f"expected 0, found {off[0]}",
-                        rows=(0,), count=1)
-            if (i := order_rows[side].add(start + 1, off[1:] < off[:-1])) is not None:
-                order_rows[side].describe(
-                    f"expected non-decreasing offsets, found {off[i + 1]} after {off[i]}"
-                )
-        for side in SIDES:
-            lim = limits[side]
-            if lim is None:
-                continue
-            _check_indices(readers[side].read(start, end), rel_index, known, lim, index_rows[side],
-                           start, side)
-            if side in offs:
-                _check_bags(side, offs[side], sides[side][1], lim, rel_index, known, start,
-                            plain_rows[side], feature_rows[side])
-            elif lim.featurized.any() and offsets_name(side) not in datasets:
-                need = lim.featurized[rel_index] if known is None else lim.featurized[rel_index] & known
-                if (i := missing_rows[side].add(start, need)) is not None:
-                    missing_rows[side].describe(
-                        f"expected {offsets_name(side)} and {data_name(side)} for this edge, whose "
-                        f"{side} type is featurized, found no such datasets"
-                    )
-        if weight is not None:
-            w = weight.read(start, end)
-            bad_w = ~np.isfinite(w) | (w < 0)
-            if bad_w.any():
-                if (i := weight_rows.add(start, bad_w)) is not None:
-                    weight_rows.describe(
-                        f"expected a finite non-negative weight, found {w[i]}"
-                    )
-    for side, (off, dat) in sides.items():
-        if n == 0 and int(off[0]) != 0:
-            ctx.add("edge-offsets-start", path, offsets_name(side), f"expected 0, found {off[0]}",
-                    rows=(0,), count=1)
-        last = int(off[n])
-        if last != dat.shape[0]:
-            ctx.add("edge-offsets-end", path, offsets_name(side),
-                    f"expected {dat.shape[0]} (len({data_name(side)})), found {last}", rows=(n,), count=1)
-        lim = limits[side]
-        if lim is not None:
-            _check_uniform_feature_ids(ctx, files, dat, lim, feature_rows[side])
-    for c in (rel_rows, weight_rows, *index_rows.values(), *order_rows.values(), *plain_rows.values(),
-              *missing_rows.values(), *feature_rows.values()):
-        c.flush()
-
-
-def _rel_source(ctx: Context) -> str:
-    if ctx.config is not None and ctx.config.dynamic_relations:
-        return "dynamic_rel_count.txt"
-    return "the config's relations"
-
-
-def _check_indices(idx: Ints, rel: Ints, known: NDArray[np.bool_] | None, lim: SideLimits,
-                   collector: RowCollector, start: int, side: str) -> None:
-    """Plain rows: 0 <= index < count; ``known`` masks rows whose rel is in range (None: all)."""
-    uniform = lim.uniform_plain_limit
-    if uniform is not None:
-        if uniform < 0:
-            return
-        if int(idx.view(np.uint64).max()) < uniform:  # negatives wrap to huge values
-            return
-        bad = (idx < 0) | (idx >= uniform)
-        if known is not None:
-            bad &= known
-        bound = np.int64(uniform)
-        if (i := collector.add(start, bad)) is not None:
-            collector.describe(
-                f"expected 0 <= {side} < {bound} (count of {lim.labels[0]}), found {idx[i]}"
-            )
-        return
-    if lim.featurized.all():
-        return
-    row_limit = lim.limit[rel]
-    checked = ~lim.featurized[rel] & (row_limit >= 0)
-    if known is not None:
-        checked &= known
-    bad = checked & ((idx < 0) | (idx >= row_limit))
-    if bad.any():
-        if (i := collector.add(start, bad)) is not None:
-            collector.describe(
-                f"expected 0 <= {side} < {row_limit[i]} (count of {lim.labels[rel[i]]}, rel {rel[i]}), "
-                f"found {idx[i]}"
-            )
-
-
-def _check_bags(side: str, off: Ints, dat: Any, lim: SideLimits, rel: Ints,
-                known: NDArray[np.bool_] | None, start: int, plain_rows: RowCollector,
-                feature_rows: RowCollector) -> None:
-    """Plain rows need empty bags; with several feature counts, check ids row by row."""
-    lengths = off[1:] - off[:-1]
-    plain = ~lim.featurized[rel] if known is None else ~lim.featurized[rel] & known
-    bad = plain & (lengths != 0)
-    if bad.any():
-        if (i := plain_rows.add(start, bad)) is not None:
-            plain_rows.describe(
-                f"expected an empty feature list for a plain {side} entity, found {lengths[i]} features"
-            )
-    if _single_feature_limit(lim) is not None or not lim.featurized.any():
-        return
-    lo, hi = int(off[0]), int(off[-1])
-    if hi <= lo or (lengths < 0).any() or lo < 0 or hi > dat.shape[0]:
-        return  # broken offsets are reported by the offsets rules
-    ids = np.asarray(dat[lo:hi])
-    per_row = lim.feature_limit[rel] if known is None else np.where(known, lim.feature_limit[rel], -1)
-    row_limits = np.repeat(per_row, lengths)
-    bad_ids = (row_limits >= 0) & ((ids < 0) | (ids >= row_limits))
-    if (i := feature_rows.add(lo, bad_ids)) is not None:
-        feature_rows.describe(
-            f"expected 0 <= feature id < {row_limits[i]} (feature count), found {ids[i]}"
-        )
-
-
-def _single_feature_limit(lim: SideLimits) -> int | None:
-    found = set(lim.feature_limit[lim.featurized].tolist())
-    return found.pop() if len(found) == 1 else None
-
-
-def _check_uniform_feature_ids(ctx: Context, files: contextlib.ExitStack, dat: Any, lim: SideLimits,
-                               rows: RowCollector) -> None:
-    """Stream the feature ids when every featurized relation shares one feature count."""
-    bound = _single_feature_limit(lim)
-    if bound is None or bound < 0:
-        return
-    reader = _Reader(ctx, files, "features", dat, READ_BLOCK_ELEMENTS)
-    total = dat.shape[0]
-    for start in range(0, total, READ_BLOCK_ELEMENTS):
-        ids = reader.read(start, min(start + READ_BLOCK_ELEMENTS, total))
-        if int(ids.min()) < 0 or int(ids.max()) >= bound:
-            if (i := rows.add(start, (ids < 0) | (ids >= bound))) is not None:
-                rows.describe(
-                    f"expected 0 <= feature id < {bound} (feature count), found {ids[i]}"
-                )
+        problem = feature_range(side, bags.data, np.repeat(lim.feature_limit[rel], np.diff(bags.offsets)))
+        if problem is not None:
+            edge = first_row + int(np.searchsorted(bags.offsets, problem.rows()[0], side="right")) - 1
+            i = int(problem.rows()[0])
+            raise_first([problem.issue(file, f"{problem.describe(i)} in the features of edge row {edge}", (edge,),
+                                       int(problem.bad.sum()))])

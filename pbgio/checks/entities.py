@@ -1,185 +1,138 @@
-"""Checks of ``entity_path``: counts, names, dynamic relation files."""
+"""The rules of ``entity_path``: count files, names files and the relation files of dynamic mode.
+
+The text of count files and the JSON of names lists are parsed by their readers
+(:mod:`pbgio.entities`), which report what they find here:
+
+>>> count_format("entity count", "entity_count_user_0.txt", " 12\\n")
+12
+>>> print(count_format("dynamic relation count", "dynamic_rel_count.txt", "twelve"))
+dynamic_rel_count.txt: expected one non-negative integer, found 'twelve' [dynamic-rel-count-format]
+>>> print(names_count("entity_names_user_0.json", 3, 2, "entity_count_user_0.txt"))
+entity_names_user_0.json: expected 3 names (entity_count_user_0.txt), found 2 [entity-names-count]
+"""
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
+from collections.abc import Sequence
+from typing import Literal
 
-from pbgio import entities, storage
-from pbgio.checks import Context
-from pbgio.errors import FormatError, MissingArtifactError, PbgioError
-from pbgio.spec import naming
-from pbgio.storage import AnyPath
+from pbgio.errors import Issue
+from pbgio.spec.config import ConfigSchema
+from pbgio.spec.entities import parse_count_text
+from pbgio.spec.naming import DYNAMIC_REL_COUNT
+from pbgio.spec.rules import rule
 
-
-def check_entity_dir(ctx: Context, entity_path: AnyPath) -> None:
-    """Check every entity file; with a config, also completeness and relation files."""
-    cfg = ctx.config
-    present: dict[tuple[str, int], AnyPath] = {}
-    for path in entity_path.iterdir():
-        parsed = naming.parse_entity_count_file(path.name)
-        if parsed:
-            present[parsed] = path
-    expected: set[tuple[str, int]] = set()
-    if cfg is not None:
-        expected = {(t, p) for t, e in cfg.entities.items() for p in range(e.num_partitions)}
-        for etype, part in sorted(expected - set(present)):
-            ctx.add("entity-count-missing", entity_path / naming.entity_count_file(etype, part), None,
-                    f"expected the entity count of {etype!r} partition {part}, found no file")
-        for etype, part in sorted(set(present) - expected):
-            ctx.add("entity-count-extra", present[(etype, part)], None,
-                    f"expected partitions 0..{cfg.entities[etype].num_partitions - 1} of {etype!r}"
-                    if etype in cfg.entities else
-                    f"expected an entity type of the config {sorted(cfg.entities)}, found {etype!r}")
-    for (etype, part), path in sorted(present.items()):
-        try:
-            ctx.counts[(etype, part)] = entities.read_entity_count(entity_path, etype, part)
-        except FormatError as exc:
-            ctx.add_error(exc, path)
-        ctx.report.count_checked("entity count files")
-    hashes: dict[str, dict[int, NDArray[np.int64]]] = {}
-    for path in storage.glob(entity_path, "entity_names_*_*.json"):
-        parsed = naming.parse_entity_names_file(path.name)
-        if parsed:
-            sorted_hashes = _check_names(ctx, entity_path, *parsed)
-            if sorted_hashes is not None:
-                hashes.setdefault(parsed[0], {})[parsed[1]] = sorted_hashes
-    for etype, parts in sorted(hashes.items()):
-        if len(parts) > 1:
-            _check_names_across_partitions(ctx, entity_path, etype, parts)
-    _check_relation_files(ctx, entity_path)
+CountFile = Literal["entity count", "dynamic relation count", "checkpoint version"]
+"""The files that hold one non-negative integer (``checkpoint_version.txt`` too)."""
+NamesFile = Literal["entity names", "relation names"]
+"""The files that hold a JSON list of strings."""
 
 
-def _check_names_across_partitions(ctx: Context, entity_path: AnyPath, etype: str,
-                                   hashes: dict[int, NDArray[np.int64]]) -> None:
-    """A name in two partitions of a type: found through one hash per name (memory bounded by
-    8 bytes a name), confirmed on the strings of the partitions involved."""
-    keys = sorted(hashes)
-    all_hashes = np.concatenate([_distinct(hashes[p]) for p in keys])
-    all_hashes.sort()
-    suspects = _repeated(all_hashes)
-    del all_hashes
-    if not len(suspects):
-        return
-    seen: dict[str, int] = {}
-    repeated: list[tuple[str, int, int]] = []
-    for part in keys:
-        for chunk in entities.iter_entity_names(entity_path, etype, part):
-            for offset in np.flatnonzero(np.isin(_hashes(chunk), suspects)).tolist():
-                name = chunk[offset]
-                first = seen.setdefault(name, part)
-                if first != part:
-                    repeated.append((name, first, part))
-    if repeated:
-        name, first, part = repeated[0]
-        ctx.add("entity-names-duplicate", entity_path / naming.entity_names_file(etype, part), None,
-                f"expected each name of {etype!r} in one partition, found {name!r} in partitions {first} "
-                f"and {part}" + (f" ({len(repeated)} names in all)" if len(repeated) > 1 else ""),
-                count=len(repeated))
+def _format_rule(kind: CountFile | NamesFile) -> str:
+    """The format rule of a count or names file."""
+    return {
+        "entity count": "entity-count-format",
+        "dynamic relation count": "dynamic-rel-count-format",
+        "checkpoint version": "checkpoint-version-format",
+        "entity names": "entity-names-format",
+        "relation names": "dynamic-rel-names-format",
+    }[kind]
 
 
-def _hashes(names: list[str]) -> NDArray[np.int64]:
-    return np.fromiter(map(hash, names), dtype=np.int64, count=len(names))
+def count_format(kind: CountFile, file: str | None, text: str) -> int | Issue:
+    """The number a count file's ``text`` holds, or the issue of its format rule."""
+    count = parse_count_text(text)
+    if count is None:
+        return rule(_format_rule(kind)).issue(file, None, f"expected one non-negative integer, found {text[:40]!r}")
+    return count
 
 
-def _distinct(sorted_values: NDArray[np.int64]) -> NDArray[np.int64]:
-    """The distinct values of a sorted array."""
-    if len(sorted_values) < 2:
-        return sorted_values
-    keep = np.empty(len(sorted_values), dtype=bool)
-    keep[0] = True
-    np.not_equal(sorted_values[1:], sorted_values[:-1], out=keep[1:])
-    return sorted_values[keep]
+def text_unreadable(kind: CountFile, file: str | None, found: object) -> Issue:
+    """The format rule of a count file that cannot be read as text (``found`` says why)."""
+    return rule(_format_rule(kind)).issue(file, None, f"expected a text file, found {found}")
 
 
-def _repeated(sorted_values: NDArray[np.int64]) -> NDArray[np.int64]:
-    """The values found more than once in a sorted array (each once)."""
-    if len(sorted_values) < 2:
-        return sorted_values[:0]
-    same = sorted_values[1:] == sorted_values[:-1]
-    return _distinct(sorted_values[1:][same])
+def names_format(kind: NamesFile, file: str | None, message: str, element: int | None = None) -> Issue:
+    """The format rule of a names list that is no JSON list of strings: ``message`` (line and what
+    was found) about list ``element`` (its index, None for the file as a whole)."""
+    rows = () if element is None else (element,)
+    return rule(_format_rule(kind)).issue(file, None, message, rows=rows, count=None if element is None else 1)
 
 
-def _check_names(ctx: Context, entity_path: AnyPath, etype: str, part: int) -> NDArray[np.int64] | None:
-    """Check one names file, streamed: memory holds one 8-byte hash per name (sorted, returned for
-    the check across partitions), never the names; repeated hashes are confirmed on the strings
-    in a second pass over the file."""
-    path = entity_path / naming.entity_names_file(etype, part)
-    count = ctx.counts.get((etype, part))
-    try:  # room for the count file's number of names (no copy while it is right), at most 1 per 3 bytes ('"",')
-        room = min(count or 0, storage.file_size(path) // 3 + 1)
-    except (OSError, PbgioError):
-        room = 0
-    hashes = np.empty(room, np.int64)
-    size = 0
-    try:
-        for chunk in entities.iter_entity_names(entity_path, etype, part):
-            if size + len(chunk) > len(hashes):
-                hashes = np.resize(hashes, max(size + len(chunk), len(hashes) * 3 // 2))
-            hashes[size:size + len(chunk)] = _hashes(chunk)
-            size += len(chunk)
-    except (FormatError, MissingArtifactError) as exc:
-        ctx.add_error(exc, path)
+def count_missing(file: str | None, entity_type: str, part: int) -> Issue:
+    """``entity-count-missing``: the count file of a type and partition of the config is absent."""
+    return rule("entity-count-missing").issue(
+        file, None, f"expected the entity count of {entity_type!r} partition {part}, found no file")
+
+
+def count_extra(file: str | None, entity_type: str, part: int, cfg: ConfigSchema) -> Issue | None:
+    """``entity-count-extra``: a count file of a partition or type the config lacks."""
+    if entity_type in cfg.entities:
+        partitions = cfg.entities[entity_type].num_partitions
+        if part < partitions:
+            return None
+        message = f"expected partitions 0..{partitions - 1} of {entity_type!r}"
+    else:
+        message = f"expected an entity type of the config {sorted(cfg.entities)}, found {entity_type!r}"
+    return rule("entity-count-extra").issue(file, None, message)
+
+
+def names_count(file: str | None, expected: int, found: int | None, source: str, *,
+                at_least: bool = False) -> Issue | None:
+    """``entity-names-count``: a names file lists ``expected`` names (the count ``source`` gives:
+    a count file, the rows of a checkpoint), found ``found`` (None: more than expected); with
+    ``at_least``, a reader needed ``expected`` names and found fewer."""
+    if found == expected or (at_least and found is not None and found >= expected):
         return None
-    hashes = hashes[:size]
-    ctx.report.count_checked("entity names files")
-    if count is not None and len(hashes) != count:
-        ctx.add("entity-names-count", path, None,
-                f"expected {count} names (entity_count_{etype}_{part}.txt), found {len(hashes)}")
-    hashes.sort()
-    suspects = _repeated(hashes)
-    if len(suspects):
-        _report_duplicates(ctx, entity_path, etype, part, suspects)
-    return hashes
+    return rule("entity-names-count").issue(
+        file, None, f"expected {'at least ' if at_least else ''}{expected} names ({source}), "
+        f"found {'more' if found is None else found}")
 
 
-def _report_duplicates(ctx: Context, entity_path: AnyPath, etype: str, part: int,
-                       suspects: NDArray[np.int64]) -> None:
-    """Confirm names whose hashes repeat (a second pass, keeping only those names)."""
-    rows_of: dict[str, list[int]] = {}
-    row = 0
-    for chunk in entities.iter_entity_names(entity_path, etype, part):
-        for offset in np.flatnonzero(np.isin(_hashes(chunk), suspects)).tolist():
-            rows_of.setdefault(chunk[offset], []).append(row + offset)
-        row += len(chunk)
-    dupes = [name for name, rows in rows_of.items() if len(rows) > 1]  # in order of first appearance
-    if dupes:
-        first_rows = sorted(r for name in dupes[:5] for r in rows_of[name])
-        ctx.add("entity-names-duplicate", entity_path / naming.entity_names_file(etype, part), None,
-                f"expected unique names, found {len(dupes)} repeated, e.g. {dupes[0]!r}",
-                rows=tuple(first_rows[:5]), count=len(dupes))
+def names_duplicate(file: str | None, entity_type: str, *, within: Sequence[str] = (), rows: tuple[int, ...] = (),
+                    across: Sequence[tuple[str, int, int]] = ()) -> Issue | None:
+    """``entity-names-duplicate``: names repeated ``within`` one names file (in order of first
+    appearance, ``rows`` where the first ones are), or found ``across`` partitions of a type
+    (name, first partition, other partition)."""
+    if within:
+        return rule("entity-names-duplicate").issue(
+            file, None, f"expected unique names, found {len(within)} repeated, e.g. {within[0]!r}",
+            rows=rows, count=len(within))
+    if across:
+        name, first, part = across[0]
+        return rule("entity-names-duplicate").issue(
+            file, None, f"expected each name of {entity_type!r} in one partition, found {name!r} in partitions "
+            f"{first} and {part}" + (f" ({len(across)} names in all)" if len(across) > 1 else ""),
+            count=len(across))
+    return None
 
 
-def _check_relation_files(ctx: Context, entity_path: AnyPath) -> None:
-    cfg = ctx.config
-    count_path = entity_path / naming.DYNAMIC_REL_COUNT
-    names_path = entity_path / naming.DYNAMIC_REL_NAMES
-    if count_path.exists():
-        try:
-            ctx.dynamic_rel_count = entities.read_dynamic_rel_count(entity_path)
-        except FormatError as exc:
-            ctx.add_error(exc, count_path)
-    elif cfg is not None and cfg.dynamic_relations:
-        ctx.add("dynamic-rel-count-missing", count_path, None,
-                "expected the dynamic relation count (dynamic_relations is true), found no file")
-    if not names_path.exists():
-        return
-    try:
-        names = entities.read_relation_names(entity_path)
-    except FormatError as exc:
-        ctx.add_error(exc, names_path)
-        return
-    dynamic = cfg.dynamic_relations if cfg is not None else ctx.dynamic_rel_count is not None
-    if dynamic and ctx.dynamic_rel_count is not None and len(names) != ctx.dynamic_rel_count:
-        ctx.add("dynamic-rel-names-count", names_path, None,
-                f"expected {ctx.dynamic_rel_count} names ({naming.DYNAMIC_REL_COUNT}), found {len(names)}")
+def dynamic_rel_count_missing(file: str | None, cfg: ConfigSchema | None) -> Issue | None:
+    """``dynamic-rel-count-missing``: dynamic_rel_count.txt is absent while dynamic_relations is true."""
+    if cfg is None or not cfg.dynamic_relations:
+        return None
+    return rule("dynamic-rel-count-missing").issue(
+        file, None, "expected the dynamic relation count (dynamic_relations is true), found no file")
+
+
+def relation_names(file: str | None, names: Sequence[str], cfg: ConfigSchema | None,
+                   dynamic_rel_count: int | None) -> list[Issue]:
+    """``dynamic-rel-names-count`` and ``relation-names-mismatch`` of dynamic_rel_names.json
+    listing ``names``: as many as the relation count (``dynamic_rel_count`` in dynamic mode, the
+    config's relations in static mode), and, in static mode, the config's names in order."""
+    issues = []
+    dynamic = cfg.dynamic_relations if cfg is not None else dynamic_rel_count is not None
+    if dynamic and dynamic_rel_count is not None and len(names) != dynamic_rel_count:
+        issues.append(rule("dynamic-rel-names-count").issue(
+            file, None, f"expected {dynamic_rel_count} names ({DYNAMIC_REL_COUNT}), found {len(names)}"))
     if cfg is not None and not cfg.dynamic_relations:
         expected = [r.name for r in cfg.relations]
         if len(names) != len(expected):
-            ctx.add("dynamic-rel-names-count", names_path, None,
-                    f"expected {len(expected)} names (the config's relations), found {len(names)}")
+            issues.append(rule("dynamic-rel-names-count").issue(
+                file, None, f"expected {len(expected)} names (the config's relations), found {len(names)}"))
         elif names != expected:
             row = next(i for i, (a, b) in enumerate(zip(names, expected, strict=True)) if a != b)
-            ctx.add("relation-names-mismatch", names_path, None,
-                    f"expected {expected[row]!r} (relations[{row}].name), found {names[row]!r}",
-                    rows=(row,), count=sum(a != b for a, b in zip(names, expected, strict=True)))
+            issues.append(rule("relation-names-mismatch").issue(
+                file, None, f"expected {expected[row]!r} (relations[{row}].name), found {names[row]!r}",
+                rows=(row,), count=sum(a != b for a, b in zip(names, expected, strict=True))))
+    return issues

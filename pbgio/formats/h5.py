@@ -18,11 +18,12 @@ import h5py
 import numpy as np
 
 from pbgio import storage
+from pbgio.checks import hdf5 as checks_hdf5
+from pbgio.checks import raise_first
 from pbgio.errors import CorruptFileError, MissingArtifactError, VersionError
 from pbgio.formats.h5guard import h5_guard
 from pbgio.formats.h5heap import check_global_heaps
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR
-from pbgio.spec.rules import rule
 
 
 @contextlib.contextmanager
@@ -44,7 +45,7 @@ def open_h5(path: storage.AnyPath, mode: str = "r") -> Iterator[h5py.File]:
         try:
             handle = h5py.File(source if source is not None else path, mode)
         except OSError as exc:
-            raise CorruptFileError(rule("h5-unreadable").issue(
+            raise CorruptFileError(checks_hdf5.unreadable(
                 storage.display(path), None,
                 f"expected an HDF5 file, found an unreadable file ({_h5_reason(exc)})")) from None
         except Exception as exc:
@@ -113,7 +114,7 @@ def _rows(ds: h5py.Dataset) -> int:
 
 
 def _unwritten(ds: h5py.Dataset, path: storage.AnyPath, message: str) -> CorruptFileError:
-    return CorruptFileError(rule("h5-unreadable").issue(storage.display(path), ds.name.lstrip("/"), message))
+    return CorruptFileError(checks_hdf5.unreadable(storage.display(path), ds.name.lstrip("/"), message))
 
 
 def read_whole(ds: h5py.Dataset, path: storage.AnyPath) -> np.ndarray[Any, Any]:
@@ -162,30 +163,7 @@ def format_version(handle: h5py.File) -> Any:
 
 def check_format_version(handle: h5py.File, path: storage.AnyPath) -> None:
     """Raise :class:`VersionError` unless the root says ``format_version == 1``."""
-    found = format_version(handle)
-    if not _is_version(found):
-        raise VersionError(rule("h5-format-version").issue(
-            str(path), None, f"expected root attribute {FORMAT_VERSION_ATTR}={FORMAT_VERSION}, "
-            f"found {'none' if found is None else repr(found)}"
-        ))
-
-
-def _is_version(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        if value.size != 1:
-            return False
-        value = value.reshape(()).item()
-    return isinstance(value, int | np.integer) and not isinstance(value, bool) and int(value) == FORMAT_VERSION
-
-
-def is_int64(dtype: np.dtype[Any]) -> bool:
-    """An 8-byte signed integer in either byte order (h5py converts on read)."""
-    return dtype.kind == "i" and dtype.itemsize == 8
-
-
-def is_float32(dtype: np.dtype[Any]) -> bool:
-    """A 4-byte float in either byte order."""
-    return dtype.kind == "f" and dtype.itemsize == 4
+    raise_first([checks_hdf5.format_version(str(path), format_version(handle))], VersionError)
 
 
 def write_format_version(handle: h5py.File) -> None:
@@ -277,12 +255,12 @@ class BlockReader:
             want = (hi - lo) * size
             position = base + (lo - k * chunk) * size
             if not 0 <= position <= self._file_size - want:  # a corrupt chunk address
-                raise CorruptFileError(rule("h5-unreadable").issue(
+                raise CorruptFileError(checks_hdf5.unreadable(
                     str(self.path), self.ds.name.lstrip("/"),
                     f"expected {want} bytes at offset {position}, beyond the file's {self._file_size} bytes"))
             got = os.preadv(self._fd, [cast(Any, dest)], position)
             if got != want:
-                raise CorruptFileError(rule("h5-unreadable").issue(
+                raise CorruptFileError(checks_hdf5.unreadable(
                     str(self.path), self.ds.name.lstrip("/"),
                     f"expected {want} bytes at offset {base}, found {got} (truncated file)"))
 

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from types import TracebackType
 
 from pbgio import storage
+from pbgio.checks import hdf5 as checks_hdf5
 from pbgio.errors import CorruptFileError, PbgioError
-from pbgio.spec.rules import rule
 
 _H5PY_ERRORS = (RuntimeError, KeyError, OSError, ValueError, TypeError, IndexError, SystemError)
 
@@ -52,6 +52,6 @@ def h5_guard(path: storage.AnyPath, dataset: str | None = None) -> Iterator[None
         if not raised_by_h5py(exc.__traceback__):
             raise
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CorruptFileError(rule("h5-unreadable").issue(
+        raise CorruptFileError(checks_hdf5.unreadable(
             storage.display(path), dataset,
             f"expected intact HDF5 structures, found damaged ones ({reason[:200]})")) from None

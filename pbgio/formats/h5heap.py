@@ -39,8 +39,8 @@ from typing import Any
 import h5py
 
 from pbgio import storage
+from pbgio.checks import hdf5 as checks_hdf5
 from pbgio.errors import CorruptFileError
-from pbgio.spec.rules import rule
 
 SIGNATURE = b"GCOL"
 _SCAN_BLOCK = 1 << 20
@@ -142,5 +142,5 @@ def _check_collection(fd: int, at: int, file_size: int, lengths: int, path: stor
 
 
 def _damaged(path: storage.AnyPath, at: int, found: str) -> CorruptFileError:
-    return CorruptFileError(rule("h5-unreadable").issue(
+    return CorruptFileError(checks_hdf5.unreadable(
         storage.display(path), None, f"expected a global heap collection whose objects fit in it, found {found}"))

@@ -35,7 +35,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.spec.checkpoint import TORCH_LEGACY_MAGIC, TORCH_ZIP_MAGIC
-from pbgio.spec.optimizer import ORDERED_DICT, PAYLOAD_GLOBALS, REBUILD_TENSOR, STORAGE_DTYPES
+from pbgio.spec.optimizer import (
+    ORDERED_DICT,
+    PAYLOAD_GLOBALS,
+    REBUILD_TENSOR,
+    STORAGE_DTYPES,
+    StorageRef,
+    TensorRef,
+)
 
 Container = Literal["zip", "legacy"]
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -76,49 +83,6 @@ class BoundedReader:
 
 class PayloadError(ValueError):
     """The bytes are no readable ``torch.save`` payload, or name something not allowed."""
-
-
-@dataclass(frozen=True)
-class StorageRef:
-    """One raw storage of a payload: its key, element dtype and element count."""
-
-    key: str
-    dtype: str
-    numel: int
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    """A tensor of a payload: a strided view into a storage (data read on request)."""
-
-    storage: StorageRef
-    offset: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-
-    @property
-    def dtype(self) -> str:
-        return self.storage.dtype
-
-    @property
-    def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-
-    def extent(self) -> int:
-        """One past the last storage element the view touches (0 for an empty tensor)."""
-        if self.numel == 0:
-            return 0
-        return self.offset + 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride, strict=True))
-
-    def is_contiguous(self) -> bool:
-        if self.numel == 0:
-            return True
-        expected = 1
-        for n, s in zip(reversed(self.shape), reversed(self.stride), strict=True):
-            if n != 1 and s != expected:
-                return False
-            expected *= n
-        return True
 
 
 @dataclass

@@ -159,6 +159,7 @@ def migrate(src: Path | str, dst: Path | str, *, dry_run: bool = False, trust_pi
 
 
 def _validate(plan: MigrationPlan, staging: Path, report: ProgressCallback) -> list[Report]:
+    from pbgio.checks.layout import path_missing
     from pbgio.validate import validate_path
 
     def on_bucket(name: str, _size: int) -> None:
@@ -170,7 +171,7 @@ def _validate(plan: MigrationPlan, staging: Path, report: ProgressCallback) -> l
     for r in reports:
         r.target = r.target.replace(str(staging), "DST", 1)
         r.issues = [i for i in r.issues
-                    if not (i.rule == "path-missing" and (i.file or "").rstrip("/") in expected)]
+                    if not (i.rule == path_missing(None, "").rule and (i.file or "").rstrip("/") in expected)]
     return reports
 
 

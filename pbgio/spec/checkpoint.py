@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pbgio.config import ConfigSchema
+from pbgio.spec.config import CONFIG_JSON_INDENT as CONFIG_JSON_INDENT  # declared with the config, named here too
+from pbgio.spec.config import ConfigSchema
 
 MODEL_GROUP = "model"
 EMBEDDINGS_DATASET = "embeddings"
 OPTIMIZER_DATASET = "optimizer/state_dict"
 STATE_DICT_KEY_ATTR = "state_dict_key"
 CONFIG_JSON_ATTR = "config/json"
-CONFIG_JSON_INDENT = 4
 GROWN_LAYOUT_HINT = ("the layout has more entities than this checkpoint (after pbgio import --append, warm start "
                      "a new checkpoint_path from it with init_path)")
 """Ends an ``embeddings-shape`` error about a checkpoint table with fewer rows than the entity count."""

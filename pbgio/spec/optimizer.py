@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 STORAGE_DTYPES: dict[str, str] = {
     "FloatStorage": "float32",
     "DoubleStorage": "float64",
@@ -130,3 +132,46 @@ ADAGRAD = OptimizerSpec(
 )
 
 OPTIMIZER_SPECS: dict[str, OptimizerSpec] = {spec.file: spec for spec in (ROW_ADAGRAD, ADAGRAD)}
+
+
+@dataclass(frozen=True)
+class StorageRef:
+    """One raw storage of a payload: its key, element dtype and element count."""
+
+    key: str
+    dtype: str
+    numel: int
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor of a payload: a strided view into a storage (data read on request)."""
+
+    storage: StorageRef
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.storage.dtype
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    def extent(self) -> int:
+        """One past the last storage element the view touches (0 for an empty tensor)."""
+        if self.numel == 0:
+            return 0
+        return self.offset + 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride, strict=True))
+
+    def is_contiguous(self) -> bool:
+        if self.numel == 0:
+            return True
+        expected = 1
+        for n, s in zip(reversed(self.shape), reversed(self.stride), strict=True):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True

@@ -5,13 +5,12 @@ The original replays every line when it resumes (``TrainingCoordinator.train``):
 the keys ``count`` and ``metrics``. Anything else a trainer wants to record goes into sibling
 keys of the line, which the original ignores; pbgtrain puts its own under :data:`EXTRA_KEY`.
 
->>> line_problems({"index": 3, "stats": {"count": 10, "metrics": {"loss": 0.5}}})
-[]
->>> [rule for rule, _ in line_problems({"index": 3, "eval_stats_after": {"count": 10, "metrics": {},
-...                                                                     "protocol": "raw"}})]
-['training-stats-object']
->>> line_problems({"stats": {"count": 10, "metrics": {}}})
-[('training-stats-index', 'expected an integer index ≥ 0 (the original reads it from every line), found none')]
+The rules of a line are :func:`pbgio.checks.checkpoint.stats_line`; what a stats object must be:
+
+>>> stats_object_problem("stats", {"count": 10, "metrics": {"loss": 0.5}}) is None
+True
+>>> stats_object_problem("eval_stats_after", {"count": 10, "metrics": {}, "protocol": "raw"})
+"expected eval_stats_after to hold exactly the keys count and metrics, found also 'protocol'"
 """
 
 from __future__ import annotations
@@ -57,7 +56,8 @@ EXTRA_MEANING = ("pbgtrain's own facts, ignored by the original: `eval_protocol`
                  "wall-clock training window, Unix seconds)")
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """An integer of JSON (not a bool, which Python counts as one)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -76,7 +76,7 @@ def stats_object_problem(name: str, value: Any) -> str | None:
         found = (f"missing {', '.join(map(repr, missing))}" if missing else "") + (
             "; " if missing and extra else "") + (f"also {', '.join(map(repr, extra))}" if extra else "")
         return f"expected {name} to hold exactly the keys count and metrics, found {found}"
-    if not (_is_int(value["count"]) and value["count"] >= 0):
+    if not (is_int(value["count"]) and value["count"] >= 0):
         return f"expected {name}.count to be an integer ≥ 0, found {value['count']!r}"
     metrics = value["metrics"]
     if not isinstance(metrics, dict):
@@ -85,20 +85,3 @@ def stats_object_problem(name: str, value: Any) -> str | None:
     if bad is not None:
         return f"expected {name}.metrics to hold numbers, found {bad} = {metrics[bad]!r}"
     return None
-
-
-def line_problems(value: Any) -> list[tuple[str, str]]:
-    """``(rule id, message)`` for each way a parsed line breaks the format (empty when fine)."""
-    if not isinstance(value, dict):
-        return [("training-stats-format", f"expected a JSON object, found a JSON {type(value).__name__}")]
-    problems = []
-    if not (_is_int(value.get("index")) and value["index"] >= 0):
-        found = "none" if "index" not in value else repr(value["index"])
-        problems.append(("training-stats-index",
-                         f"expected an integer index ≥ 0 (the original reads it from every line), found {found}"))
-    for name in STATS_KEYS:
-        if name in value:
-            problem = stats_object_problem(name, value[name])
-            if problem:
-                problems.append(("training-stats-object", problem))
-    return problems

@@ -133,20 +133,21 @@ def _run_stats(path: Path) -> object:
 
 def _run_optimizer(path: Path) -> object:
     from pbgio import optimizer_state as opt
+    from pbgio.checks import optimizer as checks
 
     blob = path.read_bytes()
     state = opt.read_state(blob, str(path))
-    opt.row_adagrad_problems(state, None)
-    opt.adagrad_problems(state, None)
-    for where, ref in opt.accumulators(state):
-        opt.accumulator_value_problem(state, where, ref)
-    if not opt.row_adagrad_problems(state, None):
+    checks.row_adagrad_problems(state.value, None)
+    checks.adagrad_problems(state.value, None)
+    for where, ref in checks.accumulators(state.value):
+        checks.accumulator_value_problem(state.blocks(ref), where)
+    if not checks.row_adagrad_problems(state.value, None):
         opt.decode_row_adagrad(blob, str(path))
     return None
 
 
 def _tensor_refs(value: Any, depth: int = 0) -> Iterator[Any]:
-    from pbgio.formats.torch_payload import TensorRef
+    from pbgio.spec.optimizer import TensorRef
 
     if depth > 50:
         return

@@ -149,13 +149,14 @@ class BucketEdges:
             if not featurized:
                 continue
             if source is None:
-                from pbgio.errors import FormatError
-                from pbgio.spec.rules import rule
+                import numpy as np
 
-                raise FormatError(rule("edge-featurized-missing").issue(
-                    self.source or None, f"{side}d_offsets",
-                    f"expected {side}d_offsets and {side}d_data: the {side} type of these edges is featurized, "
-                    "found no such datasets"))
+                from pbgio.checks.edges import featurized_missing
+                from pbgio.errors import FormatError
+
+                missing = featurized_missing(side, np.ones(1, dtype=bool))  # type: ignore[arg-type]
+                assert missing is not None
+                raise FormatError(missing.issue(self.source or None, missing.describe(0)))
             bags[side] = source.take(idx)
         return EdgeBatch(self.lhs[idx], self.rhs[idx], rel, None if self.weight is None else self.weight[idx],
                          bags["lhs"], bags["rhs"])

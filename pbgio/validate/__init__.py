@@ -19,6 +19,11 @@ What a path is taken to be:
   with the rules that need no config.
 - a single ``.h5`` file: that bucket or checkpoint file.
 - anything in the legacy ``.pt`` layout: reported as legacy, with the command that migrates it.
+
+The validator walks a layout, reads each artifact (:mod:`pbgio.validate.entities`,
+:mod:`pbgio.validate.edges`, :mod:`pbgio.validate.checkpoint`) and applies every rule to what it
+read, collecting all the issues where a reader raises the first; the rules themselves are coded
+in :mod:`pbgio.checks`, which readers and validator share.
 """
 
 from __future__ import annotations
@@ -27,15 +32,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pbgio import storage
-from pbgio.checks import Context
-from pbgio.checks.checkpoint import check_checkpoint_dir, check_checkpoint_file
-from pbgio.checks.edges import check_bucket
-from pbgio.checks.entities import check_entity_dir
-from pbgio.config import ConfigSchema, key_case_issues, parse_config, read_config_json, semantic_issues
+from pbgio.checks import layout
+from pbgio.checks.config import key_case_issues, semantic_issues
+from pbgio.config import ConfigSchema, parse_config, read_config_json
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, Report
 from pbgio.formats.h5 import format_version, open_h5
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
+from pbgio.validate.checkpoint import check_checkpoint_dir, check_checkpoint_file
+from pbgio.validate.context import Context
+from pbgio.validate.edges import check_bucket
+from pbgio.validate.entities import check_entity_dir
 
 ProgressCallback = Callable[[str, int], None]
 """Called with a description and a byte size before each bucket is checked."""
@@ -64,9 +71,7 @@ def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
         report.kind = "legacy"
         what = ("a bucket without format_version" if legacy[0].suffix == ".h5"
                 else "a file of the legacy .pt layout")
-        ctx.add("legacy-layout", legacy[0], None,
-                f"expected the current layout, found {what} (migrate the directory with "
-                f"`pbgio convert --from legacy {path} DST`)")
+        ctx.add(layout.legacy_layout(ctx.display(legacy[0]), str(path), what))
         return report
     config = _find_config(path)
     if config is not None:
@@ -143,10 +148,10 @@ def _validate_config_file(ctx: Context, config_path: AnyPath, base: AnyPath | No
     except ConfigError as exc:
         ctx.report.kind = "config"
         for issue in exc.issues:
-            ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+            ctx.add_at(issue, config_path)
         return
     for issue in key_case_issues(raw):
-        ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+        ctx.add_at(issue, config_path)
     _validate_layout(ctx, cfg, config_path, base if base is not None else infer_base(config_path, cfg), on_bucket)
 
 
@@ -155,21 +160,21 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
     ctx.report.kind = "config"
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
-            ctx.add(issue.rule, config_path, issue.dataset, issue.message)
+            ctx.add_at(issue, config_path)
     ctx.config = cfg
     ctx.root = storage.absolute(base)
     entity_path = storage.resolve(cfg.entity_path, base)
     if entity_path.is_dir():
         check_entity_dir(ctx, entity_path)
     else:
-        ctx.add("path-missing", entity_path, None,
-                f"expected the entity_path directory, found {storage.found_at(entity_path)}")
+        ctx.add(layout.path_missing(ctx.display(entity_path),
+                                    f"expected the entity_path directory, found {storage.found_at(entity_path)}"))
     lhs_parts, rhs_parts = cfg.bucket_grid()
     for edge_path_str in cfg.edge_paths:
         edge_path = storage.resolve(edge_path_str, base)
         if not edge_path.is_dir():
-            ctx.add("path-missing", edge_path, None,
-                    f"expected an edge_paths directory, found {storage.found_at(edge_path)}")
+            ctx.add(layout.path_missing(ctx.display(edge_path),
+                                        f"expected an edge_paths directory, found {storage.found_at(edge_path)}"))
             continue
         present = {naming.parse_bucket_file(p.name): p for p in storage.children(edge_path)}
         present.pop(None, None)
@@ -177,16 +182,13 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
             for rhs in range(rhs_parts):
                 bucket = edge_path / naming.bucket_file(lhs, rhs)
                 if (lhs, rhs) not in present:
-                    ctx.add("edge-file-missing", bucket, None,
-                            f"expected bucket ({lhs}, {rhs}) of the {lhs_parts}x{rhs_parts} grid, "
-                            "found no file")
+                    ctx.add(layout.edge_file_missing(ctx.display(bucket), (lhs, rhs), (lhs_parts, rhs_parts)))
                     continue
                 if on_bucket is not None:
                     on_bucket(ctx.display(bucket), storage.file_size(bucket))
                 check_bucket(ctx, bucket, lhs, rhs)
-        for key in sorted(k for k in present if k is not None and (k[0] >= lhs_parts or k[1] >= rhs_parts)):
-            ctx.add("edge-file-extra", present[key], None,
-                    f"expected buckets within the {lhs_parts}x{rhs_parts} grid, found ({key[0]}, {key[1]})")
+        for key in sorted(k for k in present if k is not None):
+            ctx.add(layout.edge_file_extra(ctx.display(present[key]), key, (lhs_parts, rhs_parts)))
     if not checkpoints:
         return
     checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
@@ -194,15 +196,15 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
         check_checkpoint_dir(ctx, checkpoint_path)
     elif not storage.is_remote(checkpoint_path) and (
             storage.link_problem(checkpoint_path) is not None or checkpoint_path.exists()):
-        ctx.add("path-missing", checkpoint_path, None, "expected the checkpoint_path directory (or nothing, "
-                f"before training), found {storage.found_at(checkpoint_path)}")
+        ctx.add(layout.path_missing(ctx.display(checkpoint_path), "expected the checkpoint_path directory (or "
+                                    f"nothing, before training), found {storage.found_at(checkpoint_path)}"))
     if cfg.init_path is not None:
         init_path = storage.resolve(cfg.init_path, base)
         if init_path.is_dir():
             check_checkpoint_dir(ctx, init_path, warm_start=True)
         else:
-            ctx.add("path-missing", init_path, None,
-                    f"expected the init_path directory, found {storage.found_at(init_path)}")
+            ctx.add(layout.path_missing(ctx.display(init_path),
+                                        f"expected the init_path directory, found {storage.found_at(init_path)}"))
 
 
 def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | None) -> None:
@@ -222,8 +224,7 @@ def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | Non
         kinds.append("checkpoint")
         check_checkpoint_dir(ctx, path)
     if not kinds:
-        ctx.add("layout-unrecognized", path, None,
-                "expected entity files, edge buckets, checkpoint files or a config.json, found none")
+        ctx.add(layout.layout_unrecognized(ctx.display(path), directory=True))
     ctx.report.kind = "+".join(kinds) or "unknown"
 
 
@@ -239,10 +240,6 @@ def _validate_file(ctx: Context, path: AnyPath) -> None:
         return
     if naming.is_legacy_marker(path.name):
         ctx.report.kind = "legacy"
-        ctx.add("legacy-layout", path, None,
-                "expected a current-layout file, found a legacy .pt file (migrate its directory with "
-                "`pbgio convert --from legacy SRC DST`)")
+        ctx.add(layout.legacy_layout(ctx.display(path)))
         return
-    ctx.add("layout-unrecognized", path, None,
-            "expected a config (.json), a bucket (edges_L_R.h5) or a checkpoint file (*.vN.h5), "
-            "found another file")
+    ctx.add(layout.layout_unrecognized(ctx.display(path), directory=False))

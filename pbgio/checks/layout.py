@@ -1,0 +1,50 @@
+"""The rules of a layout as a whole: which directories and files exist where the config says.
+
+>>> print(edge_file_missing("edges/edges_0_1.h5", (0, 1), (1, 2)))
+edges/edges_0_1.h5: expected bucket (0, 1) of the 1x2 grid, found no file [edge-file-missing]
+"""
+
+from __future__ import annotations
+
+from pbgio.errors import Issue
+from pbgio.spec.rules import rule
+
+
+def path_missing(file: str | None, message: str, dataset: str | None = None) -> Issue:
+    """``path-missing``: a file or directory the config (or a reader) names is absent or is
+    something else; ``message`` says what was expected and found."""
+    return rule("path-missing").issue(file, dataset, message)
+
+
+def layout_unrecognized(file: str | None, *, directory: bool) -> Issue:
+    """``layout-unrecognized``: the path given to the validator holds no PBG artifact."""
+    return rule("layout-unrecognized").issue(
+        file, None, "expected entity files, edge buckets, checkpoint files or a config.json, found none" if directory
+        else "expected a config (.json), a bucket (edges_L_R.h5) or a checkpoint file (*.vN.h5), found another file")
+
+
+def legacy_layout(file: str | None, directory: str | None = None, found: str = "a legacy .pt file") -> Issue:
+    """``legacy-layout``: ``found`` (a file of the legacy .pt layout, a bucket without
+    format_version) in ``directory`` (None: the single legacy file validated), which the message
+    tells how to migrate."""
+    if directory is None:
+        return rule("legacy-layout").issue(
+            file, None, f"expected a current-layout file, found {found} (migrate its directory with "
+            "`pbgio convert --from legacy SRC DST`)")
+    return rule("legacy-layout").issue(
+        file, None, f"expected the current layout, found {found} (migrate the directory with "
+        f"`pbgio convert --from legacy {directory} DST`)")
+
+
+def edge_file_missing(file: str | None, bucket: tuple[int, int], grid: tuple[int, int]) -> Issue:
+    """``edge-file-missing``: ``bucket`` (lhs, rhs) of the partition ``grid`` has no file."""
+    return rule("edge-file-missing").issue(
+        file, None, f"expected bucket ({bucket[0]}, {bucket[1]}) of the {grid[0]}x{grid[1]} grid, found no file")
+
+
+def edge_file_extra(file: str | None, bucket: tuple[int, int], grid: tuple[int, int]) -> Issue | None:
+    """``edge-file-extra``: a bucket file outside the partition ``grid``."""
+    if bucket[0] < grid[0] and bucket[1] < grid[1]:
+        return None
+    return rule("edge-file-extra").issue(
+        file, None, f"expected buckets within the {grid[0]}x{grid[1]} grid, found ({bucket[0]}, {bucket[1]})")

@@ -1,0 +1,393 @@
+"""The validator's walk over a checkpoint directory (or an init_path laid out like one); the
+rules: :mod:`pbgio.checks.checkpoint` and :mod:`pbgio.checks.optimizer`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+import numpy as np
+
+from pbgio import storage
+from pbgio.checkpoint import CheckpointDir
+from pbgio.checks import RowProblem
+from pbgio.checks import checkpoint as rules
+from pbgio.checks import config as config_rules
+from pbgio.checks import hdf5 as hdf5_rules
+from pbgio.checks import optimizer as optimizer_rules
+from pbgio.config import parse_config
+from pbgio.errors import ConfigError, FormatError, Issue, MissingArtifactError
+from pbgio.formats.h5 import attr_str, byte_dataset_file, check_written, format_version, link_name, open_h5
+from pbgio.optimizer_state import read_state
+from pbgio.spec import naming
+from pbgio.spec.checkpoint import (
+    CONFIG_JSON_ATTR,
+    EMBEDDINGS_DATASET,
+    ITERATION_ATTRS,
+    MODEL_GROUP,
+    OPTIMIZER_DATASET,
+    STATE_DICT_KEY_ATTR,
+    expected_model_params,
+    public_to_private,
+)
+from pbgio.storage import AnyPath
+from pbgio.validate.context import Context, RowCollector
+
+ROW_BLOCK_BYTES = 16 << 20
+
+
+MAX_CHECK_ATTEMPTS = 20
+"""Times a checkpoint directory is checked again because a writer committed during the check."""
+
+
+def check_checkpoint_dir(ctx: Context, path: AnyPath, *, warm_start: bool = False) -> None:
+    """Check versions, files, attributes, embeddings, model, snapshots and stats.
+
+    ``warm_start``: the directory is an ``init_path``, read only to start a run from; its tables
+    may hold fewer rows than the entity counts and its dynamic relation operators fewer relations
+    than ``dynamic_rel_count`` (after ``pbgio import --append``; the trainer initialises the
+    rest), never more.
+
+    One complete version is checked even while ``pbgtrain fit`` commits: when the committed
+    version changed during a check that found problems (a file of the checked version removed by
+    the commit, say), its issues are dropped and the directory is checked again. While a writer
+    holds the directory (:mod:`pbgio.storage.lock`), files of other versions are its commit in progress,
+    not leftovers: no ``checkpoint-stale-files`` warning then.
+    """
+    previous = ctx.warm_start
+    ctx.warm_start = warm_start
+    try:
+        _check_checkpoint_dir(ctx, path)
+    finally:
+        ctx.warm_start = previous
+
+
+def _check_checkpoint_dir(ctx: Context, path: AnyPath) -> None:
+    for attempt in range(MAX_CHECK_ATTEMPTS):
+        mark, checked, config = len(ctx.report.issues), dict(ctx.report.checked), ctx.config
+        version = _check_checkpoint_once(ctx, path)
+        if version is None or len(ctx.report.issues) == mark or attempt == MAX_CHECK_ATTEMPTS - 1:
+            return
+        try:
+            if CheckpointDir(path).read_version() == version:
+                return
+        except FormatError:
+            return
+        del ctx.report.issues[mark:]
+        ctx.report.checked, ctx.config = checked, config
+
+
+def _check_checkpoint_once(ctx: Context, path: AnyPath) -> int | None:
+    """One check of the directory; the committed version it checked (None: unreadable)."""
+    from pbgio.storage.lock import holder_of
+
+    ckpt = CheckpointDir(path)
+    try:
+        version: int | None = ckpt.read_version()
+    except FormatError as exc:
+        ctx.add_error(exc, ckpt.version_path)
+        version = None
+    reference = _reference_config(ctx, path)
+    if version is None:
+        return None
+    ctx.report.count_checked("checkpoint versions")
+    if not (path / naming.CONFIG_JSON).is_file():
+        ctx.add(rules.config_missing(ctx.display(path / naming.CONFIG_JSON), version))
+    cfg = ctx.config
+    if version > 0:
+        expected = [ckpt.model_path(version)]
+        if cfg is not None:
+            expected += [ckpt.embeddings_path(t, p, version)
+                         for t, e in cfg.entities.items() for p in range(e.num_partitions)]
+        for file in expected:
+            if not file.is_file():
+                ctx.add(rules.file_missing(ctx.display(file), version))
+    for file in ckpt.files_of_version(version):
+        _check_versioned_file(ctx, file, reference)
+    kept = ckpt.snapshot_versions() | {0, version}
+    stale_versions = sorted(set(ckpt.versions_on_disk()) - kept)
+    if stale_versions and holder_of(path) is not None:
+        stale_versions = []  # a commit in progress, or the versions it is about to remove
+    for stale in stale_versions:
+        files = ckpt.files_of_version(stale)
+        ctx.add(rules.stale_files(ctx.display(files[0]), version, stale, len(files)))
+    _check_snapshots(ctx, path)
+    _check_stats(ctx, path / naming.TRAINING_STATS)
+    return version
+
+
+def _reference_config(ctx: Context, path: AnyPath) -> dict[str, Any] | None:
+    """The normalized config.json of the checkpoint; compared with ctx.config and file attrs."""
+    config_path = path / naming.CONFIG_JSON
+    if not config_path.is_file():
+        return ctx.config.to_dict() if ctx.config is not None else None
+    try:
+        raw = json.loads(config_path.read_text(encoding="utf-8"))
+        stored = parse_config(raw, ctx.display(config_path))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        ctx.add(config_rules.unreadable(ctx.display(config_path), f"expected a JSON config, found {exc}"))
+        return None
+    except ConfigError as exc:
+        for issue in exc.issues:
+            ctx.add_at(issue, config_path)
+        return None
+    stored_dict = stored.to_dict()
+    if ctx.config is None:
+        ctx.config = stored
+    else:
+        ctx.extend(rules.config_mismatch(ctx.display(config_path), ctx.config.to_dict(), stored_dict,
+                                         "the validated config"))
+    return stored_dict
+
+
+def _check_attrs(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str, Any] | None) -> None:
+    shown = ctx.display(file)
+    ctx.add(rules.file_attrs(shown, missing=[k for k in (CONFIG_JSON_ATTR, *ITERATION_ATTRS) if k not in f.attrs]))
+    text = attr_str(f, CONFIG_JSON_ATTR)
+    if text is None or reference is None:
+        return
+    try:
+        found = parse_config(json.loads(text)).to_dict()
+    except (json.JSONDecodeError, ConfigError) as exc:
+        ctx.add(rules.file_attrs(shown, bad_config=str(exc).splitlines()[0]))
+        return
+    ctx.extend(rules.config_mismatch(shown, reference, found, "config.json", dataset=CONFIG_JSON_ATTR))
+    ctx.add(rules.config_drift(shown, reference, found, "config.json", dataset=CONFIG_JSON_ATTR))
+
+
+def _check_blob(ctx: Context, file: AnyPath, f: h5py.File, *, count: int | None = None,
+                shapes: list[tuple[int, ...] | None] | None = None, model: bool = False) -> None:
+    """The optimizer blob: a torch payload that loads safely, holding the state the original resumes
+    from (RowAdagrad of ``count`` rows for embeddings; Adagrad of ``shapes`` for the model)."""
+    if OPTIMIZER_DATASET not in f:
+        return
+    ds = f[OPTIMIZER_DATASET]
+    shown = ctx.display(file)
+    kind = "Dataset" if isinstance(ds, h5py.Dataset) else "Group"
+    problem = optimizer_rules.blob_dataset(shown, kind, *((ds.ndim, ds.dtype) if kind == "Dataset" else ()))
+    if problem is not None:
+        ctx.add(problem)
+        return
+    if not _written(ctx, file, ds):
+        return
+    try:
+        with byte_dataset_file(ds) as blob:
+            state = read_state(blob, shown)
+            problems = (optimizer_rules.adagrad_problems(state.value, shapes) if model
+                        else optimizer_rules.row_adagrad_problems(state.value, count))
+            if problems:
+                ctx.add(optimizer_rules.state_issue(shown, problems, model=model))
+                return
+            for where, ref in optimizer_rules.accumulators(state.value):
+                issue = optimizer_rules.values_issue(
+                    shown, optimizer_rules.accumulator_value_problem(state.blocks(ref), where))
+                if issue is not None:
+                    ctx.add(issue)
+                    return
+    except FormatError as exc:
+        ctx.add_error(exc, file)
+
+
+def _with_open(ctx: Context, file: AnyPath, check: Callable[[h5py.File], None]) -> None:
+    """Open ``file`` (errors become issues), check its format_version, then run ``check``."""
+    try:
+        with open_h5(file) as f:
+            try:
+                ctx.add(hdf5_rules.format_version(ctx.display(file), format_version(f)))
+            except FormatError as exc:
+                ctx.add_error(exc, file)
+            check(f)
+    except (FormatError, MissingArtifactError) as exc:
+        ctx.add_error(exc, file)
+
+
+def _check_embeddings_file(ctx: Context, file: AnyPath, etype: str, part: int,
+                           reference: dict[str, Any] | None) -> None:
+    _with_open(ctx, file, lambda f: _check_embeddings(ctx, file, f, etype, part, reference))
+
+
+def _check_embeddings(ctx: Context, file: AnyPath, f: h5py.File, etype: str, part: int,
+                      reference: dict[str, Any] | None) -> None:
+    ctx.report.count_checked("embeddings files")
+    _check_attrs(ctx, file, f, reference)
+    shown = ctx.display(file)
+    ds = f.get(EMBEDDINGS_DATASET)
+    kind = None if ds is None else ("Dataset" if isinstance(ds, h5py.Dataset) else "Group")
+    problem = rules.embeddings_dataset(shown, kind, *((ds.ndim, ds.dtype) if kind == "Dataset" else ()))
+    if problem is not None:
+        ctx.add(problem)
+        _check_blob(ctx, file, f, count=None)
+        return
+    cfg = ctx.config
+    known = ctx.count(etype, part) if cfg is not None and etype in cfg.entities else None
+    rows = known if known is not None else ds.shape[0]  # the entity count, else the dataset's rows
+    if ctx.warm_start and known is not None and ds.shape[0] < known:
+        rows = ds.shape[0]  # an init_path older than the layout's growth: the trainer adds the rows
+    _check_blob(ctx, file, f, count=rows)
+    if cfg is not None and etype in cfg.entities:
+        ctx.add(rules.embeddings_shape(shown, etype, tuple(ds.shape), (rows, cfg.entity_dimension(etype)),
+                                       grown=known is not None and ds.shape[0] < known))
+    _check_finite(ctx, file, ds, rules.embeddings_nonfinite)
+
+
+def _written(ctx: Context, file: AnyPath, ds: h5py.Dataset) -> bool:
+    """Whether ``ds`` stores all it claims; if not, the issue is recorded (nothing more is read)."""
+    try:
+        check_written(ds, file)
+    except FormatError as exc:
+        ctx.add_error(exc, file)
+        return False
+    return True
+
+
+def _check_finite(ctx: Context, file: AnyPath, ds: Any, check: Callable[[Any], RowProblem | None]) -> None:
+    """Stream ``ds`` by blocks of rows through ``check`` (a non-finite rule)."""
+    if not _written(ctx, file, ds):
+        return
+    rows = RowCollector(ctx, file)
+    if ds.ndim == 0:
+        problem = check(np.asarray(ds[()]))
+        if problem is not None:
+            ctx.add(problem.issue(ctx.display(file), problem.describe(0)))  # a scalar: no rows
+        return
+    row_bytes = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize)
+    step = max(1, ROW_BLOCK_BYTES // row_bytes)
+    for start in range(0, ds.shape[0], step):
+        rows.add(start, check(ds[start:start + step]))
+    rows.flush()
+
+
+def _check_model_file(ctx: Context, file: AnyPath, reference: dict[str, Any] | None) -> None:
+    _with_open(ctx, file, lambda f: _check_model(ctx, file, f, reference))
+
+
+def _check_model(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str, Any] | None) -> None:
+    ctx.report.count_checked("model files")
+    _check_attrs(ctx, file, f, reference)
+    cfg = ctx.config
+    expected = expected_model_params(cfg, ctx.dynamic_rel_count) if cfg is not None else None
+    if ctx.warm_start and cfg is not None and cfg.dynamic_relations and ctx.dynamic_rel_count is not None:
+        stored = _stored_relations(f)
+        if stored is not None and stored < ctx.dynamic_rel_count:  # fewer relations: the trainer adds the rest
+            expected = expected_model_params(cfg, stored)
+    _check_blob(ctx, file, f, model=True, shapes=None if expected is None else list(expected.values()))
+    seen = set()
+    group = f.get(MODEL_GROUP)
+    for name, ds in _walk(group) if isinstance(group, h5py.Group) else ():
+        seen.add(name)
+        _check_param(ctx, file, name, ds, expected)
+    if expected is not None:
+        ctx.extend(rules.param_missing(ctx.display(file), sorted(set(expected) - seen)))
+
+
+def _stored_relations(f: h5py.File) -> int | None:
+    """The relations of a dynamic model file: the first dimension of its first operator parameter."""
+    group = f.get(MODEL_GROUP)
+    for name, ds in _walk(group) if isinstance(group, h5py.Group) else ():
+        if name.startswith("relations/") and ds.ndim >= 1:
+            return int(ds.shape[0])
+    return None
+
+
+def _walk(group: h5py.Group, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for raw, item in group.items():
+        key = link_name(raw)
+        if isinstance(item, h5py.Dataset):
+            out.append((prefix + key, item))
+        else:
+            out.extend(_walk(item, f"{prefix}{key}/"))
+    return out
+
+
+def _check_param(ctx: Context, file: AnyPath, name: str, ds: Any,
+                 expected: dict[str, tuple[int, ...] | None] | None) -> None:
+    shown = ctx.display(file)
+    private = public_to_private(name)
+    unknown = rules.param_name(shown, name, known=private is not None and (expected is None or name in expected))
+    if unknown is not None or private is None:
+        ctx.add(unknown)
+        return
+    key = attr_str(ds, STATE_DICT_KEY_ATTR) if STATE_DICT_KEY_ATTR in ds.attrs else None
+    ctx.add(rules.state_dict_key(shown, name, private, key))
+    dtype = rules.param_dtype(shown, name, ds.dtype)
+    if dtype is not None:
+        ctx.add(dtype)
+        return
+    ctx.add(rules.param_shape(shown, name, tuple(ds.shape), expected.get(name) if expected is not None else None))
+    _check_finite(ctx, file, ds, lambda values: rules.param_nonfinite(name, values))
+
+
+def _check_snapshots(ctx: Context, path: AnyPath) -> None:
+    """Each ``epoch_{k}/`` is a loadable checkpoint: a version file and, for that version, the model
+    and every partition's embeddings, resolving to existing files (the original writes absolute
+    symlinks, which dangle once the directory moves or the linked version is deleted)."""
+    cfg = ctx.config
+    for snap in storage.children(path):
+        if not (naming.SNAPSHOT_DIR_RE.match(snap.name) and snap.is_dir()):
+            continue
+        ctx.report.count_checked("snapshots")
+        for entry in storage.children(snap):
+            if entry.is_symlink() and not entry.exists():
+                ctx.add(rules.snapshot_broken(ctx.display(entry), dangling=entry.readlink()))
+        try:
+            version = CheckpointDir(snap).read_version()
+        except FormatError as exc:
+            ctx.add_error(exc, snap / naming.CHECKPOINT_VERSION)
+            continue
+        broken = rules.snapshot_broken(ctx.display(snap), version=version if (
+            snap / naming.CHECKPOINT_VERSION).is_file() else None)
+        if broken is not None:
+            ctx.add(broken)
+            continue
+        expected = [naming.model_file(version)]
+        if cfg is not None:
+            expected += [naming.embeddings_file(t, p, version)
+                         for t, e in cfg.entities.items() for p in range(e.num_partitions)]
+        missing = [name for name in expected if not (snap / name).is_symlink() and not (snap / name).exists()]
+        if missing:
+            ctx.add(rules.snapshot_broken(ctx.display(snap / missing[0]), version=version, missing=missing))
+
+
+def _check_stats(ctx: Context, path: AnyPath) -> None:
+    from pbgio.storage.lock import holder_of
+
+    if not path.is_file():
+        return
+    shown = ctx.display(path)
+    rows: dict[str, list[int]] = {}
+    first: dict[str, Issue] = {}
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for index, line in enumerate(lines):
+            if not line.strip():
+                continue
+            if not line.endswith("\n") and holder_of(path.parent) is not None:
+                break  # the last line, being appended by the writer right now
+            try:
+                issues = rules.stats_line(shown, index, json.loads(line))
+            except json.JSONDecodeError as exc:
+                issues = [rules.stats_format(shown, index, f"expected a JSON object, found invalid JSON ({exc.msg})")]
+            for issue in issues:
+                rows.setdefault(issue.rule, []).append(index)
+                first.setdefault(issue.rule, issue)
+    for rule_id, found in rows.items():
+        ctx.add(dataclasses.replace(first[rule_id], rows=tuple(found[:5]), count=len(found)))
+
+
+def check_checkpoint_file(ctx: Context, file: AnyPath) -> None:
+    """Check one checkpoint .h5 file on its own (no config: structure and values only)."""
+    _check_versioned_file(ctx, file, None)
+
+
+def _check_versioned_file(ctx: Context, file: AnyPath, reference: dict[str, Any] | None) -> None:
+    parsed = naming.parse_versioned_file(file.name)
+    if parsed is None:
+        return
+    kind, etype, part, _ = parsed
+    if kind == "model":
+        _check_model_file(ctx, file, reference)
+    elif etype is not None and part is not None:
+        _check_embeddings_file(ctx, file, etype, part, reference)
