@@ -84,7 +84,6 @@ class DistributedCoordinator:
 
     def __init__(self, cluster: Cluster, config: ConfigSchema) -> None:
         self.cluster = cluster
-        self.config = config
         rank = cluster.rank
         self.leads = rank == 0
         self.device_index: int | None = int(os.environ.get("LOCAL_RANK", "0"))  # one GPU per local trainer
