@@ -41,6 +41,7 @@ from pbgtrain.batching import IterationPlan
 from pbgtrain.config import RunConfig
 from pbgtrain.coordinator import Coordinator
 from pbgtrain.device import default_threads, option_error, resolve_device, resolve_precision
+from pbgtrain.distributed.coordination import joined
 from pbgtrain.model import fused, keep_freed_memory
 from pbgtrain.reporting import Reporter
 from pbgtrain.trainer import (
@@ -185,8 +186,6 @@ def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
     When this process is one trainer of a distributed run (torchrun's environment, or ``--rank``
     with ``num_machines`` > 1) it joins the others first; see :mod:`pbgtrain.distributed`.
     """
-    from pbgtrain.distributed.coordination import joined
-
     options = options or FitOptions()
     with joined(run.config, options) as coordinator:
         return _fit(run, options, coordinator)
