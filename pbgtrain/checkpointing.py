@@ -5,7 +5,9 @@ of one edge path in one epoch). While iteration N runs, partitions that are swap
 are written straight into version N+1 files; at the end, the partitions still resident
 and the model are written too, then :func:`pbgio.checkpoint.plan_checkpoint` commits
 N+1 (the version file last) and removes version N. A crash at any point leaves version N
-intact and the run resumes from it. All file access goes through :mod:`pbgio`.
+intact and the run resumes from it. All file access goes through :mod:`pbgio`. Every run, a single
+process or rank 0 of a distributed one, commits an iteration with :func:`commit_iteration`: its
+stats lines and their held-out average (:func:`chunk_average`), then the version.
 
 Where a partition comes from, in order: this iteration's already-written N+1 file, the
 committed version N, the ``init_path`` directory (its committed version, v0 by default),
