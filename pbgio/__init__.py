@@ -12,6 +12,8 @@ The public API (what tools built on pbgio, pbgtrain among them, may import):
   Python configs), :mod:`pbgio.entities`, :mod:`pbgio.edges`, :mod:`pbgio.checkpoint`,
   :mod:`pbgio.optimizer_state`, :mod:`pbgio.names` (entities by name), :mod:`pbgio.topk`;
 - :mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration),
+  :mod:`pbgio.checks` (the predicate of every rule, over data already read: a tool that refuses
+  something for a catalogue rule, as pbgtrain does, calls it instead of coding the rule again),
   :mod:`pbgio.errors` (the error tree);
 - :mod:`pbgio.storage` (paths, URLs, atomic writes; the package itself, not its modules),
   :mod:`pbgio.interrupts` and :mod:`pbgio.progress` (Ctrl-C and progress bars for long work),
@@ -20,10 +22,10 @@ The public API (what tools built on pbgio, pbgtrain among them, may import):
   :mod:`pbgio.neighbors`, :mod:`pbgio.info`, :mod:`pbgio.example`;
 - :mod:`pbgio.testing` (hypothesis strategies and mutators for your own tests).
 
-Internal: :mod:`pbgio.checks` (the code of every rule), :mod:`pbgio.formats` (HDF5 and torch
-payloads at the byte level), the modules inside :mod:`pbgio.storage`, and the commands of
-:mod:`pbgio.cli`. The layers are declared in ``pyproject.toml`` and checked by import-linter
-(docs/architecture.md). Names are re-exported here lazily, so ``import pbgio`` stays cheap.
+Internal: :mod:`pbgio.formats` (HDF5 and torch payloads at the byte level), the modules inside
+:mod:`pbgio.storage`, and the commands of :mod:`pbgio.cli`. The layers are declared in
+``pyproject.toml`` and checked by import-linter (docs/architecture.md). Names are re-exported
+here lazily, so ``import pbgio`` stays cheap.
 """
 
 from __future__ import annotations

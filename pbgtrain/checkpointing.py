@@ -5,7 +5,9 @@ of one edge path in one epoch). While iteration N runs, partitions that are swap
 are written straight into version N+1 files; at the end, the partitions still resident
 and the model are written too, then :func:`pbgio.checkpoint.plan_checkpoint` commits
 N+1 (the version file last) and removes version N. A crash at any point leaves version N
-intact and the run resumes from it. All file access goes through :mod:`pbgio`.
+intact and the run resumes from it. All file access goes through :mod:`pbgio`. Every run, a single
+process or rank 0 of a distributed one, commits an iteration with :func:`commit_iteration`: its
+stats lines and their held-out average (:func:`chunk_average`), then the version.
 
 Where a partition comes from, in order: this iteration's already-written N+1 file, the
 committed version N, the ``init_path`` directory (its committed version, v0 by default),
@@ -27,8 +29,8 @@ refused: warm start a new ``checkpoint_path`` from it with ``init_path``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -48,27 +50,32 @@ from pbgio.errors import ConfigError
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import private_to_public, public_to_private
 from pbgio.storage import AnyPath
-from pbgtrain.batching import stable_seed
+from pbgtrain.batching import IterationStep, stable_seed
 from pbgtrain.model.tables import EntityTable
 
 PartitionKey = tuple[str, int]
 
 
 class WrittenPartitions(Protocol):
-    """The partitions written into the version being built: a set, or the store of a distributed run."""
+    """The partitions written into one version being built: a set, or the store of a distributed run
+    (where any trainer may have written them)."""
 
     def add(self, key: PartitionKey) -> None: ...
 
     def __contains__(self, key: object) -> bool: ...
 
-    def clear(self) -> None: ...
+
+def written_here(version: int) -> WrittenPartitions:
+    """The partitions this process wrote into ``version`` (a single process: a set)."""
+    return set()
 
 
 class TrainingCheckpoint:
     """Reads and writes the partitions and the model of one training run."""
 
     def __init__(self, path: AnyPath, config: ConfigSchema, *, init_path: AnyPath | None = None, seed: int = 0,
-                 device: torch.device | str = "cpu", counts: Mapping[PartitionKey, int] | None = None) -> None:
+                 device: torch.device | str = "cpu", counts: Mapping[PartitionKey, int] | None = None,
+                 written: Callable[[int], WrittenPartitions] = written_here) -> None:
         self.dir = CheckpointDir(path)
         self.init = CheckpointDir(init_path) if init_path is not None else None
         self.config = config
@@ -76,8 +83,10 @@ class TrainingCheckpoint:
         self.device = torch.device(device)
         self.counts = dict(counts) if counts is not None else None  # entity counts, to grow carried-over tables
         self.committed = self.dir.read_version()
-        # Partitions already in version committed + 1 (in a distributed run: by any trainer).
-        self.written: WrittenPartitions = set()
+        # Partitions already in version committed + 1 (in a distributed run: by any trainer); a new
+        # tracker for each version, from ``written`` (the run's coordinator says which kind).
+        self._written_in = written
+        self.written = written(self.committed + 1)
         if self.committed > 0:
             check_same_model(self.dir, config)
 
@@ -214,7 +223,76 @@ class TrainingCheckpoint:
     def advance(self, version: int) -> None:
         """``version`` is committed (by this trainer, or by rank 0 of a distributed run)."""
         self.committed = version
-        self.written.clear()
+        self.written = self._written_in(version + 1)
+
+
+StatsLine = dict[str, Any]
+"""One line of ``training_stats.json`` (:mod:`pbgio.spec.stats`)."""
+
+
+def commit_iteration(ckpt: TrainingCheckpoint, step: IterationStep, lines: list[StatsLine],
+                     tables: Iterable[tuple[PartitionKey, EntityTable]], untouched: Iterable[PartitionKey],
+                     params: dict[str, np.ndarray], optimizer_state: dict[str, object] | None) -> int:
+    """Commit iteration ``step``, the one way every run does (a single process, and rank 0 of a
+    distributed run with every rank's lines); returns the new version.
+
+    ``lines`` (every bucket's stats line of the iteration) are appended to ``training_stats.json``
+    in bucket order, followed by the iteration's ``eval_stats_chunk_avg`` line when edges were held
+    out (:func:`chunk_average`); then the rest of the version is written (``tables``: the partitions
+    in memory; ``untouched``: every partition, those no bucket wrote being carried over) and
+    committed, with an ``epoch_{k}`` snapshot where ``checkpoint_preservation_interval`` asks for
+    one. Stats first, then the commit, as the original orders them: a crash in between repeats the
+    iteration's lines when it is trained again, but never loses those of a committed version.
+    """
+    lines = sorted(lines, key=lambda line: int(line["index"]))
+    average = chunk_average(lines)
+    if average is not None:  # the original's per-iteration average of the held-out edges
+        num_buckets = _num_buckets(ckpt.config)
+        lines.append({**iteration_keys(step), "index": (step.index + 1) * num_buckets - 1,
+                      "eval_stats_chunk_avg": average})
+    ckpt.dir.append_stats(lines)
+    return ckpt.commit(tables, untouched, params, optimizer_state, step.info(),
+                       snapshot_epoch=snapshot_epoch(ckpt.config, step))
+
+
+def _num_buckets(config: ConfigSchema) -> int:
+    lhs, rhs = config.bucket_grid()
+    return lhs * rhs
+
+
+def snapshot_epoch(config: ConfigSchema, step: IterationStep) -> int | None:
+    """``k`` when committing ``step`` also keeps an ``epoch_{k}/`` snapshot (the state after ``k``
+    epochs, as in the original: the last iteration of every ``checkpoint_preservation_interval``-th
+    epoch), else None."""
+    interval = config.checkpoint_preservation_interval
+    last_of_epoch = (step.edge_path_idx == step.num_edge_paths - 1
+                     and step.edge_chunk_idx == step.num_edge_chunks - 1)
+    if interval and last_of_epoch and (step.epoch_idx + 1) % interval == 0:
+        return step.epoch_idx + 1
+    return None
+
+
+def iteration_keys(step: IterationStep) -> dict[str, int]:
+    """The keys naming ``step``'s iteration on its stats lines."""
+    return {"epoch_idx": step.epoch_idx, "edge_path_idx": step.edge_path_idx, "edge_chunk_idx": step.edge_chunk_idx}
+
+
+def chunk_average(lines: list[StatsLine]) -> dict[str, Any] | None:
+    """The iteration's held-out figure: the count-weighted average of its buckets'
+    ``eval_stats_before`` (the original's ``Stats.average_list``), or None without held-out edges.
+
+    >>> chunk_average([{"eval_stats_before": {"count": 1, "metrics": {"mrr": 1.0}}},
+    ...                {"eval_stats_before": {"count": 3, "metrics": {"mrr": 0.5}}}, {"stats": {}}])
+    {'count': 4, 'metrics': {'mrr': 0.625}}
+    """
+    befores = [line["eval_stats_before"] for line in lines if "eval_stats_before" in line]
+    count = sum(b["count"] for b in befores)
+    if not count:
+        return None
+    keys = dict.fromkeys(k for b in befores for k in b["metrics"])  # in the buckets' order
+    metrics = {k: sum(b["metrics"][k] * b["count"] for b in befores if k in b["metrics"]) /
+               max(sum(b["count"] for b in befores if k in b["metrics"]), 1) for k in keys}
+    return {"count": count, "metrics": metrics}
 
 
 def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:

@@ -97,8 +97,9 @@ def fit(
     Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
     the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
     """
-    from pbgtrain.train import FitOptions, frozen_types_problem
+    from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
+    from pbgtrain.trainer import frozen_types_problem
 
     run = _load(config, param, base)
     frozen = frozenset(freeze or ())

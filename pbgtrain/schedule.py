@@ -192,7 +192,8 @@ class BucketScheduler(Protocol):
     then ``position``), :data:`WAIT`, or None when the pass has none left for this trainer;
     ``release(bucket)`` reports it trained. The partitions of a released bucket stay locked
     by this trainer (so that its next bucket may reuse them) until ``hand_back`` says they
-    are saved where the next holder will read them.
+    are saved where the next holder will read them. ``upcoming()`` is the bucket the next
+    ``acquire`` will return when that is known in advance (to read it ahead), else None.
     """
 
     def new_pass(self, pass_idx: int) -> None: ...
@@ -205,6 +206,8 @@ class BucketScheduler(Protocol):
     def release(self, bucket: Bucket) -> None: ...
 
     def hand_back(self, keys: Iterable[PartitionKey]) -> None: ...
+
+    def upcoming(self) -> Bucket | None: ...
 
 
 class SingleMachineScheduler:

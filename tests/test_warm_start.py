@@ -24,7 +24,8 @@ from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_ada
 from pbgio.validate import validate_path
 from pbgtrain.checkpointing import TrainingCheckpoint
 from pbgtrain.config import load_run_config
-from pbgtrain.train import FitOptions, Trainer, fit
+from pbgtrain.train import FitOptions, fit
+from pbgtrain.trainer import Trainer
 
 STATIC = {
     "entities": {"user": {"num_partitions": 2}, "item": {"num_partitions": 1}},

@@ -5,7 +5,7 @@
 - :mod:`pbgio.storage.atomic`: atomic writes (temporary file, fsync, rename) and copies.
 - :mod:`pbgio.storage.lock`: the single-writer lock of a checkpoint directory.
 
-This package is the public face of the first two (``from pbgio import storage``; tools such as
+This package is their public face (``from pbgio import storage``; tools such as
 pbgtrain use these names, not the modules behind them):
 
 >>> from pbgio import storage
@@ -16,6 +16,7 @@ pbgtrain use these names, not the modules behind them):
 from __future__ import annotations
 
 from pbgio.storage.atomic import copy_file, copy_tree, together, write_bytes, write_text
+from pbgio.storage.lock import CheckpointLock, Holder, holder_of
 from pbgio.storage.paths import (
     DEFAULT_TIMEOUT_SECONDS,
     LOCAL_SCHEMES,
@@ -52,9 +53,9 @@ from pbgio.storage.paths import (
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS", "LOCAL_SCHEMES", "READ_BLOCK_BYTES", "READ_CACHE_BLOCKS", "REMOTE_EXTRA",
-    "TIMEOUT_ENV", "AnyPath", "LocalCache", "StorageError", "UnsupportedStorageError", "absolute", "children",
-    "copy_file", "copy_tree", "describe_failure", "display", "file_size", "found_at", "glob", "is_remote",
-    "link_problem", "local_path", "open_binary", "redact", "relocated", "remote_errors", "remote_path",
-    "resolve", "scheme_of", "staged", "storage_options", "together", "upload", "upload_bytes", "write_bytes",
-    "write_text",
+    "TIMEOUT_ENV", "AnyPath", "CheckpointLock", "Holder", "LocalCache", "StorageError",
+    "UnsupportedStorageError", "absolute", "children", "copy_file", "copy_tree", "describe_failure",
+    "display", "file_size", "found_at", "glob", "holder_of", "is_remote", "link_problem", "local_path",
+    "open_binary", "redact", "relocated", "remote_errors", "remote_path", "resolve", "scheme_of", "staged",
+    "storage_options", "together", "upload", "upload_bytes", "write_bytes", "write_text",
 ]

@@ -1,60 +1,68 @@
-"""What one trainer does with the others in a distributed run, from start to commit.
+"""The distributed :class:`~pbgtrain.coordinator.Coordinator`: one trainer of many, from start to commit.
 
+- **Values**: rank 0 leads (validates, holds the checkpoint lock, tidies, writes the run's
+  notes); a bare ``cuda`` is ``cuda:LOCAL_RANK``; the machine's cores are split among its
+  trainers; no partition stays in memory once let go; ranks other than 0 wait
+  ``hogwild_delay`` before each bucket of the first epoch; stats lines name the rank.
 - **Start**: the ranks check that they see the same checkpoint directory (a probe file from
   rank 0, the same committed version), then agree on the shared state (rank 0's copy).
 - **Buckets** come from the :class:`~pbgtrain.distributed.scheduler.LockServerScheduler`.
 - **Partitions move through the checkpoint directory**, via pbgio: a trainer that lets a
   partition go writes it into the version being built (``v{N+1}``, atomic and fsynced, as a
-  single trainer does when it swaps) and marks it in the store before unlocking it; the next
-  holder reads that file. The version being built needs every trained partition on disk at the
-  end of the iteration anyway, so the write is no extra cost in bytes written per iteration
-  beyond what one trainer swapping pays; the bytes each rank saved and loaded are counted
-  (:class:`pbgtrain.train.MovementStats`).
+  single trainer does when it swaps) and marks it in the store (:class:`StoreWritten`, which
+  the checkpoint asks) before unlocking it; the next holder reads that file. The version being
+  built needs every trained partition on disk at the end of the iteration anyway, so the write
+  is no extra cost in bytes written per iteration beyond what one trainer swapping pays; the
+  bytes each rank saved and loaded are counted (:class:`pbgtrain.trainer.MovementStats`).
 - **Shared state** (relation parameters, global embeddings, unpartitioned types, their
   optimizer state): :class:`~pbgtrain.distributed.shared.SharedStateSync`. What ``--freeze``
   keeps fixed (frozen types' unpartitioned tables and global embeddings) is agreed on at the
   start and left out of the rounds; every rank must freeze the same types (checked at the start).
 - **Commit**, once per iteration: every rank has written the partitions it held; the shared
-  state is agreed; each rank posts its stats lines to the store; barrier; rank 0 appends the
-  stats, writes the agreed model and unpartitioned embeddings, and commits the version file
-  last (:meth:`pbgtrain.checkpointing.TrainingCheckpoint.commit`), removing the old version;
-  barrier. A failure anywhere before rank 0's version write leaves the last version committed.
+  state is agreed; each rank posts its stats lines to the store; barrier; rank 0 commits with
+  every rank's lines, through the one commit path of every run (the trainer's ``write``:
+  :func:`pbgtrain.checkpointing.commit_iteration`: the stats, the agreed model and
+  unpartitioned embeddings, the version file last, the old version removed); barrier. A
+  failure anywhere before rank 0's version write leaves the last version committed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from statistics import mean
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from torch import Tensor
-
-from pbgtrain.distributed.cluster import Cluster, DistributedError
+from pbgio.config import ConfigSchema
+from pbgtrain.batching import IterationStep
+from pbgtrain.checkpointing import PartitionKey, StatsLine, TrainingCheckpoint, WrittenPartitions
+from pbgtrain.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
+from pbgtrain.distributed.cluster import PEER_TIMEOUT_DEFAULT, Cluster, DistributedError, resolve_launch
 from pbgtrain.distributed.scheduler import LockServerScheduler, partition_key_text
 from pbgtrain.distributed.shared import SharedStateSync
 from pbgtrain.model import StepStats
-from pbgtrain.reporting import Reporter
-
-if TYPE_CHECKING:
-    from pbgtrain.batching import IterationStep
-    from pbgtrain.checkpointing import PartitionKey, TrainingCheckpoint
-    from pbgtrain.train import FitResult, Trainer
+from pbgtrain.reporting import Reporter, make_reporter
+from pbgtrain.schedule import BucketScheduler, PartitionLayout
 
 PROGRESS_PUSH_SECONDS = 0.5
 STATS_LINES_PER_KEY = 500  # a bucket's line is at most a few KB
 
 
 class StoreWritten:
-    """Which partitions are already in the version being built, for every rank (in the store)."""
+    """Which partitions are already in ``version`` (being built), for every rank (in the store)."""
 
-    def __init__(self, cluster: Cluster, ckpt: TrainingCheckpoint) -> None:
+    def __init__(self, cluster: Cluster, version: int) -> None:
         self.cluster = cluster
-        self.ckpt = ckpt
+        self.version = version
 
     def _key(self, key: PartitionKey) -> str:
-        return f"written/{self.ckpt.committed + 1}/{partition_key_text(key)}"
+        return f"written/{self.version}/{partition_key_text(key)}"
 
     def add(self, key: PartitionKey) -> None:
         self.cluster.store.set(self._key(key), "1")
@@ -62,48 +70,59 @@ class StoreWritten:
     def __contains__(self, key: object) -> bool:
         return isinstance(key, tuple) and bool(self.cluster.store.check([self._key(key)]))
 
-    def clear(self) -> None:
-        """Nothing to clear: the keys name the version they belong to."""
+
+@dataclass(frozen=True)
+class _Started:
+    checkpoint: TrainingCheckpoint
+    sync: SharedStateSync
 
 
-class Coordination:
-    """The distributed side of one :class:`~pbgtrain.train.Trainer` (see the module)."""
+class DistributedCoordinator:
+    """One trainer of a distributed run (see the module)."""
 
-    def __init__(self, cluster: Cluster, trainer: Trainer) -> None:
+    keeps_partitions = False
+
+    def __init__(self, cluster: Cluster, config: ConfigSchema) -> None:
         self.cluster = cluster
-        self.trainer = trainer
-        cfg = trainer.cfg
-        if cfg.bucket_grid() == (1, 1):
+        rank = cluster.rank
+        self.leads = rank == 0
+        self.device_index: int | None = int(os.environ.get("LOCAL_RANK", "0"))  # one GPU per local trainer
+        self.local_trainers = cluster.local_world_size
+        self.first_epoch_delay = config.hogwild_delay if rank > 0 else 0.0  # as the original: the others start late
+        self.stats_tags: Mapping[str, Any] = {"rank": rank}
+        self.lock = threading.Lock()  # the training step and the shared-state rounds
+        self.scheduler: LockServerScheduler | None = None  # made with the trainer (bucket_scheduler)
+        self._started: _Started | None = None  # what start() was given and made
+
+    @property
+    def shared_update(self) -> AbstractContextManager[Any]:
+        return self.lock
+
+    def written(self, version: int) -> WrittenPartitions:
+        return StoreWritten(self.cluster, version)
+
+    def bucket_scheduler(self, config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+                         seed: int) -> BucketScheduler:
+        if config.bucket_grid() == (1, 1):
             raise DistributedError("distributed training needs more than one bucket: give an entity type "
                                    "num_partitions > 1 (with one bucket, one trainer would do all the work)")
-        rows = {etype: round(mean(trainer.counts[(etype, p)] for p in range(entity.num_partitions)))
-                for etype, entity in cfg.entities.items()}
-        self.scheduler = LockServerScheduler(cluster, *cfg.bucket_grid(), cfg.bucket_order, trainer.layout, rows,
-                                             seed=trainer.options.seed, tree_init=cfg.distributed_tree_init_order)
-        trainer.ckpt.written = StoreWritten(cluster, trainer.ckpt)
-        trainer.load_unpartitioned()  # part of the shared state, whose size sets the rounds' period
-        self.sync = SharedStateSync(cluster, self.shared_tensors, lambda: self.shared_tensors(frozen=True))
+        rows = {etype: round(mean(counts[(etype, p)] for p in range(entity.num_partitions)))
+                for etype, entity in config.entities.items()}
+        self.scheduler = LockServerScheduler(self.cluster, *config.bucket_grid(), config.bucket_order, layout, rows,
+                                             seed=seed, tree_init=config.distributed_tree_init_order)
+        return self.scheduler
 
-    # ---- the shared state
-    def shared_tensors(self, frozen: bool = False) -> list[Tensor]:
-        """The shared state that trains (``frozen``: what ``--freeze`` keeps fixed instead)."""
-        trainer = self.trainer
-        tensors = [p.data for p in trainer.model.parameters() if p.requires_grad != frozen]
-        if trainer.optimizer is not None:
-            for group in trainer.optimizer.param_groups:
-                for param in group["params"]:
-                    if param.requires_grad == frozen:
-                        continue
-                    state = trainer.optimizer.state[param]
-                    tensors += [state[k] for k in sorted(state) if isinstance(state[k], Tensor)]
-        for key in trainer.layout.always_resident():
-            if key in trainer.resident and (key[0] in trainer.frozen) == frozen:
-                tensors += [trainer.resident[key].weights, trainer.resident[key].adagrad_sum]
-        return tensors
+    def barrier(self, name: str) -> None:
+        self.cluster.barrier(name)
 
     # ---- start
-    def run_started(self) -> None:
-        cluster, ckpt = self.cluster, self.trainer.ckpt
+    def start(self, trainer: TrainerHandle) -> None:
+        """Check that every rank sees rank 0's checkpoint directory, at the same version, and freezes
+        the same types; then make every copy of the shared state rank 0's."""
+        cluster, ckpt = self.cluster, trainer.checkpoint
+        sync = SharedStateSync(cluster, lambda: trainer.shared_tensors(False), lambda: trainer.shared_tensors(True),
+                               lock=self.lock)
+        self._started = _Started(ckpt, sync)
         if cluster.rank == 0:
             token = secrets.token_hex(8)
             ckpt.dir.write_probe(token)
@@ -114,12 +133,13 @@ class Coordination:
             raise DistributedError(f"rank {cluster.rank} does not see rank 0's files in checkpoint_path "
                                    f"{ckpt.dir.path}: every trainer needs the same checkpoint directory "
                                    "(a shared file system)")
+        frozen = sorted(trainer.frozen)
         if cluster.rank == 0:
-            cluster.publish("start/frozen", json.dumps(sorted(self.trainer.frozen)))
-        frozen = json.loads(cluster.fetch("start/frozen"))
-        if frozen != sorted(self.trainer.frozen):
-            raise DistributedError(f"rank {cluster.rank} freezes {sorted(self.trainer.frozen)}, rank 0 freezes "
-                                   f"{frozen}: give every trainer the same --freeze options")
+            cluster.publish("start/frozen", json.dumps(frozen))
+        leader_frozen = json.loads(cluster.fetch("start/frozen"))
+        if leader_frozen != frozen:
+            raise DistributedError(f"rank {cluster.rank} freezes {frozen}, rank 0 freezes "
+                                   f"{leader_frozen}: give every trainer the same --freeze options")
         version = int(cluster.fetch("start/version"))
         if version != ckpt.committed:
             raise DistributedError(f"rank {cluster.rank} sees checkpoint version {ckpt.committed} in "
@@ -128,45 +148,48 @@ class Coordination:
         cluster.barrier("started")
         if cluster.rank == 0:
             ckpt.dir.remove_probe()
-        self.sync.agree()
+        sync.agree()
+
+    def waiting(self) -> None:
+        self.cluster.check()
 
     def iteration_started(self) -> None:
-        self.sync.start()
+        self._run().sync.start()
+
+    def _run(self) -> _Started:
+        if self._started is None:
+            raise RuntimeError("the run has not started (DistributedCoordinator.start)")
+        return self._started
 
     # ---- commit
-    def commit(self, step: IterationStep, records: list[dict[str, Any]], local: StepStats,
-               snapshot: int | None) -> tuple[int, StepStats]:
-        """Agree, write, commit version ``step.version``; returns it and the stats to report
-        (the whole run's on rank 0, this rank's elsewhere)."""
-        cluster, trainer = self.cluster, self.trainer
+    def commit(self, step: IterationStep, lines: list[StatsLine], outcome: Outcome,
+               write: Callable[[list[StatsLine]], int]) -> tuple[int, Outcome]:
+        """Agree, then rank 0 writes and commits version ``step.version`` with every rank's lines;
+        reports the whole run's training stats on rank 0, this rank's elsewhere, and no held-out
+        figures (one rank's buckets are not the run's; ``training_stats.json`` has the run's)."""
+        cluster = self.cluster
         version = step.version
-        self.sync.finish()
-        self._post_stats(version, records)
+        run = self._run()
+        run.sync.finish()
+        self._post_stats(version, lines)
         cluster.barrier("written")
         if cluster.rank != 0:
             cluster.barrier("committed")
-            trainer.ckpt.advance(version)
-            return version, local
-        lines = [line for r in range(cluster.world_size) for line in self._take_stats(version, r)]
-        lines.sort(key=lambda line: line["index"])
-        average = chunk_average(lines)
-        if average is not None:
-            lines.append({**{k: lines[0][k] for k in ("epoch_idx", "edge_path_idx", "edge_chunk_idx")},
-                          "index": (step.index + 1) * trainer.num_buckets - 1, "eval_stats_chunk_avg": average})
-        trainer.ckpt.dir.append_stats(lines)
-        trainer.ckpt.commit(trainer.resident.items(), trainer.counts.keys(), trainer.model_params(),
-                            trainer.optimizer_state(), step.info(), snapshot_epoch=snapshot)
+            run.checkpoint.advance(version)  # rank 0 committed it
+            return version, Outcome(outcome.train)
+        every = [line for r in range(cluster.world_size) for line in self._take_stats(version, r)]
+        committed = write(every)
         cluster.barrier("committed")
-        return version, run_totals(lines)
+        return committed, Outcome(run_totals(every))
 
-    def _post_stats(self, version: int, records: list[dict[str, Any]]) -> None:
+    def _post_stats(self, version: int, records: list[StatsLine]) -> None:
         """This rank's stats lines, in pieces well under the store's 8 MiB limit on a value."""
         pieces = [records[i:i + STATS_LINES_PER_KEY] for i in range(0, len(records), STATS_LINES_PER_KEY)]
         for i, piece in enumerate(pieces):
             self.cluster.publish(f"stats/{version}/{self.cluster.rank}/{i}", json.dumps(piece))
         self.cluster.publish(f"stats/{version}/{self.cluster.rank}", str(len(pieces)))
 
-    def _take_stats(self, version: int, rank: int) -> list[dict[str, Any]]:
+    def _take_stats(self, version: int, rank: int) -> list[StatsLine]:
         """Rank ``rank``'s stats lines, removed from the store (which keeps no history)."""
         key = f"stats/{version}/{rank}"
         lines = []
@@ -183,35 +206,56 @@ class Coordination:
             self.cluster.publish(key, "1" if stop else "0")
         return self.cluster.fetch(key) == "1"
 
-    def run_finished(self, result: FitResult) -> None:
-        """Post this rank's traffic; rank 0 collects everyone's into ``result.movement``."""
-        cluster = self.cluster
-        mine = {"rank": cluster.rank, **vars(self.trainer.movement), "waits": self.scheduler.waits,
-                "sync_rounds": self.sync.rounds, "sync_bytes": self.sync.bytes_reduced,
-                "sync_seconds": self.sync.seconds_reducing}
+    def finish(self, movement: dict[str, Any]) -> list[dict[str, Any]]:
+        """Post this rank's traffic; rank 0 returns everyone's (the others: nothing)."""
+        cluster, sync = self.cluster, self._run().sync
+        scheduler_waits = self.scheduler.waits if self.scheduler is not None else 0
+        mine = {"rank": cluster.rank, **movement, "waits": scheduler_waits, "sync_rounds": sync.rounds,
+                "sync_bytes": sync.bytes_reduced, "sync_seconds": sync.seconds_reducing}
         cluster.publish(f"finished/{cluster.rank}", json.dumps(mine))
-        if cluster.rank == 0:
-            result.movement = [json.loads(cluster.fetch(f"finished/{r}")) for r in range(cluster.world_size)]
+        if cluster.rank != 0:
+            return []
+        return [json.loads(cluster.fetch(f"finished/{r}")) for r in range(cluster.world_size)]
 
     # ---- progress
-    def run_wide(self, reporter: Reporter) -> Reporter:
-        return RunWideReporter(reporter, self.cluster)
+    @contextmanager
+    def progress(self, interactive: bool, total_iterations: int, done_iterations: int,
+                 verbose: int) -> Iterator[Reporter]:
+        """Bars on rank 0 only, plain lines prefixed with the rank, and the whole run's edges."""
+        rank = self.cluster.rank
+        with make_reporter(interactive and rank == 0, total_iterations, done_iterations, verbose,
+                           prefix=f"[rank {rank}] ") as reporter:
+            yield RunWideReporter(reporter, self.cluster)
 
 
-def chunk_average(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The count-weighted average of the buckets' ``eval_stats_before`` (the original's
-    ``Stats.average_list``), or None without held-out edges."""
-    befores = [line["eval_stats_before"] for line in lines if "eval_stats_before" in line]
-    count = sum(b["count"] for b in befores)
-    if not count:
-        return None
-    keys = sorted({k for b in befores for k in b["metrics"]})
-    metrics = {k: sum(b["metrics"][k] * b["count"] for b in befores if k in b["metrics"]) /
-               max(sum(b["count"] for b in befores if k in b["metrics"]), 1) for k in keys}
-    return {"count": count, "metrics": metrics}
+class LaunchOptions(Protocol):
+    """What :func:`joined` reads of the fit options (:class:`pbgtrain.train.FitOptions`)."""
+
+    @property
+    def rank(self) -> int | None: ...
+
+    @property
+    def peer_timeout(self) -> float | None: ...
 
 
-def run_totals(lines: list[dict[str, Any]]) -> StepStats:
+@contextmanager
+def joined(config: ConfigSchema, options: LaunchOptions, env: Mapping[str, str] = os.environ) -> Iterator[Coordinator]:
+    """The coordinator of this process: a :class:`~pbgtrain.coordinator.LocalCoordinator` alone;
+    as one trainer of a distributed run (torchrun's environment ``env``, or ``--rank`` with
+    ``num_machines`` > 1), a :class:`DistributedCoordinator` of the joined run, which it leaves
+    when the body ends (failing together with the others when it raises: :class:`Cluster`)."""
+    launch = resolve_launch(num_machines=config.num_machines, init_method=config.distributed_init_method,
+                            rank=options.rank, env=env)
+    if launch is None:
+        yield LocalCoordinator()
+        return
+    with Cluster(launch, peer_timeout=options.peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
+            cluster.translating_interrupts():
+        yield DistributedCoordinator(cluster, config)
+        cluster.leave()
+
+
+def run_totals(lines: list[StatsLine]) -> StepStats:
     """The training stats of every rank's bucket lines, summed."""
     total = StepStats()
     for line in lines:
@@ -223,7 +267,6 @@ def run_totals(lines: list[dict[str, Any]]) -> StepStats:
                                   round(metrics.get("violators_lhs", 0.0) * count),
                                   round(metrics.get("violators_rhs", 0.0) * count))
     return total
-
 
 
 class RunWideReporter(Reporter):

@@ -121,6 +121,10 @@ class LockServerScheduler:
     def position(self) -> int:
         return self._position
 
+    def upcoming(self) -> Bucket | None:
+        """Not known in advance: which bucket a trainer gets depends on what the others hold then."""
+        return None
+
     def release(self, bucket: Bucket) -> None:
         """Nothing to tell: the bucket is done since it was acquired; its locks stay until handed back."""
 

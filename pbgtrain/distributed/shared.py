@@ -72,18 +72,18 @@ class SharedStateSync:
 
     ``tensors`` is called at the start of each iteration (optimizer states may have been
     replaced). Use :meth:`agree` once at the start of the run, then :meth:`start` and
-    :meth:`finish` around each iteration's training, holding :attr:`lock` during every
-    update of the shared state.
+    :meth:`finish` around each iteration's training, holding :attr:`lock` (``lock``, else a new
+    one) during every update of the shared state.
     """
 
     def __init__(self, cluster: Cluster, tensors: Callable[[], list[Tensor]],
-                 fixed: Callable[[], list[Tensor]] | None = None) -> None:
+                 fixed: Callable[[], list[Tensor]] | None = None, *, lock: threading.Lock | None = None) -> None:
         import torch.distributed as dist
 
         self.cluster = cluster
         self.tensors = tensors
         self.fixed = fixed or list
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()
         self.period = round_period(sum(t.numel() for t in tensors()))
         timeout = max(cluster.peer_timeout, 30.0) + 2 * self.period  # a round waits for the others' period
         # The rounds' own group: nothing else runs on it.
