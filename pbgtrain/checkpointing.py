@@ -50,8 +50,8 @@ from pbgio.errors import ConfigError
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import private_to_public, public_to_private
 from pbgio.storage import AnyPath
-from pbgtrain.batching import IterationStep, stable_seed
 from pbgtrain.model.tables import EntityTable
+from pbgtrain.training.batching import IterationStep, stable_seed
 
 PartitionKey = tuple[str, int]
 

@@ -99,7 +99,7 @@ def fit(
     """
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
-    from pbgtrain.trainer import frozen_types_problem
+    from pbgtrain.training.trainer import frozen_types_problem
 
     run = _load(config, param, base)
     frozen = frozenset(freeze or ())
@@ -171,7 +171,7 @@ def evaluate(
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
     from pbgio import storage
-    from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 
     run = _load(config, param, base)
     options = EvalOptions(edge_paths=None if edges is None else [storage.resolve(e) for e in edges],

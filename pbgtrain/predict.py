@@ -52,10 +52,10 @@ from pbgio.topk import (
     text_table,
 )
 from pbgtrain.config import RunConfig, load_run_config
-from pbgtrain.device import resolve_device
-from pbgtrain.eval_run import CheckpointReader
+from pbgtrain.evaluate import CheckpointReader
 from pbgtrain.model import EntityTable, score_candidates
-from pbgtrain.schedule import PartitionLayout, all_buckets
+from pbgtrain.training.buckets import PartitionLayout, all_buckets
+from pbgtrain.training.device import resolve_device
 
 Side = Literal["lhs", "rhs"]
 ROW_BUDGET = 1 << 24

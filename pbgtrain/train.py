@@ -2,10 +2,10 @@
 
 :func:`fit` joins the run (alone, or as one trainer of a distributed run:
 :mod:`pbgtrain.distributed`), takes the checkpoint lock, validates the layout, builds the
-:class:`~pbgtrain.trainer.Trainer` and then walks the iteration plan (epoch → edge path → edge
-chunk, see :class:`~pbgtrain.batching.IterationPlan`): each iteration is trained and committed by
-the trainer (:meth:`~pbgtrain.trainer.Trainer.run_iteration`), then the *stop rules* are asked
-whether to stop there, and the run's :class:`~pbgtrain.coordinator.Coordinator` makes every
+:class:`~pbgtrain.training.trainer.Trainer` and then walks the iteration plan (epoch → edge path → edge
+chunk, see :class:`~pbgtrain.training.batching.IterationPlan`): each iteration is trained and committed by
+the trainer (:meth:`~pbgtrain.training.trainer.Trainer.run_iteration`), then the *stop rules* are asked
+whether to stop there, and the run's :class:`~pbgtrain.training.coordinator.Coordinator` makes every
 process agree. Parallelism: in each process, torch's intra-op threads (``workers``, default the
 machine's cores split among its trainers) run the batched matrix products of a whole batch at
 once, instead of the original's HOGWILD processes; several processes, on one machine or many,
@@ -19,7 +19,7 @@ keep the best version, stop when it no longer improves) plugs in here as one mor
 its place in the plan), without a change to the loop; the coordinator still makes every process
 stop after the same version.
 
-The trainer and the device helpers live in :mod:`pbgtrain.trainer` and :mod:`pbgtrain.device`;
+The trainer and the device helpers live in :mod:`pbgtrain.training.trainer` and :mod:`pbgtrain.training.device`;
 their public names are importable from here too.
 """
 
@@ -39,14 +39,14 @@ from pbgio.edges import bucket_length
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
 from pbgio.storage import LocalCache
-from pbgtrain.batching import IterationPlan
 from pbgtrain.config import RunConfig
-from pbgtrain.coordinator import Coordinator
-from pbgtrain.device import default_threads, option_error, resolve_device, resolve_precision
 from pbgtrain.distributed.coordination import joined
 from pbgtrain.model import fused, keep_freed_memory
-from pbgtrain.reporting import Reporter
-from pbgtrain.trainer import (
+from pbgtrain.progress import Reporter
+from pbgtrain.training.batching import IterationPlan
+from pbgtrain.training.coordinator import Coordinator
+from pbgtrain.training.device import default_threads, option_error, resolve_device, resolve_precision
+from pbgtrain.training.trainer import (
     IterationRecord,
     MovementStats,
     Trainer,

@@ -102,13 +102,23 @@ def _layer_modules(contract: Mapping[str, object]) -> set[str]:
     return {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
 
 
-def test_every_pbgio_module_is_in_a_layer(graph: grimp.ImportGraph) -> None:
-    """A new module of pbgio is placed in a layer (a top-level module or package of the contract),
-    so the layer contract covers all of pbgio, not only the modules that existed when it was written."""
-    (layers,) = [c for c in _contracts() if c["id"] == "pbgio-layers"]
+@pytest.mark.parametrize(("package", "contract"), [("pbgio", "pbgio-layers"), ("pbgtrain", "pbgtrain-layers")])
+def test_every_module_is_in_a_layer(graph: grimp.ImportGraph, package: str, contract: str) -> None:
+    """Every module of the package is placed in a layer (it, or a package above it, is named by
+    the contract), so the layers cover all of it, not only the modules that existed when they
+    were written. Package ``__init__`` modules whose children are placed one by one, and
+    ``__main__``, are exempt."""
+    (layers,) = [c for c in _contracts() if c["id"] == contract]
     declared = _layer_modules(layers)
-    top_level = {".".join(m.split(".")[:2]) for m in graph.modules if m.startswith("pbgio.")}
-    assert sorted(top_level - declared - {"pbgio.__main__"}) == []
+    packages = {m for m in graph.modules if graph.find_children(m)}
+    unplaced = []
+    for module in sorted(m for m in graph.modules if m.startswith(f"{package}.")):
+        parts = module.split(".")
+        if parts[-1] == "__main__" or (module in packages and module not in declared):
+            continue
+        if not any(".".join(parts[:i]) in declared for i in range(2, len(parts) + 1)):
+            unplaced.append(module)
+    assert unplaced == []
 
 
 def test_import_contracts_hold() -> None:

@@ -30,7 +30,7 @@ from pbgio.spec import naming
 from pbgio.storage.lock import CheckpointLock, holder_of
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
 
 TINY = {"dimension": 4, "batch_size": 50, "num_batch_negs": 10, "num_uniform_negs": 10, "workers": 1}

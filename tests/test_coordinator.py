@@ -1,4 +1,4 @@
-"""The run-coordination seam (``pbgtrain.coordinator``): the trainer and the fit loop ask their
+"""The run-coordination seam (``pbgtrain.training.coordinator``): the trainer and the fit loop ask their
 coordinator, never which kind it is, so a stand-in sees every start, commit and stop decision."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 
 from pbgio.testing.planted import planted_graph
 from pbgtrain import train
-from pbgtrain.batching import IterationStep
 from pbgtrain.checkpointing import StatsLine
 from pbgtrain.config import load_run_config
-from pbgtrain.coordinator import LocalCoordinator, Outcome, TrainerHandle
 from pbgtrain.train import FitOptions
+from pbgtrain.training.batching import IterationStep
+from pbgtrain.training.coordinator import LocalCoordinator, Outcome, TrainerHandle
 
 PLANTED = {"num_nodes": 200, "num_edges": 4000, "num_epochs": 3, "num_edge_chunks": 1, "eval_fraction": 0.05}
 

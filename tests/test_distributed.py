@@ -27,10 +27,10 @@ from pbgio.testing.planted import TEST_EDGE_PATH, planted_graph
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
 from pbgtrain.distributed.cluster import Cluster, DistributedError, Launch, resolve_launch
-from pbgtrain.distributed.scheduler import LockServerScheduler
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
-from pbgtrain.schedule import Bucket, PartitionLayout, Wait, all_buckets, choose_bucket
+from pbgtrain.distributed.lock_server import LockServerScheduler
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
+from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, choose_bucket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distributed_runs import run_trainers, start_torchrun, start_trainers, wait_all

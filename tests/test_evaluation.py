@@ -1,4 +1,4 @@
-"""Ranking metrics and filtered evaluation (pbgtrain.evaluation) against brute-force references."""
+"""Ranking metrics and filtered evaluation (pbgtrain.metrics) against brute-force references."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pbgtrain.evaluation import (
+from pbgtrain.metrics import (
     SIDES,
     EvalProtocol,
     FilterIndex,

@@ -373,7 +373,7 @@ def test_rank_triple_is_the_brute_force_rank(tmp_path: Path, dynamic: bool) -> N
 def test_rank_triple_agrees_with_pbgtrain_eval(tmp_path: Path, filtered: bool) -> None:
     """One partition per type: ``pbgtrain eval --all-entities`` ranks against the same candidates."""
     from pbgtrain.config import load_run_config
-    from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 
     layout = small_valid_layout(featurized=False, partitioned=False, edges_per_bucket=20)
     config = write_layout(tmp_path, layout)

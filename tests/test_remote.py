@@ -33,7 +33,7 @@ from pbgio.importers import import_edge_lists
 from pbgio.testing.s3server import ACCESS_DENIED, Request, Response, S3Server
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
 
 NUM_NODES = 120

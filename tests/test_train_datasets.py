@@ -16,7 +16,7 @@ import pytest
 
 from pbgio.importers import import_edge_lists
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"

@@ -18,7 +18,7 @@ from pbgio.errors import FormatError
 from pbgio.testing.planted import TEST_EDGE_PATH, planted_graph
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, all_entities_batch, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, all_entities_batch, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -66,7 +66,7 @@ def test_bf16_trains_as_well_as_fp32_with_float32_state(tmp_path: Path) -> None:
 
 def test_half_precision_in_the_config_selects_bf16_on_a_gpu(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1, half_precision=True)
-    from pbgtrain.device import resolve_precision
+    from pbgtrain.training.device import resolve_precision
 
     run = load_run_config(config)
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
@@ -133,7 +133,7 @@ def test_all_entities_evaluation_is_batched_to_bounded_memory() -> None:
 def test_the_automatic_gpu_budget_leaves_room_for_a_bucket(tmp_path: Path) -> None:
     """What a bucket holds besides the parked partitions (its largest lhs and rhs partitions, and
     the unpartitioned tables) is reserved from the GPU's share before anything is parked."""
-    from pbgtrain.trainer import Trainer
+    from pbgtrain.training.trainer import Trainer
 
     config = _planted(tmp_path, partitions=3, num_nodes=601, num_epochs=1)
     run = load_run_config(config)

@@ -21,7 +21,7 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.example import TEST_EDGE_PATH, build_example
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
 
 

@@ -19,7 +19,7 @@ from pbgio.importers import import_edge_lists
 from pbgio.spec import naming
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
 
 

@@ -25,7 +25,7 @@ from pbgio.validate import validate_path
 from pbgtrain.checkpointing import TrainingCheckpoint
 from pbgtrain.config import load_run_config
 from pbgtrain.train import FitOptions, fit
-from pbgtrain.trainer import Trainer
+from pbgtrain.training.trainer import Trainer
 
 STATIC = {
     "entities": {"user": {"num_partitions": 2}, "item": {"num_partitions": 1}},

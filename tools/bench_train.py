@@ -65,7 +65,7 @@ import json, sys
 from pathlib import Path
 from pbgtrain.config import load_run_config
 from pbgtrain.train import FitOptions, fit
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 
 args = json.loads(sys.argv[1])
 root = Path(args["root"])

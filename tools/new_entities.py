@@ -102,7 +102,7 @@ def split_by_entities(data: dict[str, list[Triple]], share: float, seed: int) ->
 def evaluate(config: Path, overrides: Sequence[str], edge_paths: Sequence[Path],
              filters: Sequence[Path]) -> dict[str, Any]:
     from pbgtrain.config import load_run_config
-    from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 
     run = load_run_config(config, list(overrides))
     result = evaluate_checkpoint(run, EvalOptions(edge_paths=list(edge_paths), filter_paths=list(filters)))

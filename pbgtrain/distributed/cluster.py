@@ -6,7 +6,7 @@ Rank and world size come from torchrun's environment (``RANK``, ``WORLD_SIZE``, 
 ``distributed_init_method`` of the config (:func:`resolve_launch`).
 
 Everything the trainers coordinate goes through the store: the bucket locks
-(:mod:`pbgtrain.distributed.scheduler`), barriers, per-iteration stats, and the *watchdog*:
+(:mod:`pbgtrain.distributed.lock_server`), barriers, per-iteration stats, and the *watchdog*:
 each rank bumps its heartbeat counter every second, and a background thread on every rank
 watches the others. A rank whose counter stops for ``peer_timeout`` seconds (killed, stopped,
 its machine gone) or that posts an abort (it failed, or was interrupted) makes every other

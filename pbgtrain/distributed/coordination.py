@@ -1,4 +1,4 @@
-"""The distributed :class:`~pbgtrain.coordinator.Coordinator`: one trainer of many, from start to commit.
+"""The distributed :class:`~pbgtrain.training.coordinator.Coordinator`: one trainer of many, from start to commit.
 
 - **Values**: rank 0 leads (validates, holds the checkpoint lock, tidies, writes the run's
   notes); a bare ``cuda`` is ``cuda:LOCAL_RANK``; the machine's cores are split among its
@@ -6,14 +6,14 @@
   ``hogwild_delay`` before each bucket of the first epoch; stats lines name the rank.
 - **Start**: the ranks check that they see the same checkpoint directory (a probe file from
   rank 0, the same committed version), then agree on the shared state (rank 0's copy).
-- **Buckets** come from the :class:`~pbgtrain.distributed.scheduler.LockServerScheduler`.
+- **Buckets** come from the :class:`~pbgtrain.distributed.lock_server.LockServerScheduler`.
 - **Partitions move through the checkpoint directory**, via pbgio: a trainer that lets a
   partition go writes it into the version being built (``v{N+1}``, atomic and fsynced, as a
   single trainer does when it swaps) and marks it in the store (:class:`StoreWritten`, which
   the checkpoint asks) before unlocking it; the next holder reads that file. The version being
   built needs every trained partition on disk at the end of the iteration anyway, so the write
   is no extra cost in bytes written per iteration beyond what one trainer swapping pays; the
-  bytes each rank saved and loaded are counted (:class:`pbgtrain.trainer.MovementStats`).
+  bytes each rank saved and loaded are counted (:class:`pbgtrain.training.trainer.MovementStats`).
 - **Shared state** (relation parameters, global embeddings, unpartitioned types, their
   optimizer state): :class:`~pbgtrain.distributed.shared.SharedStateSync`. What ``--freeze``
   keeps fixed (frozen types' unpartitioned tables and global embeddings) is agreed on at the
@@ -40,15 +40,15 @@ from statistics import mean
 from typing import Any, Protocol
 
 from pbgio.config import ConfigSchema
-from pbgtrain.batching import IterationStep
 from pbgtrain.checkpointing import PartitionKey, StatsLine, TrainingCheckpoint, WrittenPartitions
-from pbgtrain.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
 from pbgtrain.distributed.cluster import PEER_TIMEOUT_DEFAULT, Cluster, DistributedError, resolve_launch
-from pbgtrain.distributed.scheduler import LockServerScheduler, partition_key_text
+from pbgtrain.distributed.lock_server import LockServerScheduler, partition_key_text
 from pbgtrain.distributed.shared import SharedStateSync
 from pbgtrain.model import StepStats
-from pbgtrain.reporting import Reporter, make_reporter
-from pbgtrain.schedule import BucketScheduler, PartitionLayout
+from pbgtrain.progress import Reporter, make_reporter
+from pbgtrain.training.batching import IterationStep
+from pbgtrain.training.buckets import BucketScheduler, PartitionLayout
+from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
 
 PROGRESS_PUSH_SECONDS = 0.5
 STATS_LINES_PER_KEY = 500  # a bucket's line is at most a few KB
@@ -240,7 +240,7 @@ class LaunchOptions(Protocol):
 
 @contextmanager
 def joined(config: ConfigSchema, options: LaunchOptions, env: Mapping[str, str] = os.environ) -> Iterator[Coordinator]:
-    """The coordinator of this process: a :class:`~pbgtrain.coordinator.LocalCoordinator` alone;
+    """The coordinator of this process: a :class:`~pbgtrain.training.coordinator.LocalCoordinator` alone;
     as one trainer of a distributed run (torchrun's environment ``env``, or ``--rank`` with
     ``num_machines`` > 1), a :class:`DistributedCoordinator` of the joined run, which it leaves
     when the body ends (failing together with the others when it raises: :class:`Cluster`)."""

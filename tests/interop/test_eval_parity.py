@@ -23,7 +23,7 @@ from interop_cells import CELLS_BY_NAME, Cell
 from interop_harness import Original, config_py_text, ours_fit, ours_import, write_json
 
 from pbgtrain.config import load_run_config
-from pbgtrain.eval_run import EvalOptions, evaluate_checkpoint
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 
 pytestmark = pytest.mark.interop
 

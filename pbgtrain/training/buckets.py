@@ -15,7 +15,7 @@ bucket is trained exactly once, in the ``bucket_order`` of the config, as the or
 The training loop asks a :class:`BucketScheduler` for buckets (``new_pass``,
 ``acquire`` until None, ``release`` after each, ``hand_back`` of the partitions it saved).
 :class:`SingleMachineScheduler` serves one trainer;
-:class:`pbgtrain.distributed.scheduler.LockServerScheduler` serves many, with the original's
+:class:`pbgtrain.distributed.lock_server.LockServerScheduler` serves many, with the original's
 lock-server invariant, decided by :func:`choose_bucket`: a trainer gets a bucket only if no
 other trainer holds one of its partitions, preferring the bucket that moves the fewest rows.
 

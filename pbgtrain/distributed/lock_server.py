@@ -3,7 +3,7 @@
 Every trainer runs the same :class:`LockServerScheduler`; there is no server process. The
 state of pass ``i`` (buckets done, partition locks, partitions initialized) is one JSON value
 under ``sched/{i}``, read and written only while holding the store mutex ``sched/mutex``
-(taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.schedule.choose_bucket`.
+(taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.training.buckets.choose_bucket`.
 
 Passes do not overlap: a trainer starts pass ``i+1`` only after the commit barrier of pass
 ``i``, by which time every trainer has handed back everything.
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pbgtrain.distributed.cluster import Cluster
-from pbgtrain.schedule import (
+from pbgtrain.training.buckets import (
     WAIT,
     Bucket,
     PartitionKey,

@@ -34,14 +34,14 @@ from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import rows_per_block
-from pbgtrain.batching import stable_seed
 from pbgtrain.checkpointing import load_model_params
 from pbgtrain.config import RunConfig
-from pbgtrain.device import resolve_device
-from pbgtrain.evaluation import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
+from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step, score_candidates
-from pbgtrain.schedule import Bucket, PartitionLayout, all_buckets
-from pbgtrain.trainer import add_negative_scores, bucket_limits
+from pbgtrain.training.batching import stable_seed
+from pbgtrain.training.buckets import Bucket, PartitionLayout, all_buckets
+from pbgtrain.training.device import resolve_device
+from pbgtrain.training.trainer import add_negative_scores, bucket_limits
 
 ALL_ENTITIES_BATCH = 500
 """Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""

@@ -7,13 +7,13 @@ saved (into the version being built) and loaded, so only the current bucket's pa
 unpartitioned types are in memory; within ``--partition-memory`` (by default a GPU's free memory,
 nothing on a CPU) swapped-out partitions stay in memory until the commit instead, and the next
 bucket's edges (and, on a GPU, partitions) are read ahead in the background
-(:mod:`pbgtrain.residency`). The bucket's edge chunk is read through pbgio, ``eval_fraction`` of it
+(:mod:`pbgtrain.training.residency`). The bucket's edge chunk is read through pbgio, ``eval_fraction`` of it
 is held out (evaluated before and after training on the bucket), the rest is shuffled and batched
 (seed 004), and each batch takes one :func:`~pbgtrain.model.train_step`. At the end of the
 iteration its stats lines and the version are committed
 (:func:`~pbgtrain.checkpointing.commit_iteration`).
 
-Whether the trainer is alone or one of many is its :class:`~pbgtrain.coordinator.Coordinator`'s
+Whether the trainer is alone or one of many is its :class:`~pbgtrain.training.coordinator.Coordinator`'s
 business: the trainer asks it for the bucket scheduler and to commit, and never which kind it is.
 """
 
@@ -36,7 +36,6 @@ from pbgio.spec.checkpoint import private_to_public
 from pbgio.spec.edges import chunk_bounds
 from pbgio.spec.stats import EXTRA_KEY
 from pbgio.storage import AnyPath, LocalCache
-from pbgtrain.batching import ChunkKey, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.checkpointing import (
     PartitionKey,
     StatsLine,
@@ -47,9 +46,7 @@ from pbgtrain.checkpointing import (
     stored_param_shapes,
 )
 from pbgtrain.config import RunConfig
-from pbgtrain.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
-from pbgtrain.device import option_error, resolve_device, resolve_precision
-from pbgtrain.evaluation import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
+from pbgtrain.metrics import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
 from pbgtrain.model import (
     MASKED_SCORE,
     BucketEdges,
@@ -63,8 +60,12 @@ from pbgtrain.model import (
 )
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import precision_scope
-from pbgtrain.reporting import Reporter
-from pbgtrain.residency import (
+from pbgtrain.progress import Reporter
+from pbgtrain.training.batching import ChunkKey, IterationStep, prepare_chunk, stable_seed
+from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, plan_swap
+from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
+from pbgtrain.training.device import option_error, resolve_device, resolve_precision
+from pbgtrain.training.residency import (
     GIB,
     PartitionCache,
     Prefetcher,
@@ -74,7 +75,6 @@ from pbgtrain.residency import (
     table_bytes,
     to_device,
 )
-from pbgtrain.schedule import Bucket, PartitionLayout, Wait, all_buckets, plan_swap
 
 PROGRESS_EVERY = 32
 """Batches between two reads of the running loss from the device (the progress bar's loss)."""
@@ -225,7 +225,7 @@ class MovementStats:
 class Trainer:
     """Holds the state of one run: model, optimizer, resident partitions, checkpoint.
 
-    ``coordinator`` (default: a :class:`~pbgtrain.coordinator.LocalCoordinator`, a single
+    ``coordinator`` (default: a :class:`~pbgtrain.training.coordinator.LocalCoordinator`, a single
     process) is the run it belongs to: it hands out the buckets, commits, and says where this
     process sits (with a distributed one, buckets come from the lock server, partitions move
     through the checkpoint directory, and the shared state is kept in agreement).

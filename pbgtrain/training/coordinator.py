@@ -1,6 +1,6 @@
 """The run-coordination seam: what the training loop asks of the run it belongs to.
 
-A :class:`~pbgtrain.trainer.Trainer` and the fit loop (:mod:`pbgtrain.train`) are written for one
+A :class:`~pbgtrain.training.trainer.Trainer` and the fit loop (:mod:`pbgtrain.train`) are written for one
 process; everything that differs when several processes train together sits behind one
 :class:`Coordinator`, passed in:
 
@@ -33,12 +33,12 @@ from typing import Any, Protocol
 from torch import Tensor
 
 from pbgio.config import ConfigSchema
-from pbgtrain.batching import IterationStep
 from pbgtrain.checkpointing import PartitionKey, StatsLine, TrainingCheckpoint, WrittenPartitions, written_here
-from pbgtrain.evaluation import RankingMetrics
+from pbgtrain.metrics import RankingMetrics
 from pbgtrain.model import StepStats
-from pbgtrain.reporting import Reporter, make_reporter
-from pbgtrain.schedule import BucketScheduler, PartitionLayout, SingleMachineScheduler
+from pbgtrain.progress import Reporter, make_reporter
+from pbgtrain.training.batching import IterationStep
+from pbgtrain.training.buckets import BucketScheduler, PartitionLayout, SingleMachineScheduler
 
 
 @dataclass(frozen=True)
