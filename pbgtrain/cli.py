@@ -99,7 +99,7 @@ def fit(
     """
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
-    from pbgtrain.training.trainer import frozen_types_problem
+    from pbgtrain.training.options import frozen_types_problem
 
     run = _load(config, param, base)
     frozen = frozenset(freeze or ())

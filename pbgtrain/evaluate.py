@@ -39,9 +39,9 @@ from pbgtrain.config import RunConfig
 from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step, score_candidates
 from pbgtrain.training.batching import stable_seed
-from pbgtrain.training.buckets import Bucket, PartitionLayout, all_buckets
+from pbgtrain.training.buckets import Bucket, PartitionLayout, all_buckets, bucket_limits
 from pbgtrain.training.device import resolve_device
-from pbgtrain.training.trainer import add_negative_scores, bucket_limits
+from pbgtrain.training.records import add_negative_scores
 
 ALL_ENTITIES_BATCH = 500
 """Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""

@@ -44,18 +44,12 @@ from pbgtrain.distributed.coordination import joined
 from pbgtrain.model import fused, keep_freed_memory
 from pbgtrain.progress import Reporter
 from pbgtrain.training.batching import IterationPlan
+from pbgtrain.training.buckets import bucket_limits
 from pbgtrain.training.coordinator import Coordinator
 from pbgtrain.training.device import default_threads, option_error, resolve_device, resolve_precision
-from pbgtrain.training.trainer import (
-    IterationRecord,
-    MovementStats,
-    Trainer,
-    add_negative_scores,
-    bucket_limits,
-    format_metrics,
-    frozen_types_problem,
-    remote_bucket_cache,
-)
+from pbgtrain.training.options import frozen_types_problem, remote_bucket_cache
+from pbgtrain.training.records import IterationRecord, MovementStats, add_negative_scores, format_metrics
+from pbgtrain.training.trainer import Trainer
 
 __all__ = [
     "FitOptions",

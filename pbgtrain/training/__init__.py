@@ -4,6 +4,8 @@
   resident partitions, one bucket, one iteration.
 - :mod:`~pbgtrain.training.coordinator`: the run-coordination seam (the ``Coordinator`` Protocol
   and the single-process ``LocalCoordinator``; the distributed one is in :mod:`pbgtrain.distributed`).
+- :mod:`~pbgtrain.training.records`: what an iteration reports (its record, the stats lines,
+  partition traffic); :mod:`~pbgtrain.training.options`: what the trainer reads of the fit options.
 - :mod:`~pbgtrain.training.buckets`: bucket order, partition layout, which partitions to swap.
 - :mod:`~pbgtrain.training.batching`: the iteration plan, edge chunks, shuffling and batches.
 - :mod:`~pbgtrain.training.residency`: partitions kept in memory and read ahead.

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
 import numpy as np
 
+from pbgio.checks.edges import SideLimits, relation_limits
 from pbgio.config import BucketOrder
 
 if TYPE_CHECKING:
@@ -414,3 +415,14 @@ def swap_sequence(order: Sequence[Bucket], layout: PartitionLayout,
         held = (held - set(swap.evict)) | set(swap.load)
         swaps.append(swap)
     return swaps
+
+
+def bucket_limits(cfg: Any, counts: dict[PartitionKey, int], bucket: Bucket,
+                  num_dynamic_rels: int | None) -> dict[str, SideLimits]:
+    """The limits of a bucket's ids (``check_bounds``'s ``lhs`` and ``rhs``), from the entity counts."""
+    num_relations = len(cfg.relations) if num_dynamic_rels is None else num_dynamic_rels
+    lhs = relation_limits(cfg, "lhs", bucket.lhs, num_relations, counts)
+    rhs = relation_limits(cfg, "rhs", bucket.rhs, num_relations, counts)
+    if lhs is None or rhs is None:  # a validated config names only its own types
+        raise RuntimeError(f"no id limits for bucket {bucket}: a relation names a type the config lacks")
+    return {"lhs": lhs, "rhs": rhs}

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
 from pbgio import interrupts, storage
-from pbgio.checks.edges import SideLimits, check_bounds, relation_limits
+from pbgio.checks.edges import check_bounds
 from pbgio.edges import EdgeBucket, bucket_length, read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.spec import naming
@@ -41,14 +40,12 @@ from pbgtrain.checkpointing import (
     StatsLine,
     TrainingCheckpoint,
     commit_iteration,
-    iteration_keys,
     load_model_params,
     stored_param_shapes,
 )
 from pbgtrain.config import RunConfig
-from pbgtrain.metrics import SIDES, EvalProtocol, RankingAccumulator, RankingMetrics
+from pbgtrain.metrics import EvalProtocol, RankingAccumulator
 from pbgtrain.model import (
-    MASKED_SCORE,
     BucketEdges,
     EmbeddingModel,
     EntityTable,
@@ -62,9 +59,18 @@ from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import precision_scope
 from pbgtrain.progress import Reporter
 from pbgtrain.training.batching import ChunkKey, IterationStep, prepare_chunk, stable_seed
-from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, plan_swap
+from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, bucket_limits, plan_swap
 from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
 from pbgtrain.training.device import option_error, resolve_device, resolve_precision
+from pbgtrain.training.options import TrainerOptions, frozen_types_problem, remote_bucket_cache
+from pbgtrain.training.records import (
+    IterationRecord,
+    MovementStats,
+    add_negative_scores,
+    format_metrics,
+    held_out_metrics,
+    stats_line,
+)
 from pbgtrain.training.residency import (
     GIB,
     PartitionCache,
@@ -72,154 +78,11 @@ from pbgtrain.training.residency import (
     default_budget,
     partition_bytes,
     pinned,
-    table_bytes,
     to_device,
 )
 
 PROGRESS_EVERY = 32
 """Batches between two reads of the running loss from the device (the progress bar's loss)."""
-
-
-class TrainerOptions(Protocol):
-    """What a :class:`Trainer` reads of the fit options (:class:`pbgtrain.train.FitOptions`)."""
-
-    @property
-    def device(self) -> str | None: ...
-
-    @property
-    def seed(self) -> int: ...
-
-    @property
-    def precision(self) -> str | None: ...
-
-    @property
-    def partition_memory(self) -> float | None: ...
-
-    @property
-    def read_ahead_partitions(self) -> bool | None: ...
-
-    @property
-    def remote_cache(self) -> float: ...
-
-    @property
-    def frozen_types(self) -> frozenset[str]: ...
-
-
-@dataclass
-class IterationRecord:
-    """What one committed iteration did."""
-
-    version: int
-    step: IterationStep
-    seconds: float  # the iteration's wall time, its commit included (in a distributed run, its barriers too)
-    train: StepStats
-    eval_before: RankingMetrics | None = None
-    eval_after: RankingMetrics | None = None
-
-    @property
-    def edges_per_second(self) -> float:
-        return self.train.count / self.seconds if self.seconds > 0 else 0.0
-
-
-def format_metrics(metrics: dict[str, float]) -> str:
-    keys = [k for k in ("mrr", "r1", "r10", "auc", "loss") if k in metrics]
-    return " ".join(f"{k} {metrics[k]:.4f}" for k in keys)
-
-
-def add_negative_scores(acc: RankingAccumulator, scores: Any) -> None:
-    """Rank each side's positives against its negatives; masked slots (self pairs, padding) excluded."""
-    for side in SIDES:
-        pos, neg = (scores.lhs_pos, scores.lhs_neg) if side == "lhs" else (scores.rhs_pos, scores.rhs_neg)
-        if neg.shape[1]:
-            acc.add(side, pos, neg, exclude=neg <= MASKED_SCORE)
-
-
-def held_out_metrics(accumulators: list[RankingAccumulator]) -> RankingMetrics | None:
-    """The held-out edges of the buckets this process trained, ranked together (None without any).
-
-    This is what the console shows (with the protocol and each side's figures); it pools the
-    ranks of every held-out edge. ``training_stats.json`` keeps the original's figure instead,
-    :func:`pbgtrain.checkpointing.chunk_average` of the buckets' lines (over every trainer's
-    buckets in a distributed run): the same metrics, except that an average of averages may
-    differ in the last digits, and in AUC when pairs were dropped.
-    """
-    if not accumulators:
-        return None
-    total = RankingAccumulator(accumulators[0].protocol)
-    for acc in accumulators:
-        total.merge(acc)
-    return total.result()
-
-
-def bucket_limits(cfg: Any, counts: dict[PartitionKey, int], bucket: Bucket,
-                  num_dynamic_rels: int | None) -> dict[str, SideLimits]:
-    """The limits of a bucket's ids (``check_bounds``'s ``lhs`` and ``rhs``), from the entity counts."""
-    num_relations = len(cfg.relations) if num_dynamic_rels is None else num_dynamic_rels
-    lhs = relation_limits(cfg, "lhs", bucket.lhs, num_relations, counts)
-    rhs = relation_limits(cfg, "rhs", bucket.rhs, num_relations, counts)
-    if lhs is None or rhs is None:  # a validated config names only its own types
-        raise RuntimeError(f"no id limits for bucket {bucket}: a relation names a type the config lacks")
-    return {"lhs": lhs, "rhs": rhs}
-
-
-def remote_bucket_cache(options: TrainerOptions) -> LocalCache:
-    """The bounded local store of remote edge buckets (``--remote-cache`` GiB)."""
-    return LocalCache(int(options.remote_cache * GIB))
-
-
-def frozen_types_problem(cfg: Any, frozen: frozenset[str] | set[str]) -> str | None:
-    """Why ``--freeze`` of ``frozen`` cannot run with ``cfg`` (None when it can): a name that is
-    not an entity type, or nothing left to train (every type the relations use is frozen, and
-    no relation operator has parameters; the global embeddings of frozen types are frozen too).
-
-    >>> from pbgio.example import example_config
-    >>> cfg = example_config()
-    >>> frozen_types_problem(cfg, {"item"}) is None and frozen_types_problem(cfg, {"user", "item"}) is None
-    True
-    >>> frozen_types_problem(cfg, {"users"})
-    "unknown entity type 'users'; the config's entity types are 'item', 'user'"
-    """
-    unknown = sorted(set(frozen) - set(cfg.entities))
-    if unknown:
-        known = ", ".join(repr(t) for t in sorted(cfg.entities))
-        names = ", ".join(repr(t) for t in unknown)
-        return f"unknown entity type{'s' if len(unknown) > 1 else ''} {names}; the config's entity types are {known}"
-    used = {t for r in cfg.relations for t in (r.lhs, r.rhs)}
-    if not frozen or not used <= set(frozen):
-        return None
-    from pbgtrain.model.operators import make_dynamic_operator, make_operator
-
-    def has_parameters(operator: str) -> bool:  # whatever the dimension (2: the smallest any operator takes)
-        made = make_dynamic_operator(operator, 2, 1) if cfg.dynamic_relations else make_operator(operator, 2)
-        return any(True for _ in made.parameters())
-
-    if any(has_parameters(r.operator) for r in cfg.relations):
-        return None
-    return (f"every entity type of the relations is frozen ({', '.join(sorted(used))}) and no relation operator has "
-            f"parameters (operator {', '.join(sorted({repr(r.operator) for r in cfg.relations}))}; global "
-            "embeddings are frozen with their types): nothing would train; freeze fewer types")
-
-
-@dataclass
-class MovementStats:
-    """Partition traffic and waiting of one trainer (reported by the benchmark)."""
-
-    bytes_saved: int = 0
-    bytes_loaded: int = 0
-    partitions_saved: int = 0
-    partitions_loaded: int = 0
-    seconds_waiting: float = 0.0  # asking for a bucket, and waiting for one
-    seconds_swapping: float = 0.0  # saving and loading partitions between buckets (what reading ahead left)
-    partitions_read_ahead: int = 0  # of partitions_loaded, those read in the background
-
-    def add_table(self, table: EntityTable, saved: bool) -> None:
-        size = table_bytes(table)
-        if saved:
-            self.bytes_saved += size
-            self.partitions_saved += 1
-        else:
-            self.bytes_loaded += size
-            self.partitions_loaded += 1
 
 
 class Trainer:
@@ -493,8 +356,7 @@ class Trainer:
             if before is not None and after is not None:
                 before_all.append(before)
                 after_all.append(after)
-            line = self._stats_record(step, step.index * self.num_buckets + position, bucket, bucket_stats,
-                                      before, after)
+            line = stats_line(step, step.index * self.num_buckets + position, bucket, bucket_stats, before, after)
             line[EXTRA_KEY] = {**line.get(EXTRA_KEY, {}), **self.coordinator.stats_tags,
                                "trained_from": wall_started, "trained_until": time.time()}
             if self.frozen:  # the checkpoint does not record --freeze; the learning curve does
@@ -564,24 +426,3 @@ class Trainer:
             with storage.relocated(self.bucket_cache, path) as local:
                 self._bucket_lengths[key] = bucket_length(local)
         return self._bucket_lengths[key]
-
-    @staticmethod
-    def _stats_record(step: IterationStep, index: int, bucket: Bucket, stats: StepStats, before: Any,
-                      after: Any) -> dict[str, Any]:
-        """A bucket's line of training_stats.json, as the original writes it (pbgio.spec.stats);
-        pbgtrain's own facts go under the sibling key ``pbgtrain``, which the original ignores."""
-        count = max(stats.count, 1)
-        record: dict[str, Any] = {
-            "lhs_partition": bucket.lhs, "rhs_partition": bucket.rhs, "index": index,
-            "stats": {"count": stats.count, "metrics": {
-                "loss": stats.loss / count, "reg": stats.reg / count,
-                "violators_lhs": stats.violators_lhs / count, "violators_rhs": stats.violators_rhs / count}},
-        }
-        if before is not None:
-            results = {"before": before.result(), "after": after.result()}
-            for when, result in results.items():
-                record[f"eval_stats_{when}"] = result.to_stats()
-            record[EXTRA_KEY] = {"eval_protocol": results["before"].protocol.describe(),
-                                 **{f"eval_per_side_{when}": result.per_side_stats()
-                                    for when, result in results.items()}}
-        return {**record, **iteration_keys(step)}
