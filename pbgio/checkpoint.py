@@ -4,6 +4,10 @@ Version N's files carry ``.vN``; ``checkpoint_version.txt`` names the newest
 *committed* version and is written last, atomically and fsynced. A crash at any
 point therefore leaves the previous version intact and loadable.
 
+Why this module is long: it is the one reader and writer of every file of a version
+(embeddings, model, version file, config copy, stats) and of the commit protocol that ties them
+together; split by file, the commit would have to reach into each piece.
+
 >>> import tempfile, pathlib, numpy as np
 >>> ckpt = CheckpointDir(pathlib.Path(tempfile.mkdtemp()))
 >>> ckpt.read_version()

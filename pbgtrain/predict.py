@@ -22,6 +22,10 @@ Names: entity names come from the names files (:mod:`pbgio.names`), relation nam
 config (static) or ``dynamic_rel_names.json`` (dynamic). An unknown name raises
 :class:`pbgio.errors.UnknownNameError`. Featurized types (bags of features) have no names to
 look up nor table to rank, and are refused.
+
+Why this module is long: it is the library of one command with three modes (top-k, the rank of
+a triple, a file of triples), their names, filters and output forms; the scan itself is shared
+(:func:`pbgio.topk.scan_partitions`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ carries the action that performs it; :func:`pbgio.legacy.migrate.migrate` runs t
 
 DST mirrors SRC: every migrated directory keeps its path relative to SRC (so the
 config's relative paths keep their meaning), and the config names those paths.
+
+Why this module is long: it plans every kind of legacy file (counts, names, buckets, METADATA,
+embeddings, optimizer state, config) in the order the migration runs them, and each step carries
+its action; split by file kind, the plan's cross-file decisions (renames, base shifts, warnings)
+would be spread over several modules.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ today's types, already 0-based and renamed:
 :class:`LegacyVariant`. Every pickle goes through :func:`pbgio.legacy.pickles.load_pickle`.
 
 Partition numbers given to and returned by these readers are 0-based.
+
+Why this module is long: it holds the three directory readers of the legacy layout, which share
+the detection of the layout's variant (1-based parts, camelCase era, metadata base); each reader
+is read on its own.
 """
 
 from __future__ import annotations

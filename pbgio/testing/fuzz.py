@@ -11,6 +11,10 @@ campaign from the corpus, deterministically from ``(seed, target, i)``.
 The campaign itself (worker processes with memory and time bounds) is
 :mod:`pbgio.testing.fuzzrun`; ``tools/fuzz.py`` is its command line.
 
+Why this module is long: it is a catalogue of 17 targets, one per reader that takes a user's
+file, with the structure-level mutators of their file kinds (HDF5, zip, pickle, JSON, text,
+Parquet); each target is short and read on its own.
+
 >>> sorted(TARGETS)[:3]
 ['checkpoint-embeddings', 'checkpoint-model', 'checkpoint-version']
 >>> classify(ValueError("boom"))

@@ -6,6 +6,9 @@ takes the root of a layout written by :func:`prepare` (the named starting layout
 text files, or HDF5 files through h5py. :func:`target` gives the path to hand to
 ``pbgio validate`` (``root/config.json`` unless the registration says otherwise).
 
+Why this module is long: it is a catalogue of 67 mutators, one per rule of the catalogue,
+each a few lines read on its own; one module keeps the registry and its meta-test in one place.
+
 >>> import tempfile, pathlib
 >>> from pbgio.validate import validate_path
 >>> root = pathlib.Path(tempfile.mkdtemp())

@@ -7,6 +7,9 @@ offsets, weights, empty buckets); checkpoints hold exactly the parameters the co
 :func:`~pbgio.testing.layouts.write_layout` writes and ``pbgio validate`` accepts without a
 single issue. Sizes stay small so that property tests run fast.
 
+Why this module is long: it is a catalogue, one strategy per artifact and per variant
+(featurized sides, weights, dynamic relations, checkpoints), each short and read on its own.
+
 >>> from hypothesis import given
 >>> @given(configs())
 ... def check(cfg):
