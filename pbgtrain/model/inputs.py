@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+from pbgio.spec.edges import Side
 
 if TYPE_CHECKING:
     from pbgio.edges import EdgeBucket, FeatureLists
@@ -144,18 +146,22 @@ class BucketEdges:
               rhs_featurized: bool = False) -> EdgeBatch:
         """Edges ``idx`` as a batch of relation ``rel``; a featurized side takes its bags."""
         bags: dict[str, FeatureBags | None] = {"lhs": None, "rhs": None}
-        for side, featurized, source in (("lhs", lhs_featurized, self.lhs_bags),
-                                         ("rhs", rhs_featurized, self.rhs_bags)):
+        sides: tuple[tuple[Side, bool, Any], ...] = (("lhs", lhs_featurized, self.lhs_bags),
+                                                     ("rhs", rhs_featurized, self.rhs_bags))
+        for side, featurized, source in sides:
             if not featurized:
                 continue
             if source is None:
                 import numpy as np
+                from numpy.typing import NDArray
 
                 from pbgio.checks.edges import featurized_missing
                 from pbgio.errors import FormatError
 
-                missing = featurized_missing(side, np.ones(1, dtype=bool))  # type: ignore[arg-type]
-                assert missing is not None
+                every_row: NDArray[np.bool_] = np.ones(1, dtype=np.bool_)  # the batch's rows all need bags
+                missing = featurized_missing(side, every_row)
+                if missing is None:  # cannot happen: every row of the batch needs the datasets
+                    raise RuntimeError(f"featurized_missing found no problem for the {side} side")
                 raise FormatError(missing.issue(self.source or None, missing.describe(0)))
             bags[side] = source.take(idx)
         return EdgeBatch(self.lhs[idx], self.rhs[idx], rel, None if self.weight is None else self.weight[idx],
