@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.shared import SAMPLES
+
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True, database=None,
                           print_blob=True)
@@ -21,15 +23,12 @@ settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
-FEATURIZED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "samples" / \
-    "sample_current_featurized"
+FEATURIZED_SAMPLE = SAMPLES / "sample_current_featurized"
 
 
 @pytest.fixture
 def featurized_sample(tmp_path: Path) -> Path:
-    """A writable copy of the original's featurized sample (skips when ../shared is absent)."""
-    if not FEATURIZED_SAMPLE.is_dir():
-        pytest.skip(f"{FEATURIZED_SAMPLE} is absent")
+    """A writable copy of the original's featurized sample (tests/data/samples)."""
     dest = tmp_path / "sample"
     shutil.copytree(FEATURIZED_SAMPLE, dest)
     for path in dest.rglob("*"):

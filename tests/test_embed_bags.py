@@ -25,11 +25,11 @@ from pbgio.exporters import ExportError, embed_bags, export_embeddings
 from pbgio.exporters.bags import BagError
 from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.testing import small_valid_layout, write_layout
+from tests.shared import SAMPLES
 
 Floats = NDArray[np.float32]
 NAMES = [f"f{i:02d}" for i in range(24)]
-FEATURIZED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "samples" / \
-    "sample_current_featurized"
+FEATURIZED_SAMPLE = SAMPLES / "sample_current_featurized"
 
 
 def bag_mean(rows: Floats, bag: list[int]) -> Floats:
