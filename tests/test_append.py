@@ -28,6 +28,7 @@ from pbgio.importers.partition import shuffled_order
 from pbgio.importers.plan import ImportSetupError
 from pbgio.spec import naming
 from pbgio.validate import validate_path
+from tests.profiles import examples
 
 Row = tuple[str, str, str]
 
@@ -149,7 +150,7 @@ NAME = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="
                min_size=1, max_size=5)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.lists(NAME, min_size=1, max_size=20, unique=True), st.lists(NAME, min_size=1, max_size=20, unique=True),
        st.integers(1, 4), st.integers(0, 5), st.randoms(use_true_random=False))
 def test_append_property(old: list[str], more: list[str], partitions: int, seed: int, rnd: random.Random) -> None:

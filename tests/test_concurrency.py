@@ -124,6 +124,7 @@ def _iteration_version(info: object) -> int:
     return (epoch * paths + path) * chunks + chunk + 1
 
 
+@pytest.mark.slow  # readers beside 32 commits: about 10 s
 def test_readers_see_one_complete_version_while_fit_commits(tmp_path: Path) -> None:
     epochs, chunks = 16, 2
     config = _layout(tmp_path, 600, num_epochs=epochs, num_edge_chunks=chunks)

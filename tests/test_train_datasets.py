@@ -40,6 +40,7 @@ def _layout(tmp_path: Path, name: str, **config: object) -> Path:
     return path
 
 
+@pytest.mark.slow  # imports and trains a real benchmark: about 10 s each
 @pytest.mark.parametrize(("name", "dimension", "epochs", "threshold"), [
     ("umls", 100, 20, 0.75),
     ("nations", 50, 30, 0.55),
