@@ -28,6 +28,7 @@ from pbgio.importers.partition import shuffled_order
 from pbgio.importers.plan import ImportSetupError
 from pbgio.spec import naming
 from pbgio.validate import validate_path
+from tests import cli
 from tests.profiles import examples
 
 Row = tuple[str, str, str]
@@ -452,11 +453,21 @@ def test_a_killed_commit_is_rolled_back_by_the_next_append(static_layout: tuple[
 
 
 def pbgio(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pbgio ARGS`` in a new process (for the LD_PRELOAD fault shim in ``env``)."""
     return subprocess.run([sys.executable, "-m", "pbgio", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "CI": "1", "COLUMNS": "200", **(env or {})})
 
 
+@pytest.fixture
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages on one line each, as with ``pbgio`` below (for the in-process command)."""
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+@pytest.mark.usefixtures("wide")
 def test_command_line(static_layout: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    pbgio = cli.pbgio
     config, _ = static_layout
     new = write_tsv(tmp_path / "new.tsv", [("u1", "follows", "u77"), ("u77", "likes", "i3")])
     before = snapshot(config.parent)
@@ -475,7 +486,9 @@ def test_command_line(static_layout: tuple[Path, list[Path]], tmp_path: Path) ->
     assert pbgio("validate", str(config)).returncode == 0
 
 
+@pytest.mark.usefixtures("wide")
 def test_command_line_errors(static_layout: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    pbgio = cli.pbgio
     config, _ = static_layout
     new = write_tsv(tmp_path / "new.tsv", [("u1", "follows", "u77")])
     usage = pbgio("import", str(config), str(new), "--dry-run")
