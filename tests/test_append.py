@@ -107,15 +107,23 @@ def direct_buckets(config: Path, tsvs: Sequence[Path]) -> dict[tuple[int, int], 
     return out
 
 
-@pytest.fixture
-def static_layout(tmp_path: Path) -> tuple[Path, list[Path]]:
-    """An imported layout: 40 users (3 partitions), 15 items, train and test edges."""
-    root = tmp_path / "layout"
-    config = make_config(root, STATIC)
-    train = write_tsv(tmp_path / "train.tsv", static_rows(1, 400, range(40), range(15)))
-    test = write_tsv(tmp_path / "test.tsv", static_rows(2, 60, range(40), range(15)))
+@pytest.fixture(scope="session")
+def static_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``static_layout``, imported once (its paths are relative: copies work)."""
+    base = tmp_path_factory.mktemp("static-layout")
+    config = make_config(base / "layout", STATIC)
+    train = write_tsv(base / "train.tsv", static_rows(1, 400, range(40), range(15)))
+    test = write_tsv(base / "test.tsv", static_rows(2, 60, range(40), range(15)))
     import_edge_lists(config, [train, test], seed=3)
-    return config, [train, test]
+    return base
+
+
+@pytest.fixture
+def static_layout(static_template: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    """An imported layout: 40 users (3 partitions), 15 items, train and test edges (a copy of
+    the session's, which tests may change)."""
+    shutil.copytree(static_template, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "layout" / "config.json", [tmp_path / "train.tsv", tmp_path / "test.tsv"]
 
 
 # ------------------------------------------------------------------------------- the rule
