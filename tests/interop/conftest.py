@@ -6,7 +6,7 @@ installed once per pytest run into a side virtual environment:
 * wheel absent (``../shared/reference/original/``): every interop test is skipped, naming it
   (under ``PBG_REQUIRE_SHARED=1``, as in ``.ci/run``, they fail instead: tests/shared.py);
 * ``PBG_ORIGINAL_VENV`` names a venv where ``import torchbiggraph`` works: it is reused
-  (``PBG_ORIGINAL_VENV=/tmp/tbg`` to iterate fast);
+  (``PBG_ORIGINAL_VENV=~/.cache/pbg-original-venv`` to iterate fast);
 * otherwise a venv is created (at ``PBG_ORIGINAL_VENV`` when set, else in pytest's temporary
   directory) with ``python -m venv`` and ``pip install -r original-requirements.txt``; an
   install failure is an error, not a skip.
