@@ -141,8 +141,6 @@ def test_a_bag_takes_the_features_of_one_partition(partitioned: Path, tmp_path: 
 @pytest.fixture
 def genuine() -> Path:
     """The sample as the original wrote it (read only; no names files): its checkpoint's config."""
-    if not FEATURIZED_SAMPLE.is_dir():
-        pytest.skip(f"{FEATURIZED_SAMPLE} is absent")
     return FEATURIZED_SAMPLE / "checkpoint" / "config.json"
 
 
