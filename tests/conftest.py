@@ -1,35 +1,37 @@
-"""Hypothesis profiles: ``dev`` (default) and ``ci`` (derandomized, fewer examples); shared fixtures.
+"""Hypothesis profiles and shared fixtures.
 
-Pick one with ``HYPOTHESIS_PROFILE=dev|ci`` (or ``thorough``, for a long bug hunt); with
-``CI`` set in the environment the default is ``ci``. Deadlines are off: the properties write
-and read real files, whose timing varies with the disk.
+Profiles (``HYPOTHESIS_PROFILE=dev|ci|thorough``; with ``CI`` set in the environment the default
+is ``ci``, otherwise ``dev``):
+
+* ``dev``: few examples per property (10), so that the default run stays fast;
+* ``ci``: as few, derandomized (the same examples every run) and without the example database,
+  for CI's fast step;
+* ``thorough``: 20 times as many (200 per property), for CI's slow step (``.ci/run``) and bug hunts.
+
+A property that states its own ``max_examples`` states it for the default profile of hypothesis
+(100 examples): :func:`tests.profiles.examples` scales it to the profile in use. Deadlines are off:
+the properties write and read real files, whose timing varies with the disk.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
 
-settings.register_profile("dev", max_examples=50, deadline=None)
-settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True, database=None,
-                          print_blob=True)
-settings.register_profile("thorough", max_examples=1000, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+from tests.profiles import load_profile
+from tests.shared import SAMPLES
+
+load_profile()
 
 
-FEATURIZED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "samples" / \
-    "sample_current_featurized"
+FEATURIZED_SAMPLE = SAMPLES / "sample_current_featurized"
 
 
 @pytest.fixture
 def featurized_sample(tmp_path: Path) -> Path:
-    """A writable copy of the original's featurized sample (skips when ../shared is absent)."""
-    if not FEATURIZED_SAMPLE.is_dir():
-        pytest.skip(f"{FEATURIZED_SAMPLE} is absent")
+    """A writable copy of the original's featurized sample (tests/data/samples)."""
     dest = tmp_path / "sample"
     shutil.copytree(FEATURIZED_SAMPLE, dest)
     for path in dest.rglob("*"):

@@ -28,6 +28,8 @@ from pbgio.importers.partition import shuffled_order
 from pbgio.importers.plan import ImportSetupError
 from pbgio.spec import naming
 from pbgio.validate import validate_path
+from tests import cli
+from tests.profiles import examples
 
 Row = tuple[str, str, str]
 
@@ -105,15 +107,23 @@ def direct_buckets(config: Path, tsvs: Sequence[Path]) -> dict[tuple[int, int], 
     return out
 
 
-@pytest.fixture
-def static_layout(tmp_path: Path) -> tuple[Path, list[Path]]:
-    """An imported layout: 40 users (3 partitions), 15 items, train and test edges."""
-    root = tmp_path / "layout"
-    config = make_config(root, STATIC)
-    train = write_tsv(tmp_path / "train.tsv", static_rows(1, 400, range(40), range(15)))
-    test = write_tsv(tmp_path / "test.tsv", static_rows(2, 60, range(40), range(15)))
+@pytest.fixture(scope="session")
+def static_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``static_layout``, imported once (its paths are relative: copies work)."""
+    base = tmp_path_factory.mktemp("static-layout")
+    config = make_config(base / "layout", STATIC)
+    train = write_tsv(base / "train.tsv", static_rows(1, 400, range(40), range(15)))
+    test = write_tsv(base / "test.tsv", static_rows(2, 60, range(40), range(15)))
     import_edge_lists(config, [train, test], seed=3)
-    return config, [train, test]
+    return base
+
+
+@pytest.fixture
+def static_layout(static_template: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    """An imported layout: 40 users (3 partitions), 15 items, train and test edges (a copy of
+    the session's, which tests may change)."""
+    shutil.copytree(static_template, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "layout" / "config.json", [tmp_path / "train.tsv", tmp_path / "test.tsv"]
 
 
 # ------------------------------------------------------------------------------- the rule
@@ -149,7 +159,7 @@ NAME = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="
                min_size=1, max_size=5)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.lists(NAME, min_size=1, max_size=20, unique=True), st.lists(NAME, min_size=1, max_size=20, unique=True),
        st.integers(1, 4), st.integers(0, 5), st.randoms(use_true_random=False))
 def test_append_property(old: list[str], more: list[str], partitions: int, seed: int, rnd: random.Random) -> None:
@@ -451,11 +461,21 @@ def test_a_killed_commit_is_rolled_back_by_the_next_append(static_layout: tuple[
 
 
 def pbgio(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pbgio ARGS`` in a new process (for the LD_PRELOAD fault shim in ``env``)."""
     return subprocess.run([sys.executable, "-m", "pbgio", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "CI": "1", "COLUMNS": "200", **(env or {})})
 
 
+@pytest.fixture
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages on one line each, as with ``pbgio`` below (for the in-process command)."""
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+@pytest.mark.usefixtures("wide")
 def test_command_line(static_layout: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    pbgio = cli.pbgio
     config, _ = static_layout
     new = write_tsv(tmp_path / "new.tsv", [("u1", "follows", "u77"), ("u77", "likes", "i3")])
     before = snapshot(config.parent)
@@ -474,7 +494,9 @@ def test_command_line(static_layout: tuple[Path, list[Path]], tmp_path: Path) ->
     assert pbgio("validate", str(config)).returncode == 0
 
 
+@pytest.mark.usefixtures("wide")
 def test_command_line_errors(static_layout: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    pbgio = cli.pbgio
     config, _ = static_layout
     new = write_tsv(tmp_path / "new.tsv", [("u1", "follows", "u77")])
     usage = pbgio("import", str(config), str(new), "--dry-run")

@@ -1,4 +1,7 @@
-"""The pbgio command line: exit codes, streams, and a fast start without torch."""
+"""The pbgio command line: exit codes, streams, and a fast start without torch.
+
+The real entry point (``python -m pbgio``, a new process) gives each exit code once; the other
+cases run the same app in this process (tests/cli.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ import h5py
 import pytest
 
 from pbgio.example import build_example
+from tests.cli import pbgio
 
 
-def pbgio(*args: str) -> subprocess.CompletedProcess[str]:
+def pbgio_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pbgio ARGS`` in a new process."""
     return subprocess.run([sys.executable, "-m", "pbgio", *args], capture_output=True, text=True,
                           check=False)
 
@@ -24,7 +29,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_valid_layout_exits_zero(example: Path) -> None:
-    done = pbgio("validate", str(example))
+    done = pbgio_process("validate", str(example))
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""  # human text goes to stderr
     assert "valid" in done.stderr
@@ -39,7 +44,7 @@ def test_invalid_layout_exits_one_and_reports_all(example: Path, tmp_path: Path)
         f["rel"][0] = 7
         f["lhs"][1] = 1000
     (broken / "entities/entity_count_item_0.txt").write_text("forty\n")
-    done = pbgio("validate", str(broken / "config.json"), "--json")
+    done = pbgio_process("validate", str(broken / "config.json"), "--json")
     assert done.returncode == 1
     report = json.loads(done.stdout)
     assert report["valid"] is False
@@ -50,7 +55,7 @@ def test_invalid_layout_exits_one_and_reports_all(example: Path, tmp_path: Path)
 
 
 def test_usage_errors_exit_two(tmp_path: Path) -> None:
-    assert pbgio("validate", str(tmp_path / "missing")).returncode == 2
+    assert pbgio_process("validate", str(tmp_path / "missing")).returncode == 2
     assert pbgio("validate").returncode == 2
     assert pbgio("validate", "--no-such-flag", str(tmp_path)).returncode == 2
     (tmp_path / "x").mkdir()
@@ -79,7 +84,7 @@ def test_info_summarizes(example: Path) -> None:
 
 
 def test_version() -> None:
-    done = pbgio("--version")
+    done = pbgio_process("--version")
     assert done.returncode == 0 and done.stdout.startswith("pbgio ")
 
 

@@ -32,6 +32,7 @@ from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
+from tests.cli import pbgtrain
 
 TINY = {"dimension": 4, "batch_size": 50, "num_batch_negs": 10, "num_uniform_negs": 10, "workers": 1}
 
@@ -86,8 +87,9 @@ def test_second_fit_is_refused_at_once_naming_the_holder(tmp_path: Path) -> None
             fit(load_run_config(config), FitOptions())
         assert time.monotonic() - started < 3
         assert f"in use by pbgtrain fit (pid {holder.pid} on host" in str(refused.value)
-        # The command line: a usage error (exit 2), the holder named on stderr.
-        second = subprocess.run(_fit_command(config), capture_output=True, text=True, timeout=120)
+        # The command line (in this process: the holder is another one): a usage error (exit 2), the
+        # holder named on stderr.
+        second = pbgtrain("fit", str(config), "--no-progress")
         assert second.returncode == EXIT_USAGE, second.stderr
         message = " ".join(second.stderr.split())
         assert "in use by pbgtrain fit" in message and f"pid {holder.pid}" in message, message
@@ -124,6 +126,7 @@ def _iteration_version(info: object) -> int:
     return (epoch * paths + path) * chunks + chunk + 1
 
 
+@pytest.mark.slow  # readers beside 32 commits: about 10 s
 def test_readers_see_one_complete_version_while_fit_commits(tmp_path: Path) -> None:
     epochs, chunks = 16, 2
     config = _layout(tmp_path, 600, num_epochs=epochs, num_edge_chunks=chunks)

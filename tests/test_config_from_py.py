@@ -3,15 +3,13 @@
 Each file is executed in a subprocess; these tests check what comes back (enum members,
 tuples, overrides the original's way), every error (naming the file, no traceback), the
 rewriting of relative paths for a JSON file written elsewhere, and training from a ``.py``.
-When the original PyTorch-BigGraph is installed in a side environment (``PBG_ORIGINAL_PYTHON``,
-default ``/tmp/tbg/bin/python``), the same files and overrides are loaded by the original too
-and the two configs compared.
+The same files and overrides loaded by the original PyTorch-BigGraph too, and the two configs
+compared, are in the interop suite (tests/interop/test_config_from_py_interop.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -73,9 +71,6 @@ def get_torchbiggraph_config():
 
     return config
 '''
-
-ORIGINAL_PYTHON = Path(os.environ.get("PBG_ORIGINAL_PYTHON", "/tmp/tbg/bin/python"))
-
 
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -415,43 +410,3 @@ def test_pbgtrain_fit_validates_the_layout_of_a_py_config(tiny_run: Path) -> Non
     assert not Path("example/model_py").exists()
     done = pbgtrain("fit", str(tiny_run), "-p", "numEpochs=1")
     assert done.returncode == 1 and "did you mean 'num_epochs'" in done.stderr
-
-
-# --------------------------------------------------------------------------- against the original
-
-
-def _original_config(path: Path, overrides: list[str]) -> dict[str, object]:
-    code = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\n"
-            "from torchbiggraph.config import ConfigFileLoader\n"
-            "cfg = ConfigFileLoader().load_config(sys.argv[1], [sys.argv[2:]])\n"
-            "print(json.dumps(cfg.to_dict()))\n")
-    done = subprocess.run([str(ORIGINAL_PYTHON), "-c", code, str(path), *overrides], capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
-    return result
-
-
-@pytest.mark.skipif(not ORIGINAL_PYTHON.exists(), reason=f"the original is not installed at {ORIGINAL_PYTHON}")
-@pytest.mark.parametrize(("config", "overrides"), [
-    ("fb15k", ["relations.0.all_negs=true", "edge_paths=a,b", "entities.all.num_partitions=4", "num_epochs=7",
-               "lr=0.5", "max_norm=2", "bucket_order=outside_in", "checkpoint_preservation_interval=3"]),
-    ("fb15k", []),
-    ("mixed_case", ["num_epochs=4"]),
-])
-def test_same_config_as_the_original(tmp_path: Path, fb15k: Path, config: str, overrides: list[str]) -> None:
-    path = fb15k if config == "fb15k" else write(tmp_path / "mixed.py", returning(
-        'dict(entities={"user": {"numPartitions": 2}}, relations=[{"name": "r", "lhs": "user", "rhs": "user", '
-        '"allNegs": True}], dimension=8, entityPath="data", edgePaths=["e1", "e2"], checkpointPath="model", '
-        'numEpochs=3, batchSize=500)'))
-    assert config_from_python(path, overrides, echo=None).to_dict() == _original_config(path, overrides)
-
-
-ORIGINAL_EXAMPLES = sorted(ORIGINAL_PYTHON.parent.parent.glob("lib/python3*/site-packages/torchbiggraph/examples/"
-                                                               "configs/*.py"))
-
-
-@pytest.mark.skipif(not ORIGINAL_EXAMPLES, reason=f"the original is not installed at {ORIGINAL_PYTHON}")
-@pytest.mark.parametrize("example", ORIGINAL_EXAMPLES, ids=lambda p: p.stem)
-def test_the_originals_example_configs(example: Path) -> None:
-    assert config_from_python(example, echo=None).to_dict() == _original_config(example, [])

@@ -16,6 +16,7 @@ def test_walkthrough_blocks_are_found() -> None:
     assert kinds.count("console") >= 4 and kinds.count("python") >= 1
 
 
+@pytest.mark.slow  # runs the guide's commands, which train: about 15 s
 def test_featurized_walkthrough_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert run_guide(GUIDE, tmp_path) > 15

@@ -17,6 +17,7 @@ def test_guide_blocks_are_found() -> None:
     assert kinds.count("console") >= 2 and kinds.count("python") >= 3
 
 
+@pytest.mark.slow  # runs the guide's commands, which train: about 10 s
 def test_training_guide_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert run_guide(GUIDE, tmp_path) > 12

@@ -25,11 +25,11 @@ from pbgio.exporters import ExportError, embed_bags, export_embeddings
 from pbgio.exporters.bags import BagError
 from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.testing import small_valid_layout, write_layout
+from tests.shared import SAMPLES
 
 Floats = NDArray[np.float32]
 NAMES = [f"f{i:02d}" for i in range(24)]
-FEATURIZED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "samples" / \
-    "sample_current_featurized"
+FEATURIZED_SAMPLE = SAMPLES / "sample_current_featurized"
 
 
 def bag_mean(rows: Floats, bag: list[int]) -> Floats:
@@ -141,8 +141,6 @@ def test_a_bag_takes_the_features_of_one_partition(partitioned: Path, tmp_path: 
 @pytest.fixture
 def genuine() -> Path:
     """The sample as the original wrote it (read only; no names files): its checkpoint's config."""
-    if not FEATURIZED_SAMPLE.is_dir():
-        pytest.skip(f"{FEATURIZED_SAMPLE} is absent")
     return FEATURIZED_SAMPLE / "checkpoint" / "config.json"
 
 

@@ -74,14 +74,17 @@ def _version_bytes(checkpoint: Path) -> int:
     return sum(p.stat().st_size for p in checkpoint.glob("*.v1.h5"))
 
 
-SLOW = pytest.mark.slow  # the whole matrix: `pytest -m slow tests/test_fault_injection.py`
+# The whole matrix: `pytest -m slow tests/test_fault_injection.py` (CI's slow step). The default run
+# keeps one import and one convert case; every fit and export case starts a trainer first (module
+# fixture `one_version`) and is slow.
+SLOW = pytest.mark.slow
 FIT_FAULTS = [  # (fault, where it starts: bytes into the next commit as a fraction of a version)
-    ("enospc", 0.5), pytest.param("enospc", 0.0, marks=SLOW), pytest.param("eio", 0.0, marks=SLOW),
-    pytest.param("eio", 0.9, marks=SLOW), pytest.param("eio-fsync", 0.0, marks=SLOW),
-    pytest.param("erofs", 0.0, marks=SLOW),
+    ("enospc", 0.5), ("enospc", 0.0), ("eio", 0.0),
+    ("eio", 0.9), ("eio-fsync", 0.0), ("erofs", 0.0),
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(("fault", "fraction"), FIT_FAULTS)
 def test_fit_fault_during_commit(one_version: Path, tmp_path: Path, fault: str, fraction: float) -> None:
     config, checkpoint = _copy(one_version, tmp_path)
@@ -104,6 +107,7 @@ def test_fit_fault_during_commit(one_version: Path, tmp_path: Path, fault: str, 
     assert CheckpointDir(checkpoint).read_version() == 3 and validate_path(config).ok
 
 
+@SLOW
 def test_fit_fault_on_the_version_file(one_version: Path, tmp_path: Path) -> None:
     """The commit point itself fails: version 2's files are complete, yet 1 stays the version."""
     config, checkpoint = _copy(one_version, tmp_path)
@@ -116,6 +120,7 @@ def test_fit_fault_on_the_version_file(one_version: Path, tmp_path: Path) -> Non
     assert CheckpointDir(checkpoint).read_version() == 3
 
 
+@SLOW
 def test_fit_checkpoint_directory_vanishes(one_version: Path, tmp_path: Path) -> None:
     """The checkpoint directory is removed while the trainer runs: a clear error, not a traceback,
     and a rerun starts over."""
@@ -141,6 +146,7 @@ def test_fit_checkpoint_directory_vanishes(one_version: Path, tmp_path: Path) ->
     assert validate_path(config).ok
 
 
+@SLOW
 def test_fit_on_a_disk_that_really_fills_up(one_version: Path, tmp_path: Path) -> None:
     """A tmpfs with room for one version and a half: the next commit meets the kernel's ENOSPC."""
     config, checkpoint = _copy(one_version, tmp_path)
@@ -267,14 +273,15 @@ def trained(one_version: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 EXPORT_FAULTS = [  # (format, fault, files it meets, bytes written to them first, the output the error names)
     ("npy", "enospc", "out/.node.npy", 3_000, "out/node.npy"),  # space reserved up front: ENOSPC, not SIGBUS
-    pytest.param("tsv", "enospc", ".emb.tsv", 5_000, "emb.tsv", marks=SLOW),
-    pytest.param("tsv", "eio-fsync", ".relations.tsv", 0, "relations.tsv", marks=SLOW),
-    pytest.param("parquet", "eio", "out/", 2_000, "out/node.parquet", marks=SLOW),
-    pytest.param("npy", "enospc", "out/.node.names", 0, "out/node.names.json", marks=SLOW),
-    pytest.param("npy", "erofs", "out", 0, "out", marks=SLOW),
+    ("tsv", "enospc", ".emb.tsv", 5_000, "emb.tsv"),
+    ("tsv", "eio-fsync", ".relations.tsv", 0, "relations.tsv"),
+    ("parquet", "eio", "out/", 2_000, "out/node.parquet"),
+    ("npy", "enospc", "out/.node.names", 0, "out/node.names.json"),
+    ("npy", "erofs", "out", 0, "out"),
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(("fmt", "fault", "match", "after", "names"), EXPORT_FAULTS)
 def test_export_fault(trained: Path, tmp_path: Path, fmt: str, fault: str, match: str, after: int,
                       names: str) -> None:
@@ -292,6 +299,7 @@ def test_export_fault(trained: Path, tmp_path: Path, fmt: str, fault: str, match
     assert (tmp_path / "relations.tsv").exists()
 
 
+@SLOW
 def test_export_to_a_disk_that_really_fills_up(trained: Path, tmp_path: Path) -> None:
     """An npy export larger than the tmpfs: the kernel's ENOSPC when the space is reserved, where a
     memory-mapped write would have died of SIGBUS."""

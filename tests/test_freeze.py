@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,9 +57,17 @@ TRAIN = ["workers=1", "lr=0.1"]
 USER_PARTS = [("user", 0), ("user", 1)]
 
 
+@pytest.fixture(scope="session")
+def example_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example layout, built once (its paths are relative: copies work)."""
+    return build_example(tmp_path_factory.mktemp("example") / "layout", num_edges=2000).parent
+
+
 @pytest.fixture
-def example(tmp_path: Path) -> Path:
-    return build_example(tmp_path / "layout", num_edges=2000)
+def example(example_template: Path, tmp_path: Path) -> Path:
+    """A copy of the example layout (tests train in it); its config.json."""
+    shutil.copytree(example_template, tmp_path / "layout")
+    return tmp_path / "layout" / "config.json"
 
 
 def _checkpoint(config: Path) -> CheckpointDir:

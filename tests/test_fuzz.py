@@ -14,7 +14,8 @@ import pytest
 from pbgio.testing import fuzz, fuzzrun
 
 INPUTS = Path(__file__).parent / "fuzz_inputs"
-SHORT_INPUTS = 120  # per target; the seeds run first, then mutations
+SHORT_INPUTS = 50  # per target; the seeds (up to 33 a target) run first, then mutations
+LONG_INPUTS = 600  # per target, in CI's slow step
 SELFTEST_TIMEOUT = 1.0
 
 
@@ -25,19 +26,23 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def short_run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, fuzzrun.TargetStats]:
-    crashes = tmp_path_factory.mktemp("fuzz-crashes")
+def campaign(corpus: Path, crashes: Path, inputs: int) -> dict[str, fuzzrun.TargetStats]:
+    """``inputs`` inputs for every target, then its regression inputs."""
     names = list(fuzz.TARGETS)
     results: dict[str, fuzzrun.TargetStats] = {}
     with fuzzrun.Campaign(names, corpus, seed=15, jobs=2, timeout=10.0, memory_mb=1024, crashes=crashes,
-                          log=lambda _line: None) as campaign:
+                          log=lambda _line: None) as running:
         for name in names:
-            tasks = list(fuzzrun.generated(name, SHORT_INPUTS))
+            tasks = list(fuzzrun.generated(name, inputs))
             regressions = sorted((INPUTS / name).glob("*")) if (INPUTS / name).is_dir() else []
             tasks += fuzzrun.replayed(name, [p for p in regressions if p.is_file()])
-            results[name] = campaign.run(name, tasks)
+            results[name] = running.run(name, tasks)
     return results
+
+
+@pytest.fixture(scope="module")
+def short_run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, fuzzrun.TargetStats]:
+    return campaign(corpus, tmp_path_factory.mktemp("fuzz-crashes"), SHORT_INPUTS)
 
 
 @pytest.mark.parametrize("name", list(fuzz.TARGETS))
@@ -45,6 +50,13 @@ def test_short_campaign_has_no_failures(short_run: dict[str, fuzzrun.TargetStats
     stats = short_run[name]
     assert stats.inputs >= SHORT_INPUTS
     assert stats.failed == 0, f"{stats.summary()}\n{dict(stats.signatures)}\nsaved: {stats.saved}"
+
+
+@pytest.mark.slow  # about 10,000 inputs: a minute on 2 cores
+def test_long_campaign_has_no_failures(corpus: Path, tmp_path: Path) -> None:
+    for name, stats in campaign(corpus, tmp_path, LONG_INPUTS).items():
+        assert stats.inputs >= LONG_INPUTS, name
+        assert stats.failed == 0, f"{name}: {stats.summary()}\n{dict(stats.signatures)}\nsaved: {stats.saved}"
 
 
 def test_every_target_has_seeds_that_read_cleanly(short_run: dict[str, fuzzrun.TargetStats]) -> None:

@@ -44,6 +44,7 @@ from pbgio.importers.plan import ImportSetupError
 from pbgio.info import summarize
 from pbgio.spec import naming
 from pbgio.validate import validate_path
+from tests.profiles import examples
 
 REPO = Path(__file__).resolve().parents[1]
 ANCHOR = "anchor"  # every edge's other end; the first line of a text input, so no name starts the file
@@ -190,14 +191,14 @@ def test_a_megabyte_name_round_trips(tmp_path: Path, fmt: str, monkeypatch: pyte
     _assert_round_trip(config, names, tsv=fmt == "tsv")
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(names=st.lists(st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12),
                       min_size=1, max_size=6, unique=True))
 def test_any_text_round_trips_through_parquet(tmp_path_factory: pytest.TempPathFactory, names: list[str]) -> None:
     _assert_round_trip(_import_parquet(tmp_path_factory.mktemp("any"), names), names, tsv=False)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(names=st.lists(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\t\n\r"),
                               min_size=1, max_size=12), min_size=1, max_size=6, unique=True))
 def test_any_tab_free_text_round_trips_through_tsv(tmp_path_factory: pytest.TempPathFactory,
@@ -271,7 +272,7 @@ def test_a_bad_names_file_is_a_format_error_naming_line_and_name(tmp_path: Path,
     assert caught.value.issue.rows == (() if row is None else (row,))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.text(), max_size=8), st.sampled_from([None, 0, 1, 4]), st.booleans(),
        st.sampled_from([1, 3, 16, 1 << 20]), st.sampled_from([4, 1 << 23]))
 def test_the_streamed_names_reader_reads_what_json_reads(names: list[str], indent: int | None, ascii_only: bool,
@@ -664,7 +665,7 @@ def test_config_values_at_every_schema_bound(path: str, bounds: dict[str, Any]) 
         assert all(m for m in messages)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from([(p, b) for p, b in BOUNDS if b["type"] in ("integer", "number")]), st.data())
 def test_numbers_are_accepted_exactly_within_their_bounds(field: tuple[str, dict[str, Any]],
                                                           data: st.DataObject) -> None:

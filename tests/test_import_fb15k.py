@@ -1,6 +1,6 @@
 """FB15k-237 (train/valid/test into three edge paths sharing one dictionary) imports to a valid layout.
 
-Uses ../shared/datasets/fb15k-237.tar.gz and skips when it is absent.
+Uses ../shared/datasets/fb15k-237.tar.gz and skips when it is absent (tests/shared.py).
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.importers import import_edge_lists
 from pbgio.testing.edgelists import layout_edges
 from pbgio.validate import validate_path
+from tests.shared import shared_path
 
-ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fb15k-237.tar.gz"
 SPLITS = ("train", "valid", "test")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ARCHIVE.is_file(), reason=f"{ARCHIVE} is absent")
 def test_fb15k237_imports_and_validates(tmp_path: Path) -> None:
-    with tarfile.open(ARCHIVE) as tar:
+    with tarfile.open(shared_path("datasets", "fb15k-237.tar.gz")) as tar:
         tar.extractall(tmp_path, filter="data")
     [data] = [p for p in tmp_path.iterdir() if (p / "train.tsv").is_file()]
     stats = json.loads((data / "stats.json").read_text())

@@ -25,6 +25,7 @@ from pbgio.importers.nameindex import NameIndex
 from pbgio.progress import Progress
 from pbgio.testing.edgelists import layout_edges
 from pbgio.validate import validate_path
+from tests.profiles import examples
 
 NAMES = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\t\n\r\ufeff"),
                 min_size=1, max_size=8)
@@ -115,7 +116,7 @@ def test_parquet_in_slices(tmp_path: Path, tiny_blocks: None) -> None:
         (s, r, d) for s, r, d in frame.rows() if s is not None)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.lists(st.tuples(NAMES, st.sampled_from(["r", "s"]), NAMES), min_size=1, max_size=80),
        st.integers(1, 3), st.integers(8, 64))
 def test_streamed_import_equals_in_memory_import(rows: list[tuple[str, str, str]], partitions: int,
@@ -143,7 +144,7 @@ def test_streamed_import_equals_in_memory_import(rows: list[tuple[str, str, str]
 # --------------------------------------------------------------------------- name index
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.lists(NAMES, max_size=300), min_size=1, max_size=6), st.lists(NAMES, max_size=50))
 def test_name_index_counts_and_finds_every_name(batches: list[list[str]], probes: list[str]) -> None:
     index = NameIndex()

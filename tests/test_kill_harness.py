@@ -65,6 +65,7 @@ def test_a_writer_that_leaves_half_a_file_under_its_final_name_is_reported(tmp_p
     assert "failures: " in summary.text() and "kept under" in summary.text()
 
 
+@pytest.mark.slow  # kills a writer process 4 times: about 5 s (the harness's detection stays in the default run)
 def test_the_same_writer_made_atomic_passes(tmp_path: Path) -> None:
     target = kh.CommandTarget(_writer(tmp_path, "atomic"))
     summary = kh.run_harness(target, 4, seed=3, chain=2, workdir=tmp_path / "work")

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from pbgio.cli.converting import convert
 from pbgio.legacy.testing import LegacySpec, write_legacy_layout
 from pbgio.validate import validate_path
+from tests.cli import pbgio
 
 CONVERT = (
     "import sys\n"
@@ -30,11 +31,6 @@ CONVERT = (
 
 def convert_args(*args: str) -> list[str]:
     return [sys.executable, "-c", CONVERT, *args]
-
-
-def run_convert(*args: str) -> subprocess.CompletedProcess[str]:
-    """The command in a new process, registered on the real ``pbgio`` app."""
-    return subprocess.run(convert_args(*args), capture_output=True, text=True, check=False)
 
 
 _APP = typer.Typer()
@@ -61,11 +57,11 @@ def legacy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_converts_and_result_validates(legacy: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out"
-    done = run_convert("--from", "legacy", str(legacy), str(dst))
+    done = pbgio("convert", "--from", "legacy", str(legacy), str(dst))  # registered on the real app
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert "converted" in done.stderr and "placeholder" in done.stderr  # the phantom-row warning
-    assert subprocess.run([sys.executable, "-m", "pbgio", "validate", str(dst)], check=False).returncode == 0
+    assert pbgio("validate", str(dst)).returncode == 0
 
 
 def test_dry_run_writes_nothing(legacy: Path, tmp_path: Path) -> None:
@@ -150,7 +146,7 @@ def start_and_wait_for_buckets(src: Path, dst: Path, buckets: int) -> tuple[subp
     raise AssertionError("the conversion never started writing buckets")
 
 
-@pytest.mark.parametrize("buckets", [1, 8])
+@pytest.mark.parametrize("buckets", [1, pytest.param(8, marks=pytest.mark.slow)])  # 8: a second kill, later
 def test_killed_conversion_leaves_no_valid_dst(big_legacy: tuple[Path, dict[str, str]], tmp_path: Path,
                                                buckets: int) -> None:
     src, digest = big_legacy

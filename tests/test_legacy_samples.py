@@ -19,10 +19,7 @@ from pbgio.entities import read_entity_count, read_entity_names, read_relation_n
 from pbgio.legacy.migrate import MigrationResult, migrate
 from pbgio.legacy.plan import PLACEHOLDER_NAME
 from pbgio.validate import validate_path
-
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "samples"
-if not (SAMPLES / "INDEX.json").is_file():
-    pytest.skip(f"reference samples not found at {SAMPLES}", allow_module_level=True)
+from tests.shared import SAMPLES
 
 LEGACY = [c["name"] for c in json.loads((SAMPLES / "INDEX.json").read_text()) if c["kind"] == "legacy"]
 

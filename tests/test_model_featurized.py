@@ -25,6 +25,7 @@ from pbgtrain.model import (
     train_step,
 )
 from pbgtrain.model.lookup import bag_means
+from tests.profiles import examples
 
 SAME_BATCH = NegativeSampling(num_batch_negs=4, num_uniform_negs=0)
 
@@ -202,7 +203,7 @@ def test_featurized_lhs_and_rhs_train_and_learn_a_bag_pairing() -> None:
     assert stats.violators_rhs == 0 and stats.violators_lhs == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.lists(st.integers(0, 50), max_size=5), min_size=1, max_size=12), st.data())
 def test_take_selects_bags_in_order(bags: list[list[int]], data: st.DataObject) -> None:
     idx = data.draw(st.lists(st.integers(0, len(bags) - 1), max_size=20))

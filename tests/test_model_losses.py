@@ -117,6 +117,7 @@ def test_shapes_are_checked() -> None:
         make_loss("hinge")
 
 
+@pytest.mark.slow  # torch.compile compiles them first: about 15 s without inductor's cache
 def test_compiled_elementwise_passes_match_the_eager_reference() -> None:
     """--compile hands the same functions to torch.compile: loss, gradients and violators agree
     with eager, for one and two blocks and for a masked (−1e9) entry (dynamic shapes: two sizes)."""

@@ -34,6 +34,7 @@ from pbgtrain.model import (
 )
 from pbgtrain.model.kernels import masked_batch_dot
 from pbgtrain.model.negatives import all_negatives_mask, batch_negatives_mask
+from tests.profiles import examples
 
 OPERATOR_NAMES = ["none", "diagonal", "translation", "linear", "affine", "complex_diagonal"]
 
@@ -291,7 +292,7 @@ def _uniform_ids(model: EmbeddingModel, lhs: EntityTable, rhs: EntityTable, batc
     return out
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(120))
 @given(sc=scenarios())
 def test_train_step_matches_reference(sc: Scenario) -> None:
     model, lhs_table, rhs_table, batch = _build(sc)

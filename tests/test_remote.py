@@ -242,6 +242,7 @@ def test_server_gone_fails_within_the_timeout(s3: S3Server, tmp_path: Path,
     assert f"{root}/config.json" in str(gone.value)
 
 
+@pytest.mark.slow  # waits out three request timeouts (test_server_gone_fails_within_the_timeout is fast)
 def test_unanswering_server_fails_within_a_few_timeouts(s3: S3Server, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that accepts connections but never answers: every request times out after
@@ -269,6 +270,7 @@ def test_unanswering_server_fails_within_a_few_timeouts(s3: S3Server, tmp_path: 
 # ------------------------------------------------------------------------- crash safety
 
 
+@pytest.mark.slow  # a trainer killed at each write of a commit: about 50 s
 def test_kill_9_during_checkpoint_upload_leaves_the_last_version_loadable(s3: S3Server, tmp_path: Path) -> None:
     """A trainer killed at each write of a checkpoint commit (before or after the store takes it):
     every time, the committed version loads, and the next run resumes and completes."""

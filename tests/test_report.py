@@ -344,6 +344,7 @@ def test_cli_without_stats_is_a_clear_error(tmp_path: Path) -> None:
 BLOCK = re.compile(r"^```(console|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
+@pytest.mark.slow  # runs the guide's commands, which train: about 8 s
 def test_the_guide_runs_as_written(tmp_path: Path) -> None:
     """Each ``$ command`` of the guide's console blocks runs in one directory and prints what the
     guide shows (``...`` elides); its Python block runs there after them. The picture the

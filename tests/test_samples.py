@@ -6,7 +6,6 @@ import hashlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +15,7 @@ from pbgio.config import load_config
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count, read_entity_names, read_relation_names
 from pbgio.validate import validate_path
-
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "samples"
-if not (SAMPLES / "INDEX.json").is_file():
-    pytest.skip(f"reference samples not found at {SAMPLES}", allow_module_level=True)
+from tests.shared import SAMPLES
 
 INDEX = json.loads((SAMPLES / "INDEX.json").read_text())
 CURRENT = [c["name"] for c in INDEX if c["kind"] == "current"]

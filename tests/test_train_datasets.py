@@ -1,6 +1,6 @@
 """Tiny end-to-end runs on real benchmarks: import → fit → filtered eval reaches a stated MRR.
 
-Uses ../shared/datasets (umls, nations); skips cleanly when the archives are absent. The
+Uses ../shared/datasets (umls, nations); skips when the archives are absent (tests/shared.py). The
 thresholds sit below what these runs measured here (umls: filtered MRR 0.837, where the
 original reached 0.825 at dimension 100 and 20 epochs; nations: 0.626), far above chance
 (about 0.04 for umls' 135 entities), so a broken trainer fails them.
@@ -18,15 +18,13 @@ from pbgio.importers import import_edge_lists
 from pbgtrain.config import load_run_config
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
+from tests.shared import shared_path
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 SPLITS = ("train", "valid", "test")
 
 
 def _layout(tmp_path: Path, name: str, **config: object) -> Path:
-    archive = DATASETS / f"{name}.tar.gz"
-    if not archive.is_file():
-        pytest.skip(f"{archive} is absent")
+    archive = shared_path("datasets", f"{name}.tar.gz")
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "raw", filter="data")
     [train] = list((tmp_path / "raw").rglob("train.tsv"))
@@ -42,6 +40,7 @@ def _layout(tmp_path: Path, name: str, **config: object) -> Path:
     return path
 
 
+@pytest.mark.slow  # imports and trains a real benchmark: about 10 s each
 @pytest.mark.parametrize(("name", "dimension", "epochs", "threshold"), [
     ("umls", 100, 20, 0.75),
     ("nations", 50, 30, 0.55),

@@ -4,8 +4,6 @@ bad ids stopped (a pbgio error naming file and row) before any kernel indexes wi
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
 from pbgtrain.evaluate import EvalOptions, all_entities_batch, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
+from tests.cli import pbgtrain
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 PLANTED = {"num_nodes": 600, "num_edges": 20_000, "num_epochs": 4, "num_edge_chunks": 1, "num_communities": 30}
@@ -149,8 +148,7 @@ def test_the_automatic_gpu_budget_leaves_room_for_a_bucket(tmp_path: Path) -> No
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present here")
 def test_device_cuda_without_a_gpu_is_one_line(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1)
-    done = subprocess.run([sys.executable, "-m", "pbgtrain", "fit", str(config), "--device", "cuda",
-                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    done = pbgtrain("fit", str(config), "--device", "cuda", "--no-progress")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert "--device cuda" in lines[0] and "no CUDA device" in lines[0] and "--device cpu" in lines[0]

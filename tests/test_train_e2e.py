@@ -131,6 +131,7 @@ def test_partitions_read_ahead_give_the_same_files(tmp_path: Path) -> None:
             np.testing.assert_array_equal(value, files[True][name], err_msg=name)
 
 
+@pytest.mark.slow  # kills and restarts the trainer process: about 40 s
 def test_kill_9_then_resume_completes_with_valid_checkpoints(tmp_path: Path) -> None:
     config = build_example(tmp_path / "layout", num_edges=20000)
     ckpt = CheckpointDir(config.parent / "checkpoint")
@@ -180,6 +181,7 @@ def test_eval_reports_its_protocol_for_sampled_negatives(example: Path) -> None:
     assert 0 < result.metrics.mrr <= 1 and not math.isnan(result.metrics.auc)
 
 
+@pytest.mark.slow  # a trainer process run until a commit, then interrupted: about 10 s
 def test_ctrl_c_stops_at_a_committed_checkpoint(tmp_path: Path) -> None:
     config = build_example(tmp_path / "layout", num_edges=5000)
     ckpt = CheckpointDir(config.parent / "checkpoint")

@@ -139,6 +139,7 @@ def test_missing_feature_datasets_are_a_precise_error_even_unvalidated(tmp_path:
     assert info.value.issue.rule == "edge-featurized-missing" and "edges_0_0.h5" in str(info.value)
 
 
+@pytest.mark.slow  # trains until the words are learned: about 20 s
 def test_planted_topic_documents_are_learned_through_their_words(tmp_path: Path) -> None:
     """Test documents are all new bags; only their words tie them to their reader. Ranked among 49
     same-batch candidates (chance MRR ~0.09), the held-out edges reach MRR >= 0.85."""

@@ -26,6 +26,7 @@ from pbgtrain.checkpointing import TrainingCheckpoint
 from pbgtrain.config import load_run_config
 from pbgtrain.train import FitOptions, fit
 from pbgtrain.training.trainer import Trainer
+from tests.shared import shared_path
 
 STATIC = {
     "entities": {"user": {"num_partitions": 2}, "item": {"num_partitions": 1}},
@@ -238,7 +239,6 @@ def test_model_with_more_relations_than_the_layout_is_refused(tmp_path: Path) ->
 
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "new_entities.py"
-ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "fb15k-237.tar.gz"
 
 
 def test_new_entities_tool_skips_without_the_dataset(tmp_path: Path) -> None:
@@ -248,10 +248,11 @@ def test_new_entities_tool_skips_without_the_dataset(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # FB15k-237, tiny model: about 20 s on 2 cores
-@pytest.mark.skipif(not ARCHIVE.is_file(), reason=f"{ARCHIVE} is absent")
 def test_new_entities_tool_runs(tmp_path: Path) -> None:
+    archive = shared_path("datasets", "fb15k-237.tar.gz")
     out = tmp_path / "figures.json"
-    done = subprocess.run([sys.executable, str(TOOL), "--dimension", "10", "--uniform-negs", "10", "--epochs", "1",
+    done = subprocess.run([sys.executable, str(TOOL), "--archive", str(archive), "--dimension", "10",
+                           "--uniform-negs", "10", "--epochs", "1",
                            "--warm-epochs", "1", "--json", str(out), "--root", str(tmp_path / "work")],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -34,6 +34,7 @@ import pickle
 import random
 import shutil
 import struct
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -42,7 +43,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 Kind = Literal["json", "count", "jsonl", "h5", "pickle", "text-table", "parquet"]
-SAMPLES = Path(os.environ.get("PBG_REFERENCE_SAMPLES", "/work/shared/reference/samples"))
+_REPO_SAMPLES = Path(__file__).resolve().parents[2] / "tests" / "data" / "samples"
+SAMPLES: Path | None = (Path(os.environ["PBG_REFERENCE_SAMPLES"]) if os.environ.get("PBG_REFERENCE_SAMPLES")
+                        else _REPO_SAMPLES if _REPO_SAMPLES.is_dir() else None)
+"""The original's reference samples seeding the corpus: ``$PBG_REFERENCE_SAMPLES``, else the copy in
+a checkout (tests/data/samples); none in an installed package."""
 MARKER_ENV = "PBGIO_FUZZ_MARKER"
 
 
@@ -1156,7 +1161,8 @@ def h5_evil_blob(rng: random.Random, f: Any) -> None:
 
     from pbgio.spec.checkpoint import OPTIMIZER_DATASET
 
-    ctx = MutationContext(rng, [], Path("."), Path(os.environ.get(MARKER_ENV, "/tmp/pbgio-fuzz-marker")))
+    ctx = MutationContext(rng, [], Path("."),
+                          Path(os.environ.get(MARKER_ENV) or Path(tempfile.gettempdir()) / "pbgio-fuzz-marker"))
     found = _values(f, OPTIMIZER_DATASET) if OPTIMIZER_DATASET in f else None
     old = found.tobytes() if found is not None else b""
     evil = pickle_mutate(ctx, old) if rng.random() < 0.7 else payload_mutate(ctx, old)

@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from tests.shared import SHARED
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-WHEEL = REPO.parent / "shared" / "reference" / "original" / "torchbiggraph-1.0.1.dev0-py3-none-any.whl"
+WHEEL = SHARED / "reference" / "original" / "torchbiggraph-1.0.1.dev0-py3-none-any.whl"  # tests/shared.py
 REQUIREMENTS = HERE / "original-requirements.txt"
 DRIVER = HERE / "original_driver.py"
 
