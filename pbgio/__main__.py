@@ -1,3 +1,3 @@
-from pbgio.cli.app import main
+from pbgio.cli.commands import main
 
 main()

@@ -91,7 +91,7 @@ def test_version() -> None:
 def test_validate_does_not_import_torch(example: Path) -> None:
     code = (
         "import sys\n"
-        "from pbgio.cli.app import app\n"
+        "from pbgio.cli.commands import app\n"
         "from pbgio.validate import validate_path\n"
         f"assert validate_path({str(example)!r}).ok\n"
         "assert 'torch' not in sys.modules, 'validation must not import torch'\n"

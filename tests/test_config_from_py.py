@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbgio.cli.app import app as pbgio_app
+from pbgio.cli.commands import app as pbgio_app
 from pbgio.config import CONFIG_KEYS, ConfigSchema
 from pbgio.errors import ConfigError
 from pbgio.example import build_example
@@ -355,7 +355,7 @@ def test_stdout_output_keeps_paths_and_matches_the_schema_dump(fb15k: Path) -> N
 
 
 def test_pbgio_help_does_not_import_the_module() -> None:
-    code = "import sys\nfrom pbgio.cli.app import app\nassert 'pbgio.python_config' not in sys.modules\n"
+    code = "import sys\nfrom pbgio.cli.commands import app\nassert 'pbgio.python_config' not in sys.modules\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
 

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from typer.testing import CliRunner
 
 from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, write_checkpoint
-from pbgio.cli.app import app
+from pbgio.cli.commands import app
 from pbgio.config import parse_config
 from pbgio.entities import write_entity_count, write_entity_names
 from pbgio.errors import MissingArtifactError
@@ -320,7 +320,7 @@ def test_embedding_bags_does_not_import_torch(sample: Path, tmp_path: Path) -> N
     assert done.stdout.strip() == "False"
     bags = tmp_path / "bags.txt"
     bags.write_text("f00 f01\n")
-    code = ("import sys; from pbgio.cli.app import app\n"
+    code = ("import sys; from pbgio.cli.commands import app\n"
             f"try: app(['embed', {str(sample)!r}, '-t', 'doc', {str(bags)!r}, '-o', {str(tmp_path / 'o.tsv')!r}])\n"
             "except SystemExit as exc: assert not exc.code, exc.code\n"
             "print('torch' in sys.modules)")

@@ -414,7 +414,7 @@ def test_paths_with_spaces_and_non_ascii_characters_go_through_import_validate_f
     """The command lines, run in-process from the layout's directory with relative, odd paths."""
     from typer.testing import CliRunner
 
-    from pbgio.cli.app import app as pbgio_app
+    from pbgio.cli.commands import app as pbgio_app
     from pbgtrain.cli import app as pbgtrain_app
 
     root = tmp_path / ODD

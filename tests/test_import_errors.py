@@ -283,12 +283,12 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
 
 
 def test_command_modules_do_not_import_polars() -> None:
-    """``pbgio.cli.app`` registers these commands; ``pbgio validate`` must stay free of polars."""
+    """``pbgio.cli.commands`` registers these commands; ``pbgio validate`` must stay free of polars."""
     import subprocess
     import sys
 
     code = ("import sys\n"
-            "import pbgio.cli.app, pbgio.cli.importing, pbgio.cli.exporting, pbgio.importers, pbgio.exporters\n"
+            "import pbgio.cli.commands, pbgio.cli.importing, pbgio.cli.exporting, pbgio.importers, pbgio.exporters\n"
             "heavy = [m for m in ('polars', 'torch', 'h5py') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -21,7 +21,7 @@ from tests.cli import pbgio
 
 CONVERT = (
     "import sys\n"
-    "from pbgio.cli.app import app\n"
+    "from pbgio.cli.commands import app\n"
     "from pbgio.cli.converting import convert\n"
     "if not any(c.callback is convert for c in app.registered_commands):\n"
     "    app.command()(convert)\n"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from pbgio import neighbors as nb
 from pbgio.checkpoint import CheckpointDir
-from pbgio.cli.app import app
+from pbgio.cli.commands import app
 from pbgio.config import load_config
 from pbgio.entities import read_entity_names
 from pbgio.errors import MissingArtifactError, UnknownNameError
@@ -283,7 +283,7 @@ def test_cli_exit_codes(layout: Path, tmp_path: Path) -> None:
 
 
 def test_cli_neighbors_on_cpu_does_not_import_torch(layout: Path) -> None:
-    code = ("import sys\nfrom typer.testing import CliRunner\nfrom pbgio.cli.app import app\n"
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom pbgio.cli.commands import app\n"
             f"done = CliRunner().invoke(app, ['neighbors', {str(layout)!r}, '-t', 'user', 'user-0-1'])\n"
             "assert done.exit_code == 0, done.output\n"
             "assert 'torch' not in sys.modules, 'pbgio neighbors on the CPU must not import torch'\n")

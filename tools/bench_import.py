@@ -85,7 +85,7 @@ emit(seconds=runs[0], runs=runs, read=report.read, kept=report.kept, entities=re
 
 CLI_CHILD = CHILD_PROLOGUE + """
 import sys
-from pbgio.cli.app import app
+from pbgio.cli.commands import app
 from pbgio.cli.importing import import_edges
 if "import" not in [c.name for c in app.registered_commands]:
     app.command("import")(import_edges)

@@ -505,7 +505,7 @@ def cli_md() -> str:
     """docs/cli.md from the CLI's own help, through typer's documented docs generator."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cli.md"
-        subprocess.run([sys.executable, "-m", "typer", "pbgio.cli.app", "utils", "docs", "--name", "pbgio",
+        subprocess.run([sys.executable, "-m", "typer", "pbgio.cli.commands", "utils", "docs", "--name", "pbgio",
                         "--title", "pbgio command line", "--output", str(out)],
                        check=True, capture_output=True, env={**os.environ, "COLUMNS": "100"})
         body = out.read_text(encoding="utf-8")

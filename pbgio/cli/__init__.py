@@ -1,6 +1,6 @@
 """The ``pbgio`` command line (the top layer of :mod:`pbgio`).
 
-- :mod:`~pbgio.cli.app`: the Typer app and ``main`` (``pbgio validate``, ``info``, ``example`` …).
+- :mod:`~pbgio.cli.commands`: the Typer ``app`` and ``main`` (``pbgio validate``, ``info``, ``example`` …).
 - :mod:`~pbgio.cli.importing`, :mod:`~pbgio.cli.exporting`, :mod:`~pbgio.cli.converting`:
   ``pbgio import``, ``pbgio export``, ``pbgio convert``.
 - :mod:`~pbgio.cli.support`: exit codes, error printing, JSON output and tables, shared with
@@ -16,7 +16,7 @@ from typing import Any
 
 from pbgio.lazy import lazy_exports
 
-__all__, _export = lazy_exports("pbgio.cli", {"pbgio.cli.app": ["app", "main"]})
+__all__, _export = lazy_exports("pbgio.cli", {"pbgio.cli.commands": ["app", "main"]})
 
 
 def __getattr__(name: str) -> Any:

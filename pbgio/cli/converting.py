@@ -1,7 +1,7 @@
 """``pbgio convert --from legacy SRC DST``: migrate a legacy (.pt era) layout.
 
 Register it on the main app with ``app.command()(convert)``. Exit codes follow
-:mod:`pbgio.cli.app`: 0 converted (or planned), 1 refused or failed (unsafe pickle,
+:mod:`pbgio.cli.commands`: 0 converted (or planned), 1 refused or failed (unsafe pickle,
 unreadable or invalid legacy data), 2 usage (SRC missing, DST not empty without
 ``--force``, DST inside SRC), 130 interrupted (DST is not written).
 """
