@@ -39,15 +39,17 @@ from pbgtrain.train import FitOptions, fit
 NUM_NODES = 120
 
 
-def _config() -> dict[str, object]:
-    """A partitioned graph (2 partitions, 2 edge chunks); its paths are relative to the config's
-    directory, so that a run differs from another only by where the config is (the edge path's
-    name seeds the shuffles)."""
+def _config(root: str | None = None) -> dict[str, object]:
+    """A partitioned graph (2 partitions, 2 edge chunks). Its paths are relative to the config's
+    directory, or, with ``root``, written out in full under it (absolute paths, or URLs): a run
+    then names its data differently in every place, which must not change what it trains."""
+    where = "" if root is None else f"{root}/"
     return {"entities": {"node": {"num_partitions": 2}},
             "relations": [{"name": "link", "lhs": "node", "rhs": "node", "operator": "diagonal"}],
             "dimension": 8, "num_epochs": 2, "num_edge_chunks": 2, "batch_size": 200, "num_batch_negs": 20,
-            "num_uniform_negs": 20, "eval_fraction": 0.0, "workers": 1,
-            "entity_path": "data", "edge_paths": ["data/edges"], "checkpoint_path": "model"}
+            "num_uniform_negs": 20, "eval_fraction": 0.1, "workers": 1,
+            "entity_path": f"{where}data", "edge_paths": [f"{where}data/edges"],
+            "checkpoint_path": f"{where}model"}
 
 
 def _edges_tsv(path: Path, num_edges: int = 3000, seed: int = 0) -> Path:
@@ -67,11 +69,12 @@ def _put(location: str, data: bytes) -> None:
         target.write_bytes(data)
 
 
-def _pipeline(root: str, work: Path) -> dict[str, object]:
-    """import → validate → fit → eval → export, every path under ``root``; what came out."""
+def _pipeline(root: str, work: Path, *, full_paths: bool = False) -> dict[str, object]:
+    """import → validate → fit → eval → export, every path under ``root`` (written in full in the
+    config with ``full_paths``); what came out."""
     tsv = _edges_tsv(work / "edges.tsv")
     config = f"{root}/config.json"
-    _put(config, json.dumps(_config()).encode())
+    _put(config, json.dumps(_config(root if full_paths else None)).encode())
     _put(f"{root}/input/edges.tsv", tsv.read_bytes())
     imported = import_edge_lists(config, [f"{root}/input/edges.tsv"], options=_tsv_options(), seed=3)
     assert sum(imported.buckets[storage.display(storage.resolve(f"{root}/data/edges"))].values()) == 3000
@@ -147,6 +150,17 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
 
 def test_pipeline_on_memory_store_equals_local(local_run: dict[str, object], tmp_path: Path) -> None:
     _assert_same(_pipeline(f"memory://pbg-{uuid.uuid4().hex[:8]}/run", tmp_path), local_run)
+
+
+def test_same_config_and_seed_train_the_same_embeddings_wherever_the_layout_is(
+        local_run: dict[str, object], s3: S3Server, tmp_path: Path) -> None:
+    """The config names its paths in full (two local directories, then s3:// URLs): the runs are
+    bit-identical to each other and to the run whose paths are relative, held-out edges included
+    (the hold-out and the shuffles are seeded by the edge path's index, not by how it is written)."""
+    first = _pipeline(str(tmp_path / "first" / "run"), tmp_path, full_paths=True)
+    _assert_same(first, local_run)
+    _assert_same(_pipeline(str(tmp_path / "second" / "place"), tmp_path, full_paths=True), first)
+    _assert_same(_pipeline(s3.url("full"), tmp_path, full_paths=True), first)
 
 
 def test_pipeline_on_s3_server_equals_local(local_run: dict[str, object], s3: S3Server, tmp_path: Path) -> None:

@@ -163,19 +163,29 @@ class IterationPlan:
 
 @dataclass(frozen=True)
 class ChunkKey:
-    """Identifies the chunk of a bucket; seeds the hold-out (the same subset in every epoch)."""
+    """Identifies the chunk of a bucket; seeds the hold-out (the same subset in every epoch).
 
-    edge_path: str
+    The edge path is its index in the config's ``edge_paths``, not its name: how a path is
+    written (relative, absolute, a ``file://`` or ``s3://`` URL) says where the data is, not what
+    it is, so the same config and seed train the same embeddings wherever the layout lives.
+
+    >>> key = ChunkKey(edge_path_idx=0, edge_chunk_idx=1, lhs=0, rhs=1)
+    >>> key.holdout_seed() == ChunkKey(0, 1, 0, 1).holdout_seed() != ChunkKey(1, 1, 0, 1).holdout_seed()
+    True
+    """
+
+    edge_path_idx: int
     edge_chunk_idx: int
     lhs: int
     rhs: int
 
     def holdout_seed(self) -> int:
-        return stable_seed("holdout", self.edge_path, self.edge_chunk_idx, self.lhs, self.rhs)
+        return stable_seed("holdout", self.edge_path_idx, self.edge_chunk_idx, self.lhs, self.rhs)
 
     def shuffle_seed(self, run_seed: int, epoch_idx: int) -> int:
         """Seed of the training shuffle: new every epoch, reproducible on resume."""
-        return stable_seed("shuffle", run_seed, epoch_idx, self.edge_path, self.edge_chunk_idx, self.lhs, self.rhs)
+        return stable_seed("shuffle", run_seed, epoch_idx, self.edge_path_idx, self.edge_chunk_idx, self.lhs,
+                           self.rhs)
 
 
 @dataclass(frozen=True)

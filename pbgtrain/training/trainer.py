@@ -236,7 +236,7 @@ class Trainer:
         if edges_np is None:
             edges_np = self._read_edges(step, bucket)
         edges = BucketEdges.from_bucket(edges_np, self.device, str(self._bucket_path(step, bucket)))
-        key = ChunkKey(step.edge_path, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
+        key = ChunkKey(step.edge_path_idx, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
         if step.epoch_idx == 0 and self.coordinator.first_epoch_delay > 0:
             time.sleep(self.coordinator.first_epoch_delay)  # as the original's hogwild_delay
         prepared = prepare_chunk(edges_np.rel, key=key, eval_fraction=cfg.eval_fraction, batch_size=cfg.batch_size,
