@@ -171,13 +171,16 @@ def evaluate(
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
     from pbgio import storage
-    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
+    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint, trained_on
 
     run = _load(config, param, base)
     options = EvalOptions(edge_paths=None if edges is None else [storage.resolve(e) for e in edges],
                           filter_paths=[storage.resolve(f) for f in filter_paths or []], all_entities=all_entities
                           or bool(filter_paths), version=version, device=device, seed=seed,
                           interactive=progress_wanted(no_progress))
+    for path in trained_on(run, options.edge_paths):
+        typer.echo(f"warning: {path} is one of the config's edge_paths: the model trained on these edges, so "
+                   "these are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
     with exit_codes(on_interrupt=lambda: None):
         result = evaluate_checkpoint(run, options)
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())

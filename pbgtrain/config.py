@@ -175,3 +175,20 @@ def unsupported_settings(cfg: ConfigSchema) -> list[str]:
 def default_device(cfg: ConfigSchema) -> str:
     """``cuda`` when the config asks for a GPU (``num_gpus=1``), else ``cpu``."""
     return "cuda" if cfg.num_gpus > 0 else "cpu"
+
+
+_SPLIT_NAMES = frozenset({"test", "testing", "valid", "validation", "val", "dev", "heldout", "held_out", "eval"})
+
+
+def held_out_named(edge_paths: Sequence[str]) -> list[str]:
+    """The edge paths whose last name says they are a held-out split (test, valid, dev …, alone or
+    as a word of the name): training on one makes every figure measured on it optimistic.
+
+    >>> held_out_named(["data/train", "data/valid", "s3://b/fb15k/test_edges", "data/contest", "x/dev-2"])
+    ['data/valid', 's3://b/fb15k/test_edges', 'x/dev-2']
+    """
+    def words(path: str) -> set[str]:
+        name = path.rstrip("/").rsplit("/", 1)[-1].lower()
+        return set(filter(None, (w.strip() for w in name.replace("-", "_").replace(".", "_").split("_")))) | {name}
+
+    return [p for p in edge_paths if words(p) & _SPLIT_NAMES]

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, read_committed
 from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
@@ -109,6 +110,22 @@ class CheckpointReader:
         for key in list(self._tables):
             if key not in keys:
                 del self._tables[key]
+
+
+def trained_on(run: RunConfig, edge_dirs: list[AnyPath] | None = None) -> list[str]:
+    """The edge paths among ``edge_dirs`` (default: the config's, what ``evaluate_checkpoint``
+    evaluates without ``edge_paths``) that the config also trains on: their figures are not
+    held-out figures.
+
+    >>> from pathlib import Path
+    >>> from pbgio.example import example_config
+    >>> run = RunConfig(example_config(), Path("/srv/ex"), "/srv/ex/config.json")
+    >>> trained_on(run, [Path("/srv/ex/edges/test")]), trained_on(run, [Path("/srv/ex/edges/../edges/train")])
+    ([], ['/srv/ex/edges/train'])
+    """
+    trained = {storage.display(storage.absolute(p)) for p in run.edge_paths}
+    evaluated = [storage.display(storage.absolute(p)) for p in (run.edge_paths if edge_dirs is None else edge_dirs)]
+    return [p for p in evaluated if p in trained]
 
 
 def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> EvalResult:

@@ -39,7 +39,7 @@ from pbgio.edges import bucket_length
 from pbgio.errors import FormatError, Issue
 from pbgio.spec import naming
 from pbgio.storage import LocalCache
-from pbgtrain.config import RunConfig
+from pbgtrain.config import RunConfig, held_out_named
 from pbgtrain.distributed.coordination import joined
 from pbgtrain.model import fused, keep_freed_memory
 from pbgtrain.progress import Reporter
@@ -302,3 +302,6 @@ def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
             reporter.log(f"note [{issue.rule}]: {issue.dataset}: {issue.message}")
+    for path in held_out_named(cfg.edge_paths):
+        reporter.log(f"warning: training on edge path {path!r}, named like a held-out split: figures measured on it "
+                     "will be optimistic; train on the training split only (e.g. -p edge_paths=data/train)")

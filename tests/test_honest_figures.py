@@ -1,0 +1,44 @@
+"""Figures a user can read correctly: ``pbgtrain fit`` warns when it trains on an edge path named
+like a held-out split, and ``pbgtrain eval`` warns when the edges it evaluates are ones the model
+trained on (the default: the config's edge_paths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pbgio.example import build_example
+from tests.cli import pbgtrain
+
+HELD_OUT_WARNING = "named like a held-out split"
+TRAINED_ON_WARNING = "the model trained on these edges"
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled example (edges/train trained on, edges/test held out), trained one epoch."""
+    root = tmp_path_factory.mktemp("example") / "example"
+    build_example(root, num_edges=3000)
+    fitted = pbgtrain("fit", str(root / "config.json"), "-p", "num_epochs=1")
+    assert fitted.returncode == 0, fitted.stderr
+    assert HELD_OUT_WARNING not in fitted.stderr
+    return root
+
+
+def test_fit_warns_when_it_trains_on_a_split_named_test(example: Path, tmp_path: Path) -> None:
+    fitted = pbgtrain("fit", str(example / "config.json"), "-p", "num_epochs=1", "-p",
+                      "edge_paths=edges/train,edges/test", "-p", f"checkpoint_path={tmp_path / 'model'}")
+    assert fitted.returncode == 0, fitted.stderr
+    warnings = [line for line in fitted.stderr.splitlines() if HELD_OUT_WARNING in line]
+    assert len(warnings) == 1 and "'edges/test'" in warnings[0], fitted.stderr
+
+
+def test_eval_warns_on_the_edges_it_trained_on_and_not_on_held_out_ones(example: Path) -> None:
+    default = pbgtrain("eval", str(example / "config.json"))
+    assert default.returncode == 0, default.stderr
+    assert TRAINED_ON_WARNING in default.stderr and str(example / "edges" / "train") in default.stderr
+    held_out = pbgtrain("eval", str(example / "config.json"), "--edges", str(example / "edges" / "test"))
+    assert held_out.returncode == 0, held_out.stderr
+    assert TRAINED_ON_WARNING not in held_out.stderr
+    assert held_out.stdout.startswith("checkpoint version 1")
