@@ -179,8 +179,8 @@ def evaluate(
                           or bool(filter_paths), version=version, device=device, seed=seed,
                           interactive=progress_wanted(no_progress))
     for path in trained_on(run, options.edge_paths):
-        typer.echo(f"warning: {path} is one of the config's edge_paths: the model trained on these edges, so "
-                   "these are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
+        typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
+                   "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
     with exit_codes(on_interrupt=lambda: None):
         result = evaluate_checkpoint(run, options)
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())

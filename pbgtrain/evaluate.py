@@ -31,7 +31,7 @@ from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
-from pbgio.errors import ConfigError, MissingArtifactError
+from pbgio.errors import ConfigError, MissingArtifactError, PbgioError
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import rows_per_block
@@ -114,8 +114,9 @@ class CheckpointReader:
 
 def trained_on(run: RunConfig, edge_dirs: list[AnyPath] | None = None) -> list[str]:
     """The edge paths among ``edge_dirs`` (default: the config's, what ``evaluate_checkpoint``
-    evaluates without ``edge_paths``) that the config also trains on: their figures are not
-    held-out figures.
+    evaluates without ``edge_paths``) that the model trained on: their figures are not held-out
+    figures. What it trained on is the checkpoint's ``config.json`` (the config of the run, its
+    ``-p`` overrides included); before any checkpoint, the config's ``edge_paths``.
 
     >>> from pathlib import Path
     >>> from pbgio.example import example_config
@@ -123,7 +124,11 @@ def trained_on(run: RunConfig, edge_dirs: list[AnyPath] | None = None) -> list[s
     >>> trained_on(run, [Path("/srv/ex/edges/test")]), trained_on(run, [Path("/srv/ex/edges/../edges/train")])
     ([], ['/srv/ex/edges/train'])
     """
-    trained = {storage.display(storage.absolute(p)) for p in run.edge_paths}
+    try:
+        trained_paths = CheckpointDir(run.checkpoint_path).read_config().edge_paths
+    except (PbgioError, OSError):  # no checkpoint yet (or none readable: eval says why)
+        trained_paths = run.config.edge_paths
+    trained = {storage.display(storage.absolute(run.path(p))) for p in trained_paths}
     evaluated = [storage.display(storage.absolute(p)) for p in (run.edge_paths if edge_dirs is None else edge_dirs)]
     return [p for p in evaluated if p in trained]
 

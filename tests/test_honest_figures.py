@@ -1,6 +1,7 @@
 """Figures a user can read correctly: ``pbgtrain fit`` warns when it trains on an edge path named
 like a held-out split, and ``pbgtrain eval`` warns when the edges it evaluates are ones the model
-trained on (the default: the config's edge_paths)."""
+trained on (the default, the config's edge_paths; what it trained on is the checkpoint's
+config.json, ``-p`` overrides of the run included)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def test_fit_warns_when_it_trains_on_a_split_named_test(example: Path, tmp_path:
     assert fitted.returncode == 0, fitted.stderr
     warnings = [line for line in fitted.stderr.splitlines() if HELD_OUT_WARNING in line]
     assert len(warnings) == 1 and "'edges/test'" in warnings[0], fitted.stderr
+    # eval knows what this checkpoint trained on (its config.json), whatever the config file says
+    evaluated = pbgtrain("eval", str(example / "config.json"), "-p", f"checkpoint_path={tmp_path / 'model'}",
+                         "--edges", str(example / "edges" / "test"))
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert TRAINED_ON_WARNING in evaluated.stderr and str(example / "edges" / "test") in evaluated.stderr
 
 
 def test_eval_warns_on_the_edges_it_trained_on_and_not_on_held_out_ones(example: Path) -> None:
