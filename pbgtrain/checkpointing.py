@@ -265,9 +265,7 @@ def snapshot_epoch(config: ConfigSchema, step: IterationStep) -> int | None:
     epochs, as in the original: the last iteration of every ``checkpoint_preservation_interval``-th
     epoch), else None."""
     interval = config.checkpoint_preservation_interval
-    last_of_epoch = (step.edge_path_idx == step.num_edge_paths - 1
-                     and step.edge_chunk_idx == step.num_edge_chunks - 1)
-    if interval and last_of_epoch and (step.epoch_idx + 1) % interval == 0:
+    if interval and step.ends_epoch and (step.epoch_idx + 1) % interval == 0:
         return step.epoch_idx + 1
     return None
 

@@ -91,15 +91,35 @@ def fit(
         "embedding stay bit for bit as loaded (from the checkpoint, init_path or the seeded initialization); it "
         "still gives negatives. Applies to the iterations this command runs (the checkpoint does not record it). "
         "Repeatable; pbgtrain's own option, not the original's.")] = None,
+    valid: Annotated[str | None, typer.Option(
+        "--valid", metavar="PATH", help="Validation edge path: every --eval-every epochs (and at the end) rank its "
+        "edges against all entities (filtered by --filter), keep the best version in CHECKPOINT_PATH/best/, and "
+        "with --patience stop early. Records go to training_stats.json (pbgtrain's key); single-process runs.")] = None,
+    filter_paths: Annotated[list[str] | None, typer.Option(
+        "--filter", metavar="PATH", help="With --valid: edge path of known edges left out of the candidates "
+        "(default: the config's edge_paths and the --valid path). Repeatable.")] = None,
+    eval_every: Annotated[int, typer.Option(
+        "--eval-every", metavar="N", help="With --valid: evaluate after every N-th epoch.")] = 1,
+    patience: Annotated[int | None, typer.Option(
+        "--patience", metavar="P", help="With --valid: stop after P evaluations in a row without a better "
+        "validation MRR (default: never stop early).")] = None,
+    lr_decay: Annotated[float | None, typer.Option(
+        "--lr-decay", metavar="F", help="With --valid: multiply lr and relation_lr by F (0 < F < 1) after "
+        "--lr-patience evaluations without a better validation MRR.")] = None,
+    lr_patience: Annotated[int, typer.Option(
+        "--lr-patience", metavar="Q", help="With --lr-decay: evaluations without improvement (since the best or "
+        "the last decay) before the learning rates decay.")] = 1,
 ) -> None:
     """Train: resume from the latest committed checkpoint, commit one version per edge chunk.
 
     Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
     the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
     """
+    from pbgio import storage
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
     from pbgtrain.training.options import frozen_types_problem
+    from pbgtrain.validation import ValidationOptions
 
     run = _load(config, param, base)
     frozen = frozenset(freeze or ())
@@ -107,10 +127,24 @@ def fit(
     if problem is not None:
         print_error(f"--freeze: {problem}")
         raise typer.Exit(EXIT_USAGE)
+    validation = None
+    if valid is not None:
+        def given(path: str) -> str:  # as --edges and --filter of eval: relative to the current directory
+            return str(storage.absolute(storage.resolve(path)))
+
+        validation = ValidationOptions(given(valid), tuple(given(f) for f in filter_paths or []), eval_every, patience,
+                                       lr_decay, lr_patience)
+        problem = validation.problem()
+    elif filter_paths or patience is not None or lr_decay is not None:
+        problem = "--filter, --patience and --lr-decay go with --valid PATH (the validation edge path)"
+    if problem is not None:
+        print_error(problem)
+        raise typer.Exit(EXIT_USAGE)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision,
-                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozen)
+                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozen,
+                         validation=validation)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()

@@ -34,22 +34,18 @@ from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.topk import rows_per_block
 from pbgtrain.checkpointing import load_model_params
 from pbgtrain.config import RunConfig
 from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
-from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step, score_candidates
+from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step
+from pbgtrain.ranking import all_entities_batch, rank_all_entities, ranks_every_entity
 from pbgtrain.training.batching import stable_seed
 from pbgtrain.training.buckets import Bucket, PartitionLayout, all_buckets, bucket_limits
 from pbgtrain.training.device import resolve_device
 from pbgtrain.training.records import add_negative_scores
 
-ALL_ENTITIES_BATCH = 500
-"""Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""
-SCORE_MATRIX_BUDGET = 1 << 25
-"""Score-matrix elements per side at once (128 MiB of float32): with millions of candidates the
-all-entities batch shrinks so memory stays bounded, on a GPU as on a CPU."""
-
+__all__ = ["CheckpointReader", "EvalOptions", "EvalResult", "all_entities_batch", "check_featurized_evaluation",
+           "evaluate_checkpoint", "trained_on"]
 
 @dataclass(frozen=True)
 class EvalOptions:
@@ -154,6 +150,7 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
     edge_dirs = options.edge_paths or run.edge_paths
     all_entities = options.all_entities or bool(options.filter_paths)
     check_featurized_evaluation(run, reader.model.spec, all_entities)
+    all_entities = all_entities or _sampled_ranks_every_entity(reader)
     protocol = _protocol(run, reader, all_entities, options)
     total = RankingAccumulator(protocol, seed=options.seed)
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
@@ -179,13 +176,22 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
                 lhs_t = reader.table(relation.lhs, layout.partition_of(relation.lhs, bucket, "lhs"))
                 rhs_t = reader.table(relation.rhs, layout.partition_of(relation.rhs, bucket, "rhs"))
                 if all_entities:
-                    _rank_all(total, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
+                    rank_all_entities(total, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
                               tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
                 else:
                     _rank_sampled(total, reader.model, lhs_t, rhs_t, tensors, sel, r,
                                   reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
                                   generator)
     return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started)
+
+
+def _sampled_ranks_every_entity(reader: CheckpointReader) -> bool:
+    """The sampled protocol would draw no fewer negatives than the largest partition has entities:
+    rank against every entity instead (:func:`pbgtrain.ranking.ranks_every_entity`)."""
+    neg = reader.model.spec.eval_negatives
+    num_negatives = min(neg.num_batch_negs, reader.run.config.batch_size) + neg.num_uniform_negs
+    largest = max(reader.counts.values(), default=0)
+    return not reader.model.spec.featurized and ranks_every_entity(num_negatives, largest)
 
 
 def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, options: EvalOptions) -> EvalProtocol:
@@ -215,37 +221,6 @@ def _filter_index(filter_paths: list[AnyPath], bucket: Bucket) -> FilterIndex:
         edges = read_bucket(path)
         parts.append((edges.lhs, edges.rel, edges.rhs))
     return FilterIndex.from_edges(*parts)
-
-
-def all_entities_batch(num_candidates: int) -> int:
-    """Edges ranked at once against ``num_candidates`` entities (bounded by :data:`SCORE_MATRIX_BUDGET`;
-    the block rule of the top-k scan, :func:`pbgio.topk.rows_per_block`, with a block of edges).
-
-    >>> all_entities_batch(14_541), all_entities_batch(4_800_000), all_entities_batch(10**9)
-    (500, 6, 1)
-    """
-    return rows_per_block(num_candidates, SCORE_MATRIX_BUDGET, ALL_ENTITIES_BATCH)
-
-
-@torch.no_grad()
-def _rank_all(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
-              lhs: torch.Tensor, rel: int | torch.Tensor, rhs: torch.Tensor, filter_index: FilterIndex | None) -> None:
-    rows = all_entities_batch(max(lhs_t.num_entities, rhs_t.num_entities))
-    for start in range(0, len(lhs), rows):
-        end = start + rows
-        b_lhs, b_rhs = lhs[start:end], rhs[start:end]
-        b_rel: int | torch.Tensor = rel if isinstance(rel, int) else rel[start:end]
-        for side in acc.protocol.sides:
-            pos, cand = score_candidates(model, lhs_t, rhs_t, b_lhs, b_rel, b_rhs, side)
-            num = cand.shape[1]
-            if filter_index is not None:
-                exclude = filter_index.mask(side, b_lhs.cpu(), b_rel if isinstance(b_rel, int) else b_rel.cpu(),
-                                            b_rhs.cpu(), num_entities=num, include_positive=True).to(cand.device)
-            else:
-                exclude = torch.zeros_like(cand, dtype=torch.bool)
-            positive = b_rhs if side == "rhs" else b_lhs
-            exclude[torch.arange(len(positive), device=cand.device), positive] = True  # the positive's own column
-            acc.add(side, pos, cand, exclude)
 
 
 @torch.no_grad()

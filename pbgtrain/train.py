@@ -50,6 +50,7 @@ from pbgtrain.training.device import default_threads, option_error, resolve_devi
 from pbgtrain.training.options import frozen_types_problem, remote_bucket_cache
 from pbgtrain.training.records import IterationRecord, MovementStats, add_negative_scores, format_metrics
 from pbgtrain.training.trainer import Trainer
+from pbgtrain.validation import ValidationOptions, ValidationRule, checkpoint_evaluator
 
 __all__ = [
     "FitOptions",
@@ -88,6 +89,7 @@ class FitOptions:
     compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
+    validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
 
 
 @dataclass
@@ -98,6 +100,7 @@ class FitResult:
     iterations: list[IterationRecord] = field(default_factory=list)
     stopped_early: bool = False
     movement: list[dict[str, Any]] = field(default_factory=list)  # per rank (rank 0's result; one entry alone)
+    best: str | None = None  # --valid: the best version on the validation edges and where it is kept
 
     def summary(self) -> str:
         if not self.iterations:
@@ -114,6 +117,8 @@ class FitResult:
         last = self.iterations[-1].eval_after
         if last is not None:
             line += f"\nheld-out edges of the last iteration: {last}"
+        if self.best is not None:
+            line += f"\n{self.best}"
         return line
 
 
@@ -158,9 +163,10 @@ class MaxIterations:
         return self.seen >= self.count
 
 
-def stop_rules(options: FitOptions, started: float) -> list[StopRule]:
-    """The stop rules ``options`` ask for (none: train to the end of the plan)."""
-    rules: list[StopRule] = []
+def stop_rules(options: FitOptions, started: float, validation: StopRule | None = None) -> list[StopRule]:
+    """The stop rules ``options`` ask for (none: train to the end of the plan); ``validation`` is
+    the rule of ``--valid`` (:class:`pbgtrain.validation.ValidationRule`), asked first."""
+    rules: list[StopRule] = [] if validation is None else [validation]
     if options.max_seconds is not None:
         rules.append(MaxSeconds(options.max_seconds, started))
     if options.max_iterations is not None:
@@ -220,6 +226,8 @@ def _fit_locked(run: RunConfig, options: FitOptions, coordinator: Coordinator,
     problem = frozen_types_problem(cfg, options.frozen_types)
     if problem is not None:
         raise option_error(run, "--freeze", problem)
+    if options.validation is not None:
+        _check_validation(run, options.validation, coordinator)
     bucket_cache = remote_bucket_cache(options)
     try:
         if options.validate and coordinator.leads:
@@ -268,10 +276,12 @@ def _train_plan(trainer: Trainer, plan: IterationPlan, options: FitOptions, coor
     result = FitResult(start, start, len(plan))
     if start >= len(plan):
         return result
-    rules = stop_rules(options, started=time.perf_counter())
+    started = time.perf_counter()
     with coordinator.progress(options.interactive, len(plan), start, cfg.verbose) as reporter:
         if coordinator.leads:
             _log_run_notes(trainer, reporter)
+        validation = None if options.validation is None else _validation_rule(trainer, options, len(plan), reporter)
+        rules = stop_rules(options, started, validation)
         for step in plan.steps(start):
             check_lock()  # a remote lease lost to another writer stops the run before it commits
             record = trainer.run_iteration(step, reporter)
@@ -288,7 +298,36 @@ def _train_plan(trainer: Trainer, plan: IterationPlan, options: FitOptions, coor
                 result.stopped_early = True
                 break
     result.movement = coordinator.finish(trainer.movement_report())
+    result.best = None if validation is None else validation.summary()
     return result
+
+
+def _check_validation(run: RunConfig, validation: ValidationOptions, coordinator: Coordinator) -> None:
+    """Refuse ``--valid`` options that cannot run, before anything is trained."""
+    from pbgtrain.training.coordinator import LocalCoordinator
+
+    problem = validation.problem()
+    if problem is None and not isinstance(coordinator, LocalCoordinator):
+        problem = ("--valid: validation-driven training runs in a single process; evaluate the checkpoints of a "
+                   "distributed run with pbgtrain eval")
+    for path in [validation.edge_path, *validation.filter_paths]:
+        found = storage.found_at(run.path(path))
+        if problem is None and found != "a directory":
+            option = "--valid" if path == validation.edge_path else "--filter"
+            problem = f"{option}: expected an edge path (a directory of edge buckets) at " \
+                      f"{storage.display(run.path(path))}, found {found}"
+    if problem is not None:
+        option, message = problem.split(": ", 1)
+        raise option_error(run, option, message)
+
+
+def _validation_rule(trainer: Trainer, options: FitOptions, plan_length: int, reporter: Reporter) -> ValidationRule:
+    assert options.validation is not None
+    rule = ValidationRule(options.validation, trainer.ckpt.dir, plan_length, trainer.num_buckets,
+                          checkpoint_evaluator(trainer.run, options.validation, options.device, options.seed),
+                          trainer.scale_learning_rates, reporter.log)
+    rule.resume()
+    return rule
 
 
 def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:

@@ -37,22 +37,32 @@ def sessions(body: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def console_blocks(guide: Path) -> list[str]:
+    """The bodies of the guide's ``console`` blocks, in order."""
+    return [body for kind, body in BLOCK.findall(guide.read_text(encoding="utf-8")) if kind == "console"]
+
+
+def run_command(command: str, want: str, directory: Path) -> str:
+    """Run one ``$ command`` of a guide in ``directory``: it must exit 0 and print ``want``; returns its output."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               CI="1", COLUMNS="200", NO_COLOR="1")
+    proc = subprocess.run(["bash", "-c", command], cwd=directory, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    got = proc.stdout
+    assert proc.returncode == 0, f"$ {command}\nexit {proc.returncode}\n{got}"
+    assert doctest.OutputChecker().check_output(want, got, FLAGS), f"$ {command}\nwanted:\n{want}\ngot:\n{got}"
+    return got
+
+
 def run_guide(guide: Path, directory: Path) -> int:
     """Run every example of ``guide`` in ``directory`` (the caller makes it the working directory);
     returns how many commands and doctest examples ran. An example that fails fails the test."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               CI="1", COLUMNS="200", NO_COLOR="1")
-    checker = doctest.OutputChecker()
     globs: dict[str, object] = {}
     ran = 0
     for kind, body in BLOCK.findall(guide.read_text(encoding="utf-8")):
         if kind == "console":
             for command, want in sessions(body):
-                proc = subprocess.run(["bash", "-c", command], cwd=directory, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, timeout=600)
-                got = proc.stdout
-                assert proc.returncode == 0, f"$ {command}\nexit {proc.returncode}\n{got}"
-                assert checker.check_output(want, got, FLAGS), f"$ {command}\nwanted:\n{want}\ngot:\n{got}"
+                run_command(command, want, directory)
                 ran += 1
         else:
             test = doctest.DocTestParser().get_doctest(body, globs, guide.name, str(guide), 0)

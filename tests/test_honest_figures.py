@@ -5,10 +5,13 @@ config.json, ``-p`` overrides of the run included)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from pbgio.checkpoint import CheckpointDir
+from pbgio.entities import read_entity_count
 from pbgio.example import build_example
 from tests.cli import pbgtrain
 
@@ -48,3 +51,28 @@ def test_eval_warns_on_the_edges_it_trained_on_and_not_on_held_out_ones(example:
     assert held_out.returncode == 0, held_out.stderr
     assert TRAINED_ON_WARNING not in held_out.stderr
     assert held_out.stdout.startswith("checkpoint version 1")
+
+
+def test_a_graph_smaller_than_its_eval_negatives_ranks_against_every_entity(tmp_path: Path) -> None:
+    """The UMLS case: 2,000 negatives drawn with repeats from a few dozen entities gave a mean rank
+    above the number of entities. Held-out edges during fit and the default eval now rank against
+    every entity of the partition (the exact figure), and say so."""
+    root = tmp_path / "small"
+    build_example(root, num_edges=3000)
+    config = json.loads((root / "config.json").read_text())
+    largest = max(read_entity_count(root / config["entity_path"], etype, part)
+                  for etype, entity in config["entities"].items() for part in range(entity.get("num_partitions", 1)))
+    assert largest < 1000 + 50  # fewer entities than eval negatives (the defaults, batch capped at 1000)
+    fitted = pbgtrain("fit", str(root / "config.json"), "-p", "num_epochs=2", "-p", "eval_fraction=0.2",
+                      "-p", "eval_num_uniform_negs=1000", "-p", "eval_num_batch_negs=1000")
+    assert fitted.returncode == 0, fitted.stderr
+    lines = [line for line in CheckpointDir(root / config["checkpoint_path"]).read_stats() if "eval_stats_before" in line]
+    assert lines
+    for line in lines:
+        assert line["eval_stats_before"]["metrics"]["pos_rank"] <= largest, line
+        assert "all entities of the partition" in line["pbgtrain"]["eval_protocol"], line
+    evaluated = pbgtrain("eval", str(root / "config.json"), "--edges", str(root / "edges" / "test"), "--json",
+                         "-p", "eval_num_uniform_negs=1000")
+    assert evaluated.returncode == 0, evaluated.stderr
+    result = json.loads(evaluated.stdout)
+    assert result["metrics"]["pos_rank"] <= largest and "entities" in result["protocol"], result

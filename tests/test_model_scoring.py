@@ -328,8 +328,9 @@ def test_train_step_matches_reference(sc: Scenario) -> None:
     stats = train_step(model, lhs_table, rhs_table, batch, optimizer,
                        generator=torch.Generator().manual_seed(sample_seed))
     assert stats.count == len(batch)
-    assert stats.loss == pytest.approx(ref_loss.item(), rel=1e-9, abs=1e-9)
-    assert stats.reg == pytest.approx(ref.reg.item(), rel=1e-9, abs=1e-12)
+    # float32 sums in another order (the scores match within assert_close's float32 tolerance)
+    assert stats.loss == pytest.approx(ref_loss.item(), rel=1e-6, abs=1e-9)
+    assert stats.reg == pytest.approx(ref.reg.item(), rel=1e-6, abs=1e-12)
     s = fwd.scores  # equal to the reference's; counted on these to avoid rounding-dependent ties
     assert stats.violators_lhs == int((s.lhs_neg > s.lhs_pos.unsqueeze(1)).sum())
     assert stats.violators_rhs == int((s.rhs_neg > s.rhs_pos.unsqueeze(1)).sum())

@@ -288,6 +288,9 @@ def checkpoint_md() -> str:
         (code(naming.TRAINING_STATS), "JSON lines, one object per trained bucket (see below); appended, not versioned"),
         (pattern(naming.snapshot_dir, "{k}/"),
          "a preserved version: absolute symlinks to its files and a real version file"),
+        (code(naming.BEST_DIR + "/"),
+         "pbgtrain only (`fit --valid`): the version with the best validation MRR, a checkpoint directory of its "
+         "own (its files as hard links or copies, `config.json` and a version file); the original ignores it"),
         (code(naming.CHECKPOINT_LOCK),
          "only while `pbgtrain fit` runs: the writer's lock, naming its holder (JSON); readers and the "
          "original ignore it ([concurrency](../guides/concurrency.md))"),

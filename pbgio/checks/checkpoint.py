@@ -60,7 +60,7 @@ def stale_files(file: str | None, version: int, stale: int, count: int) -> Issue
 
 def snapshot_broken(file: str | None, *, dangling: object = None, version: int | None = None,
                     missing: Sequence[str] = ()) -> Issue | None:
-    """``checkpoint-snapshot-broken`` of an ``epoch_{k}/`` snapshot: a link ``dangling`` to a
+    """``checkpoint-snapshot-broken`` of an ``epoch_{k}/`` (or ``best/``) snapshot: a link ``dangling`` to a
     missing target; a version file naming ``version`` 0 or absent (None); ``missing`` files of
     its version."""
     if dangling is not None:

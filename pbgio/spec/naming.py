@@ -33,6 +33,7 @@ BUCKET_RE = re.compile(r"^edges_(?P<lhs>[0-9]+)_(?P<rhs>[0-9]+)\.h5$")
 EMBEDDINGS_RE = re.compile(r"^embeddings_(?P<type>.+)_(?P<part>[0-9]+)\.v(?P<version>[0-9]+)\.h5$")
 MODEL_RE = re.compile(r"^model\.v(?P<version>[0-9]+)\.h5$")
 SNAPSHOT_DIR_RE = re.compile(r"^epoch_(?P<epoch>[0-9]+)$")
+BEST_DIR = "best"  # pbgtrain fit --valid: the version that scored best on the validation edges
 
 DYNAMIC_REL_COUNT = "dynamic_rel_count.txt"
 DYNAMIC_REL_NAMES = "dynamic_rel_names.json"
@@ -75,6 +76,16 @@ def model_file(version: int) -> str:
 
 def snapshot_dir(epoch: int) -> str:
     return f"epoch_{epoch}"
+
+
+def is_snapshot_dir(name: str) -> bool:
+    """A subdirectory of a checkpoint directory holding one preserved version: ``epoch_{k}`` (the
+    original's ``checkpoint_preservation_interval``) or ``best`` (pbgtrain's validation-driven runs).
+
+    >>> [is_snapshot_dir(n) for n in ("epoch_3", "best", "epoch_x", "tmp")]
+    [True, True, False, False]
+    """
+    return bool(SNAPSHOT_DIR_RE.match(name)) or name == BEST_DIR
 
 
 def parse_entity_count_file(name: str) -> tuple[str, int] | None:

@@ -206,7 +206,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "No files of versions other than the committed one, v0 and preserved snapshots remain "
      "(leftovers of an interrupted commit)."),
     ("checkpoint-snapshot-broken", "error", "checkpoint",
-     "Every epoch_{k}/ snapshot is a loadable checkpoint: it holds a version file naming a version N > 0 "
+     "Every epoch_{k}/ snapshot (and best/, the version pbgtrain fit --valid kept) is a loadable checkpoint:"
+     " it holds a version file naming a version N > 0 "
      "and, for N, the model file and the embeddings of every entity type and partition, as files or "
      "links that resolve (the original writes absolute symlinks, which dangle when the directory "
      "moves or the linked files are deleted)."),

@@ -322,12 +322,12 @@ def _check_param(ctx: Context, file: AnyPath, name: str, ds: Any,
 
 
 def _check_snapshots(ctx: Context, path: AnyPath) -> None:
-    """Each ``epoch_{k}/`` is a loadable checkpoint: a version file and, for that version, the model
+    """Each ``epoch_{k}/`` (and ``best/``) is a loadable checkpoint: a version file and, for that version, the model
     and every partition's embeddings, resolving to existing files (the original writes absolute
     symlinks, which dangle once the directory moves or the linked version is deleted)."""
     cfg = ctx.config
     for snap in storage.children(path):
-        if not (naming.SNAPSHOT_DIR_RE.match(snap.name) and snap.is_dir()):
+        if not (naming.is_snapshot_dir(snap.name) and snap.is_dir()):
             continue
         ctx.report.count_checked("snapshots")
         for entry in storage.children(snap):

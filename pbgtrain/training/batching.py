@@ -75,6 +75,11 @@ class IterationStep:
         """The checkpoint version this iteration commits."""
         return self.index + 1
 
+    @property
+    def ends_epoch(self) -> bool:
+        """Whether this is the epoch's last iteration (its last chunk of its last edge path)."""
+        return self.edge_path_idx == self.num_edge_paths - 1 and self.edge_chunk_idx == self.num_edge_chunks - 1
+
     def info(self) -> IterationInfo:
         """The ``iteration/*`` attributes of the files this iteration writes."""
         return IterationInfo(num_epochs=self.num_epochs, epoch_idx=self.epoch_idx,

@@ -19,6 +19,7 @@ business: the trainer asks it for the bucket scheduler and to commit, and never 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any
@@ -44,7 +45,7 @@ from pbgtrain.checkpointing import (
     stored_param_shapes,
 )
 from pbgtrain.config import RunConfig
-from pbgtrain.metrics import EvalProtocol, RankingAccumulator
+from pbgtrain.metrics import SIDES, EvalProtocol, RankingAccumulator
 from pbgtrain.model import (
     BucketEdges,
     EmbeddingModel,
@@ -58,6 +59,7 @@ from pbgtrain.model import (
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import precision_scope
 from pbgtrain.progress import Reporter
+from pbgtrain.ranking import rank_all_entities, ranks_every_entity
 from pbgtrain.training.batching import ChunkKey, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, bucket_limits, plan_swap
 from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
@@ -111,6 +113,7 @@ class Trainer:
         self.frozen = frozenset(options.frozen_types)
         self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen).to(self.device)
         self.optimizer = make_relation_optimizer(self.model)
+        self.config_lrs = (self.model.spec.lr, self.model.spec.relation_lr)
         self.ckpt = TrainingCheckpoint(run.checkpoint_path, cfg, init_path=run.init_path, seed=options.seed,
                                        device=self.device, counts=self.counts, written=coordinator.written)
         self._restore_model()
@@ -140,6 +143,14 @@ class Trainer:
 
         sides = [*self.layout.lhs_types, *self.layout.rhs_types, *self.layout.unpartitioned]
         return sum(largest(etype) for etype in sides if any(t == etype for t, _ in self.counts))
+
+    def scale_learning_rates(self, scale: float) -> None:
+        """Train on at ``scale`` × the config's ``lr`` and ``relation_lr`` from now on (``--lr-decay``)."""
+        lr, relation_lr = self.config_lrs
+        self.model.spec = dataclasses.replace(self.model.spec, lr=lr * scale, relation_lr=relation_lr * scale)
+        if self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = relation_lr * scale
 
     @property
     def num_buckets(self) -> int:
@@ -289,16 +300,34 @@ class Trainer:
                      **bucket_limits(self.cfg, self.counts, bucket, self.model.spec.num_dynamic_rels))
         return edges
 
-    def eval_protocol(self) -> EvalProtocol:
+    @property
+    def eval_num_negatives(self) -> int:
         neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
+        return min(neg.num_batch_negs, self.cfg.batch_size) + neg.num_uniform_negs
+
+    @property
+    def eval_ranks_every_entity(self) -> bool:
+        """Held-out edges are ranked against every entity of the partition, not the eval negatives, when
+        no partition has more entities than negatives (:func:`pbgtrain.ranking.ranks_every_entity`)."""
+        largest = max(self.counts.values(), default=0)
+        return not self.model.spec.featurized and ranks_every_entity(self.eval_num_negatives, largest)
+
+    def eval_protocol(self) -> EvalProtocol:
+        """How held-out edges are ranked (:attr:`eval_ranks_every_entity`)."""
+        if self.eval_ranks_every_entity:
+            return EvalProtocol(False, f"all entities of the partition as candidates (at most "
+                                f"{max(self.counts.values()):,}, no more than the {self.eval_num_negatives:,} eval "
+                                "negatives)", SIDES)
+        neg = self.model.spec.eval_negatives
         return EvalProtocol.sampled(min(neg.num_batch_negs, self.cfg.batch_size), neg.num_uniform_negs)
 
     @torch.no_grad()
     def evaluate(self, idx: torch.Tensor, edges: BucketEdges, bucket: Bucket) -> RankingAccumulator:
         """Held-out edges ranked against the eval negatives (eval_num_batch_negs + eval_num_uniform_negs)."""
         cfg = self.cfg
-        acc = RankingAccumulator(self.eval_protocol(), seed=stable_seed("auc", self.options.seed, bucket.lhs,
-                                                                         bucket.rhs))
+        every_entity = self.eval_ranks_every_entity
+        seed = stable_seed("auc", self.options.seed, bucket.lhs, bucket.rhs)
+        acc = RankingAccumulator(self.eval_protocol(), seed=seed)
         batch_size = cfg.batch_size
         groups = [(0, idx)] if cfg.dynamic_relations else [
             (r, idx[edges.rel[idx] == r]) for r in range(len(cfg.relations))]
@@ -308,9 +337,12 @@ class Trainer:
                 part = sel[start:start + batch_size]
                 rel_of: int | torch.Tensor = edges.rel[part] if cfg.dynamic_relations else r
                 batch = edges.batch(part, rel_of, *self.model.spec.featurized_sides(relation))
-                result = eval_step(self.model, self.table(relation.lhs, bucket, "lhs"),
-                                   self.table(relation.rhs, bucket, "rhs"), batch, generator=self.generator)
-                add_negative_scores(acc, result.scores)
+                lhs_t, rhs_t = self.table(relation.lhs, bucket, "lhs"), self.table(relation.rhs, bucket, "rhs")
+                result = eval_step(self.model, lhs_t, rhs_t, batch, generator=self.generator)
+                if every_entity:  # the loss is the sampled objective's; the ranks are exact
+                    rank_all_entities(acc, self.model, lhs_t, rhs_t, batch.lhs, batch.rel, batch.rhs)
+                else:
+                    add_negative_scores(acc, result.scores)
                 acc.add_loss(result.loss, result.count)
         return acc
 

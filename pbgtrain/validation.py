@@ -1,0 +1,228 @@
+"""Validation-driven training: ``pbgtrain fit --valid PATH`` (pbgtrain's own; the config is untouched).
+
+Every ``every`` epochs (and after the last iteration of the plan) the version just committed is
+evaluated on the validation edge path with the filtered protocol (all entities as candidates,
+known edges of the filter paths left out: :func:`pbgtrain.evaluate.evaluate_checkpoint`). Then:
+
+* **best version**: a version whose validation MRR beats every earlier one is kept in
+  ``checkpoint_path/best/`` (:func:`pbgio.checkpoint.keep_version`), a checkpoint directory of its
+  own that later commits never remove: evaluate or export it with ``-p checkpoint_path=…/best``;
+* **early stopping** (``patience`` P): the run stops after P evaluations in a row without a
+  better MRR;
+* **learning-rate decay on a plateau** (``lr_decay`` F, ``lr_patience`` Q): after Q evaluations
+  without a better MRR (counted since the best or the last decay) the learning rates (``lr`` and
+  ``relation_lr``) are multiplied by F for the rest of the run.
+
+Each evaluation, with what was decided and why, is one line of ``training_stats.json`` under the
+``pbgtrain`` key (``{"validation": …}``, which the original ignores). A resumed run reads them
+back: the best MRR, the evaluations since, and the learning-rate scale carry on where they were.
+
+The rule is one :class:`pbgtrain.train.StopRule`: the fit loop asks it after every commit, as it
+asks ``--max-minutes``.
+
+>>> state, options = ValidationState(), ValidationOptions("valid", patience=3, lr_decay=0.5, lr_patience=2)
+>>> for version, mrr in [(1, .30), (2, .35), (3, .34), (4, .35), (5, .33)]:
+...     print(version, state.record(version, mrr, options).decision)
+1 best
+2 best
+3 no improvement
+4 no improvement; learning rate × 0.5
+5 no improvement; stop: 3 evaluation(s) without improvement (patience 3)
+>>> state.best_version, state.lr_scale
+(2, 0.5)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pbgio import storage
+from pbgio.checkpoint import CheckpointDir, keep_version
+from pbgio.spec import naming
+from pbgio.spec.stats import EXTRA_KEY
+from pbgtrain.checkpointing import iteration_keys
+from pbgtrain.config import RunConfig
+from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
+from pbgtrain.metrics import RankingMetrics
+from pbgtrain.training.records import IterationRecord
+
+RECORD_KEY = "validation"
+"""The key of a validation line's record under ``training_stats.json``'s ``pbgtrain`` key."""
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    """What ``--valid`` and its companions ask for.
+
+    ``edge_path`` and ``filter_paths`` are as written (resolved against the run's base);
+    ``filter_paths`` empty means the config's ``edge_paths`` and the validation path.
+    """
+
+    edge_path: str
+    filter_paths: tuple[str, ...] = ()
+    every: int = 1
+    patience: int | None = None
+    lr_decay: float | None = None
+    lr_patience: int = 1
+
+    def problem(self) -> str | None:
+        """Why these options cannot run, or None.
+
+        >>> ValidationOptions("v", every=0).problem()
+        '--eval-every: expected a number of epochs ≥ 1, found 0'
+        """
+        if self.every < 1:
+            return f"--eval-every: expected a number of epochs ≥ 1, found {self.every}"
+        if self.patience is not None and self.patience < 1:
+            return f"--patience: expected a number of evaluations ≥ 1, found {self.patience}"
+        if self.lr_decay is not None and not 0 < self.lr_decay < 1:
+            return f"--lr-decay: expected a factor between 0 and 1 (exclusive), found {self.lr_decay}"
+        if self.lr_patience < 1:
+            return f"--lr-patience: expected a number of evaluations ≥ 1, found {self.lr_patience}"
+        return None
+
+
+@dataclass
+class Decision:
+    """What one evaluation decided."""
+
+    decision: str
+    stop: bool = False
+    lr_changed: bool = False
+
+
+@dataclass
+class ValidationState:
+    """The best validation MRR so far, the version that reached it, evaluations without a better
+    one (since the best, and since the best or the last decay), and the learning-rate scale."""
+
+    best_version: int = 0
+    best_mrr: float = -math.inf
+    since_best: int = 0
+    since_change: int = 0
+    lr_scale: float = 1.0
+
+    def record(self, version: int, mrr: float, options: ValidationOptions) -> Decision:
+        """Account for ``version``'s validation MRR; what to do now."""
+        if mrr > self.best_mrr:
+            self.best_version, self.best_mrr = version, mrr
+            self.since_best = self.since_change = 0
+            return Decision("best")
+        self.since_best += 1
+        self.since_change += 1
+        parts = ["no improvement"]
+        decision = Decision("")
+        if options.lr_decay is not None and self.since_change >= options.lr_patience:
+            self.lr_scale *= options.lr_decay
+            self.since_change = 0
+            decision.lr_changed = True
+            parts.append(f"learning rate × {self.lr_scale:.6g}")
+        if options.patience is not None and self.since_best >= options.patience:
+            decision.stop = True
+            parts.append(f"stop: {self.since_best} evaluation(s) without improvement (patience {options.patience})")
+        decision.decision = "; ".join(parts)
+        return decision
+
+    def to_record(self) -> dict[str, Any]:
+        return {"best_version": self.best_version, "best_mrr": self.best_mrr if self.best_version else None,
+                "since_best": self.since_best, "since_change": self.since_change, "lr_scale": self.lr_scale}
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> ValidationState:
+        """The state after the last of ``records`` (a fresh one without any)."""
+        state = cls()
+        for rec in records:
+            state = cls(int(rec["best_version"]), -math.inf if rec["best_mrr"] is None else float(rec["best_mrr"]),
+                        int(rec["since_best"]), int(rec["since_change"]), float(rec["lr_scale"]))
+        return state
+
+
+def validation_records(lines: Iterable[Mapping[str, Any]], edge_path: str, committed: int) -> list[dict[str, Any]]:
+    """The validation records of ``training_stats.json`` lines on ``edge_path`` for versions up to
+    ``committed`` (lines of a version a crash left uncommitted are not the run's history)."""
+    out = []
+    for line in lines:
+        extra = line.get(EXTRA_KEY)
+        rec = extra.get(RECORD_KEY) if isinstance(extra, dict) else None
+        if isinstance(rec, dict) and rec.get("edge_path") == edge_path and int(rec.get("version", 0)) <= committed:
+            out.append(rec)
+    return out
+
+
+@dataclass
+class ValidationRule:
+    """The stop rule of ``--valid``: evaluates when due, keeps the best version, decays the learning
+    rate, says stop when patience runs out.
+
+    ``evaluate(version)`` ranks the validation edges; ``scale_lr(scale)`` sets the trainer's learning
+    rates to ``scale`` × the config's; ``log`` reports a line; ``append_stats`` writes the record.
+    """
+
+    options: ValidationOptions
+    checkpoint: CheckpointDir
+    plan_length: int
+    num_buckets: int
+    evaluate: Callable[[int], RankingMetrics]
+    scale_lr: Callable[[float], None]
+    log: Callable[[str], None]
+    state: ValidationState = field(default_factory=ValidationState)
+
+    def resume(self) -> None:
+        """Carry on from the records of the versions committed so far."""
+        committed = self.checkpoint.read_version()
+        history = validation_records(self.checkpoint.read_stats(), self.options.edge_path, committed)
+        self.state = ValidationState.from_records(history)
+        if self.state.lr_scale != 1.0:
+            self.scale_lr(self.state.lr_scale)
+            self.log(f"validation: learning rates × {self.state.lr_scale:.6g}, as decayed before the resume")
+        if self.state.best_version:
+            self.log(f"validation: best so far version {self.state.best_version} "
+                     f"(MRR {self.state.best_mrr:.4f}), kept in {naming.BEST_DIR}/")
+
+    def due(self, record: IterationRecord) -> bool:
+        step = record.step
+        every_nth = step.ends_epoch and (step.epoch_idx + 1) % self.options.every == 0
+        return every_nth or record.version >= self.plan_length
+
+    def should_stop(self, record: IterationRecord) -> bool:
+        if not self.due(record):
+            return False
+        metrics = self.evaluate(record.version)
+        decision = self.state.record(record.version, metrics.mrr, self.options)
+        if decision.decision == "best":
+            keep_version(self.checkpoint, record.version)
+        if decision.lr_changed:
+            self.scale_lr(self.state.lr_scale)
+        step = record.step
+        self.checkpoint.append_stats([{
+            **iteration_keys(step), "index": (step.index + 1) * self.num_buckets - 1,
+            EXTRA_KEY: {RECORD_KEY: {"version": record.version, "edge_path": self.options.edge_path,
+                                     "protocol": metrics.protocol.describe(), **metrics.to_stats(),
+                                     "decision": decision.decision, **self.state.to_record()}}}])
+        best = "" if decision.decision == "best" else \
+            f" (best: version {self.state.best_version}, MRR {self.state.best_mrr:.4f})"
+        self.log(f"validation after version {record.version} (epoch {step.epoch_idx + 1}): "
+                 f"{metrics.format(hits=(1, 10))}; {decision.decision}{best}")
+        return decision.stop
+
+    def summary(self) -> str | None:
+        if not self.state.best_version:
+            return None
+        return (f"best on {self.options.edge_path}: version {self.state.best_version} (MRR {self.state.best_mrr:.4f}), "
+                f"kept in {storage.display(self.checkpoint.path / naming.BEST_DIR)}")
+
+
+def checkpoint_evaluator(run: RunConfig, options: ValidationOptions, device: str | None,
+                         seed: int) -> Callable[[int], RankingMetrics]:
+    """``evaluate(version)``: the filtered ranking of ``options.edge_path`` by that version."""
+    valid = run.path(options.edge_path)
+    filters = [run.path(p) for p in options.filter_paths] or [*run.edge_paths, valid]
+    eval_options = EvalOptions(edge_paths=[valid], filter_paths=filters, device=device, seed=seed)
+
+    def evaluate(version: int) -> RankingMetrics:
+        return evaluate_checkpoint(run, replace(eval_options, version=version)).metrics
+
+    return evaluate
