@@ -130,6 +130,9 @@ class StopRule(Protocol):
 
     def should_stop(self, record: IterationRecord) -> bool: ...
 
+    def stopping(self, record: IterationRecord) -> None:
+        """The run stops after ``record`` though this rule did not say so: the last chance to act on it."""
+
 
 @dataclass
 class MaxSeconds:
@@ -144,6 +147,9 @@ class MaxSeconds:
 
     def should_stop(self, record: IterationRecord) -> bool:
         return time.perf_counter() - self.started > self.seconds
+
+    def stopping(self, record: IterationRecord) -> None:
+        return None
 
 
 @dataclass
@@ -162,6 +168,9 @@ class MaxIterations:
         self.seen += 1
         return self.seen >= self.count
 
+    def stopping(self, record: IterationRecord) -> None:
+        return None
+
 
 def stop_rules(options: FitOptions, started: float, validation: StopRule | None = None) -> list[StopRule]:
     """The stop rules ``options`` ask for (none: train to the end of the plan); ``validation`` is
@@ -175,8 +184,14 @@ def stop_rules(options: FitOptions, started: float, validation: StopRule | None 
 
 
 def should_stop(rules: Sequence[StopRule], record: IterationRecord) -> bool:
-    """Whether any rule says stop (every rule is asked: some count the iterations)."""
-    return any([rule.should_stop(record) for rule in rules])  # a list: ask them all
+    """Whether any rule says stop (every rule is asked: some count the iterations); when one does,
+    the others are told (:meth:`StopRule.stopping`: ``--valid`` evaluates the last version)."""
+    answers = [rule.should_stop(record) for rule in rules]  # a list: ask them all
+    if any(answers):
+        for rule, stops in zip(rules, answers, strict=True):
+            if not stops:
+                rule.stopping(record)
+    return any(answers)
 
 
 # ---- the run

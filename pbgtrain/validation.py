@@ -8,7 +8,7 @@ known edges of the filter paths left out: :func:`pbgtrain.evaluate.evaluate_chec
   ``checkpoint_path/best/`` (:func:`pbgio.checkpoint.keep_version`), a checkpoint directory of its
   own that later commits never remove: evaluate or export it with ``-p checkpoint_path=…/best``;
 * **early stopping** (``patience`` P): the run stops after P evaluations in a row without a
-  better MRR;
+  better MRR (a run stopped by another rule, ``--max-minutes``, has its last version evaluated too);
 * **learning-rate decay on a plateau** (``lr_decay`` F, ``lr_patience`` Q): after Q evaluations
   without a better MRR (counted since the best or the last decay) the learning rates (``lr`` and
   ``relation_lr``) are multiplied by F for the rest of the run.
@@ -87,9 +87,10 @@ class ValidationOptions:
 
 @dataclass
 class Decision:
-    """What one evaluation decided."""
+    """What one evaluation decided (``decision``: the same in words)."""
 
     decision: str
+    best: bool = False
     stop: bool = False
     lr_changed: bool = False
 
@@ -110,7 +111,7 @@ class ValidationState:
         if mrr > self.best_mrr:
             self.best_version, self.best_mrr = version, mrr
             self.since_best = self.since_change = 0
-            return Decision("best")
+            return Decision("best", best=True)
         self.since_best += 1
         self.since_change += 1
         parts = ["no improvement"]
@@ -158,7 +159,8 @@ class ValidationRule:
     rate, says stop when patience runs out.
 
     ``evaluate(version)`` ranks the validation edges; ``scale_lr(scale)`` sets the trainer's learning
-    rates to ``scale`` × the config's; ``log`` reports a line; ``append_stats`` writes the record.
+    rates to ``scale`` × the config's; ``log`` reports a line. Records go to ``checkpoint``'s
+    ``training_stats.json``, the best version to its ``best/``.
     """
 
     options: ValidationOptions
@@ -169,6 +171,7 @@ class ValidationRule:
     scale_lr: Callable[[float], None]
     log: Callable[[str], None]
     state: ValidationState = field(default_factory=ValidationState)
+    evaluated: int = 0  # the version evaluated last
 
     def resume(self) -> None:
         """Carry on from the records of the versions committed so far."""
@@ -188,11 +191,19 @@ class ValidationRule:
         return every_nth or record.version >= self.plan_length
 
     def should_stop(self, record: IterationRecord) -> bool:
-        if not self.due(record):
-            return False
+        return self.due(record) and self._evaluate(record)
+
+    def stopping(self, record: IterationRecord) -> None:
+        """Another rule stops the run (``--max-minutes``): the last version is evaluated too."""
+        if self.evaluated != record.version:
+            self._evaluate(record)
+
+    def _evaluate(self, record: IterationRecord) -> bool:
+        """Evaluate ``record``'s version, act on it, record it; whether to stop."""
+        self.evaluated = record.version
         metrics = self.evaluate(record.version)
         decision = self.state.record(record.version, metrics.mrr, self.options)
-        if decision.decision == "best":
+        if decision.best:
             keep_version(self.checkpoint, record.version)
         if decision.lr_changed:
             self.scale_lr(self.state.lr_scale)
@@ -202,7 +213,7 @@ class ValidationRule:
             EXTRA_KEY: {RECORD_KEY: {"version": record.version, "edge_path": self.options.edge_path,
                                      "protocol": metrics.protocol.describe(), **metrics.to_stats(),
                                      "decision": decision.decision, **self.state.to_record()}}}])
-        best = "" if decision.decision == "best" else \
+        best = "" if decision.best else \
             f" (best: version {self.state.best_version}, MRR {self.state.best_mrr:.4f})"
         self.log(f"validation after version {record.version} (epoch {step.epoch_idx + 1}): "
                  f"{metrics.format(hits=(1, 10))}; {decision.decision}{best}")

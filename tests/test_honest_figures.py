@@ -6,6 +6,7 @@ config.json, ``-p`` overrides of the run included)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,8 @@ def test_a_graph_smaller_than_its_eval_negatives_ranks_against_every_entity(tmp_
     fitted = pbgtrain("fit", str(root / "config.json"), "-p", "num_epochs=2", "-p", "eval_fraction=0.2",
                       "-p", "eval_num_uniform_negs=1000", "-p", "eval_num_batch_negs=1000")
     assert fitted.returncode == 0, fitted.stderr
-    lines = [line for line in CheckpointDir(root / config["checkpoint_path"]).read_stats() if "eval_stats_before" in line]
+    stats = CheckpointDir(root / config["checkpoint_path"]).read_stats()
+    lines = [line for line in stats if "eval_stats_before" in line]
     assert lines
     for line in lines:
         assert line["eval_stats_before"]["metrics"]["pos_rank"] <= largest, line
@@ -76,3 +78,15 @@ def test_a_graph_smaller_than_its_eval_negatives_ranks_against_every_entity(tmp_
     assert evaluated.returncode == 0, evaluated.stderr
     result = json.loads(evaluated.stdout)
     assert result["metrics"]["pos_rank"] <= largest and "entities" in result["protocol"], result
+
+
+def test_every_eval_command_in_the_docs_names_the_edges_it_measures() -> None:
+    """A reader copies commands: none evaluates the config's edge_paths (the training edges) by default."""
+    repo = Path(__file__).resolve().parents[1]
+    found = []
+    for doc in [repo / "README.md", repo / "recipes" / "README.md", *sorted((repo / "docs").rglob("*.md"))]:
+        text = re.sub(r"\\\n\s*", " ", doc.read_text(encoding="utf-8"))  # join continued command lines
+        for command in re.findall(r"pbgtrain eval \S+\.(?:json|py)\b[^\n`]*", text):
+            found.append(command)
+            assert "--edges" in command, f"{doc.relative_to(repo)}: {command}"
+    assert len(found) >= 8, found

@@ -132,3 +132,11 @@ def test_a_missing_validation_path_is_named(example: Path, tmp_path: Path) -> No
     assert done.returncode == 1, done.stderr
     assert "--valid" in done.stderr and "nowhere" in done.stderr and "found nothing" in done.stderr
     assert not (tmp_path / "m" / naming.CHECKPOINT_VERSION).exists()
+
+
+def test_a_run_stopped_by_another_rule_has_its_last_version_evaluated(example: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "model"
+    run = load_run_config(example / "config.json", [f"checkpoint_path={checkpoint}", "num_epochs=10"])
+    result = fit(run, FitOptions(max_iterations=3, validation=ValidationOptions("edges/test", every=2)))
+    assert result.stopped_early and result.final_version == 3
+    assert [r["version"] for r in _records(checkpoint)] == [2, 3]  # due at 2; 3 because the run stops there

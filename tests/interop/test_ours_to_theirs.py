@@ -171,3 +171,43 @@ def test_original_warm_starts_from_our_checkpoint(original: Original, tmp_path: 
         pytest.fail(f"the original cannot start from our checkpoint as init_path:\n{exc}")
     problems = check_carried_over(root / "checkpoint", root / "theirs_from_ours", config)
     assert not problems, failures_text(problems)
+
+
+def test_original_resumes_a_validation_driven_run(original: Original, tmp_path: Path) -> None:
+    """``fit --valid`` (best version kept in best/, validation lines in training_stats.json, the
+    learning rate decayed) on the partitioned cell (2x2 buckets, 2 chunks, epoch snapshots): the
+    original trains one more epoch from the checkpoint, best/ survives it intact, the directory
+    validates, and pbgtrain resumes the validation where it was."""
+    from pbgtrain.config import load_run_config
+    from pbgtrain.train import FitOptions, fit
+    from pbgtrain.validation import ValidationOptions, validation_records
+
+    cell = next(c for c in CELLS if c.name == "partitioned")
+    root = tmp_path / "cell"
+    train, test = cell.write_inputs(root)
+    ours_import(write_json(root / "import.json", cell.config(root, edge_paths=("train", "test"))), [train, test])
+    config = cell.config(root)
+    config_path = write_json(root / "config.json", config)
+    valid = str(root / "edges" / "test")
+    options = FitOptions(validation=ValidationOptions(valid, lr_decay=0.5))
+    fit(load_run_config(config_path), options)
+    ckpt, best = CheckpointDir(root / "checkpoint"), CheckpointDir(root / "checkpoint" / "best")
+    version, best_version = ckpt.read_version(), best.read_version()
+    records = validation_records(ckpt.read_stats(), valid, version)
+    assert len(records) == cell.epochs and records[-1]["best_version"] == best_version
+    kept = {(name, part): best.read_embeddings(name, part).embeddings.copy()
+            for name, entity in config["entities"].items() for part in range(entity["num_partitions"])}
+
+    original.cli("train", config, [], workdir=tmp_path / "run", overrides=[f"num_epochs={cell.epochs + 1}"])
+    assert ckpt.read_version() == version + cell.num_chunks
+    assert best.read_version() == best_version
+    for (name, part), rows in kept.items():
+        assert (best.read_embeddings(name, part).embeddings == rows).all(), f"best/ {name}/{part} changed"
+    report = ours_validate(config_path)
+    assert report.ok, "after the original resumed a validation-driven checkpoint: " + validation_message(report)
+
+    fit(load_run_config(config_path, [f"num_epochs={cell.epochs + 2}"]), options)
+    again = validation_records(ckpt.read_stats(), valid, ckpt.read_version())
+    assert len(again) == cell.epochs + 1 and again[:-1] == records  # carried on from the records before
+    report = ours_validate(config_path)
+    assert report.ok, "after pbgtrain resumed with --valid: " + validation_message(report)
