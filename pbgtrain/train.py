@@ -12,12 +12,11 @@ once, instead of the original's HOGWILD processes; several processes, on one mac
 train together as a distributed run.
 
 **Stop rules.** A :class:`StopRule` sees every committed iteration (:class:`IterationRecord`) and
-says whether to stop after it: ``--max-minutes`` (:class:`MaxSeconds`) and ``--max-iterations``
-(:class:`MaxIterations`) are the two today. Validation-driven training (evaluate every N epochs,
-keep the best version, stop when it no longer improves) plugs in here as one more rule made by
-:func:`stop_rules`, called at the end of each iteration with its record (the committed version and
-its place in the plan), without a change to the loop; the coordinator still makes every process
-stop after the same version.
+says whether to stop after it: ``--max-minutes`` (:class:`MaxSeconds`), ``--max-iterations``
+(:class:`MaxIterations`) and ``--valid`` (:class:`pbgtrain.validation.ValidationRule`: evaluate
+every N epochs, keep the best version, decay the learning rate, stop when it no longer improves).
+When one rule stops the run, the others are told (:meth:`StopRule.stopping`), so the last version
+is evaluated too; the coordinator makes every process stop after the same version.
 
 The trainer and the device helpers live in :mod:`pbgtrain.training.trainer` and :mod:`pbgtrain.training.device`;
 their public names are importable from here too.
