@@ -38,7 +38,7 @@ from pbgtrain.checkpointing import load_model_params
 from pbgtrain.config import RunConfig
 from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step
-from pbgtrain.ranking import all_entities_batch, rank_all_entities, ranks_every_entity
+from pbgtrain.ranking import all_entities_batch, eval_ranks_every_entity, rank_all_entities
 from pbgtrain.training.batching import stable_seed
 from pbgtrain.training.buckets import Bucket, PartitionLayout, all_buckets, bucket_limits
 from pbgtrain.training.device import resolve_device
@@ -150,7 +150,7 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
     edge_dirs = options.edge_paths or run.edge_paths
     all_entities = options.all_entities or bool(options.filter_paths)
     check_featurized_evaluation(run, reader.model.spec, all_entities)
-    all_entities = all_entities or _sampled_ranks_every_entity(reader)
+    all_entities = all_entities or eval_ranks_every_entity(reader.model.spec, cfg.batch_size, reader.counts.values())
     protocol = _protocol(run, reader, all_entities, options)
     total = RankingAccumulator(protocol, seed=options.seed)
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
@@ -183,15 +183,6 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
                                   reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
                                   generator)
     return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started)
-
-
-def _sampled_ranks_every_entity(reader: CheckpointReader) -> bool:
-    """The sampled protocol would draw no fewer negatives than the largest partition has entities:
-    rank against every entity instead (:func:`pbgtrain.ranking.ranks_every_entity`)."""
-    neg = reader.model.spec.eval_negatives
-    num_negatives = min(neg.num_batch_negs, reader.run.config.batch_size) + neg.num_uniform_negs
-    largest = max(reader.counts.values(), default=0)
-    return not reader.model.spec.featurized and ranks_every_entity(num_negatives, largest)
 
 
 def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, options: EvalOptions) -> EvalProtocol:

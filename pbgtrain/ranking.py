@@ -7,11 +7,13 @@ the held-out figures of a graph small enough that sampled negatives would repeat
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from pbgio.topk import rows_per_block
 from pbgtrain.metrics import FilterIndex, RankingAccumulator
-from pbgtrain.model import EmbeddingModel, EntityTable, score_candidates
+from pbgtrain.model import EmbeddingModel, EntityTable, ModelSpec, score_candidates
 
 ALL_ENTITIES_BATCH = 500
 """Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""
@@ -26,6 +28,15 @@ def ranks_every_entity(num_negatives: int, num_entities: int) -> bool:
     number of entities (a mean rank of 246 among 135 entities); every entity gives the exact
     figure, a rank never above ``num_entities``, and costs no more."""
     return num_negatives >= num_entities
+
+
+def eval_ranks_every_entity(spec: ModelSpec, batch_size: int, counts: Iterable[int]) -> bool:
+    """Whether the sampled protocol (``eval_num_batch_negs``, at most a batch, plus
+    ``eval_num_uniform_negs``) gives way to every entity: no partition (of ``counts``) has more
+    entities than that, and no type is featurized (those have no table to rank against)."""
+    neg = spec.eval_negatives
+    num_negatives = min(neg.num_batch_negs, batch_size) + neg.num_uniform_negs
+    return not spec.featurized and ranks_every_entity(num_negatives, max(counts, default=0))
 
 
 def all_entities_batch(num_candidates: int) -> int:

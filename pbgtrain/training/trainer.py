@@ -59,7 +59,7 @@ from pbgtrain.model import (
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import precision_scope
 from pbgtrain.progress import Reporter
-from pbgtrain.ranking import rank_all_entities, ranks_every_entity
+from pbgtrain.ranking import eval_ranks_every_entity, rank_all_entities
 from pbgtrain.training.batching import ChunkKey, IterationStep, prepare_chunk, stable_seed
 from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, bucket_limits, plan_swap
 from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
@@ -301,25 +301,20 @@ class Trainer:
         return edges
 
     @property
-    def eval_num_negatives(self) -> int:
-        neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
-        return min(neg.num_batch_negs, self.cfg.batch_size) + neg.num_uniform_negs
-
-    @property
     def eval_ranks_every_entity(self) -> bool:
-        """Held-out edges are ranked against every entity of the partition, not the eval negatives, when
-        no partition has more entities than negatives (:func:`pbgtrain.ranking.ranks_every_entity`)."""
-        largest = max(self.counts.values(), default=0)
-        return not self.model.spec.featurized and ranks_every_entity(self.eval_num_negatives, largest)
+        """Held-out edges are ranked against every entity of the partition, not the eval negatives
+        (:func:`pbgtrain.ranking.eval_ranks_every_entity`)."""
+        return eval_ranks_every_entity(self.model.spec, self.cfg.batch_size, self.counts.values())
 
     def eval_protocol(self) -> EvalProtocol:
         """How held-out edges are ranked (:attr:`eval_ranks_every_entity`)."""
+        neg = self.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
+        num_batch_negs = min(neg.num_batch_negs, self.cfg.batch_size)
         if self.eval_ranks_every_entity:
             return EvalProtocol(False, f"all entities of the partition as candidates (at most "
-                                f"{max(self.counts.values()):,}, no more than the {self.eval_num_negatives:,} eval "
-                                "negatives)", SIDES)
-        neg = self.model.spec.eval_negatives
-        return EvalProtocol.sampled(min(neg.num_batch_negs, self.cfg.batch_size), neg.num_uniform_negs)
+                                f"{max(self.counts.values()):,}, no more than the "
+                                f"{num_batch_negs + neg.num_uniform_negs:,} eval negatives)", SIDES)
+        return EvalProtocol.sampled(num_batch_negs, neg.num_uniform_negs)
 
     @torch.no_grad()
     def evaluate(self, idx: torch.Tensor, edges: BucketEdges, bucket: Bucket) -> RankingAccumulator:
