@@ -21,7 +21,8 @@ A table read from ``init_path`` with fewer rows than the entity count keeps its 
 their row-wise Adagrad sums; the rows after them are those a fresh table of the full count
 would have (the seeded ``init_scale · N(0, 1)`` above, rows ``stored…count-1``) with sums 0.
 Dynamic relation operators with fewer relations keep theirs (and their Adagrad sums); the
-new relations' parameters start as a fresh model's (identity-like operators) with sums 0.
+new relations' parameters start as a fresh model's (identity operators, or random ones with
+``--operator-init random``) with sums 0.
 More rows or relations than the layout counts stay an error, and so does a smaller table in
 the run's own ``checkpoint_path`` (continuing a checkpoint in place after an append is
 refused: warm start a new ``checkpoint_path`` from it with ``init_path``).

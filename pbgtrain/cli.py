@@ -69,6 +69,11 @@ def fit(
         "free memory less a quarter; 0 on a CPU, where only the current bucket's partitions are in memory). "
         "Single-process runs only.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of initialization, shuffling and sampling.")] = 0,
+    operator_init: Annotated[str, typer.Option(
+        "--operator-init", metavar="identity|random", help="How a fresh run's relation operators start: as the "
+        "identity (the original's), or drawn from init_scale · N(0, 1) like the entities, which spares models of "
+        "symmetric relations (WN18RR) epochs of scoring each entity highest against itself. Operators read from "
+        "the checkpoint or init_path replace them either way; pbgtrain's own option.")] = "identity",
     compile_step: Annotated[bool, typer.Option(
         "--compile", help="Fuse the step's elementwise passes (softmax loss, violators) with torch.compile: "
         "Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, once.")] = False,
@@ -118,7 +123,7 @@ def fit(
     from pbgio import storage
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
-    from pbgtrain.training.options import frozen_types_problem
+    from pbgtrain.training.options import frozen_types_problem, operator_init_problem
     from pbgtrain.validation import ValidationOptions
 
     run = _load(config, param, base)
@@ -126,6 +131,10 @@ def fit(
     problem = frozen_types_problem(run.config, frozen)
     if problem is not None:
         print_error(f"--freeze: {problem}")
+        raise typer.Exit(EXIT_USAGE)
+    problem = operator_init_problem(operator_init)
+    if problem is not None:
+        print_error(f"--operator-init: {problem}")
         raise typer.Exit(EXIT_USAGE)
     validation = None
     if valid is not None:
@@ -144,7 +153,7 @@ def fit(
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision,
                          partition_memory=partition_memory, compile=compile_step, frozen_types=frozen,
-                         validation=validation)
+                         validation=validation, operator_init=operator_init)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()

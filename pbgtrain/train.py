@@ -89,6 +89,7 @@ class FitOptions:
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
     validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
+    operator_init: str = "identity"  # --operator-init: a fresh run's operators, identity or random (OPERATOR_INITS)
 
 
 @dataclass

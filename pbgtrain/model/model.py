@@ -17,7 +17,13 @@ from torch import nn
 
 from pbgtrain.model.comparators import Comparator, make_comparator
 from pbgtrain.model.losses import LossFunction, make_loss
-from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
+from pbgtrain.model.operators import (
+    DynamicOperator,
+    Operator,
+    draw_parameters,
+    make_dynamic_operator,
+    make_operator,
+)
 from pbgtrain.model.regularizers import N3Regularizer
 
 if TYPE_CHECKING:
@@ -227,6 +233,13 @@ class EmbeddingModel(nn.Module):
         op = self.rhs_operators[rel]
         assert isinstance(op, Operator)
         return op
+
+    def draw_operators(self, scale: float, seed: int) -> None:
+        """Every operator's parameters drawn from ``scale · N(0, 1)`` (lhs operators, then rhs, in
+        order), seeded by ``seed``; see :func:`pbgtrain.model.operators.draw_parameters`."""
+        generator = torch.Generator().manual_seed(seed)
+        for op in (*self.lhs_operators, *self.rhs_operators):
+            draw_parameters(op, scale, generator)
 
     def dynamic_operators(self) -> tuple[DynamicOperator, DynamicOperator]:
         """(lhs operator g, rhs operator h)."""

@@ -1,5 +1,5 @@
 """What a :class:`~pbgtrain.training.trainer.Trainer` reads of the fit options, and the checks
-of those options that need the config (``--freeze``).
+of those options (``--operator-init``; ``--freeze``, which needs the config).
 """
 
 from __future__ import annotations
@@ -33,6 +33,28 @@ class TrainerOptions(Protocol):
 
     @property
     def frozen_types(self) -> frozenset[str]: ...
+
+    @property
+    def operator_init(self) -> str: ...
+
+
+OPERATOR_INITS = ("identity", "random")
+"""How a fresh run's relation operators start (``--operator-init``): as the identity (the
+original's), or drawn from ``init_scale · N(0, 1)`` like the entities. Operators read from a
+checkpoint or ``init_path`` replace them either way."""
+
+
+def operator_init_problem(name: str) -> str | None:
+    """Why ``--operator-init name`` cannot run (None when it can).
+
+    >>> operator_init_problem("random") is None
+    True
+    >>> operator_init_problem("zeros")
+    "unknown operator initialisation 'zeros'; choose 'identity' or 'random'"
+    """
+    if name in OPERATOR_INITS:
+        return None
+    return f"unknown operator initialisation {name!r}; choose " + " or ".join(repr(n) for n in OPERATOR_INITS)
 
 
 def remote_bucket_cache(options: TrainerOptions) -> LocalCache:

@@ -64,7 +64,12 @@ from pbgtrain.training.batching import ChunkKey, IterationStep, prepare_chunk, s
 from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, bucket_limits, plan_swap
 from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
 from pbgtrain.training.device import option_error, resolve_device, resolve_precision
-from pbgtrain.training.options import TrainerOptions, frozen_types_problem, remote_bucket_cache
+from pbgtrain.training.options import (
+    TrainerOptions,
+    frozen_types_problem,
+    operator_init_problem,
+    remote_bucket_cache,
+)
 from pbgtrain.training.records import (
     IterationRecord,
     MovementStats,
@@ -111,7 +116,13 @@ class Trainer:
         if problem is not None:
             raise option_error(run, "--freeze", problem)
         self.frozen = frozenset(options.frozen_types)
-        self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen).to(self.device)
+        self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen)
+        problem = operator_init_problem(options.operator_init)
+        if problem is not None:
+            raise option_error(run, "--operator-init", problem)
+        if options.operator_init == "random":  # before _restore_model: what a checkpoint holds replaces it
+            self.model.draw_operators(cfg.init_scale, stable_seed("operators", options.seed))
+        self.model = self.model.to(self.device)
         self.optimizer = make_relation_optimizer(self.model)
         self.config_lrs = (self.model.spec.lr, self.model.spec.relation_lr)
         self.ckpt = TrainingCheckpoint(run.checkpoint_path, cfg, init_path=run.init_path, seed=options.seed,
