@@ -44,6 +44,7 @@ from pbgio.formats.h5 import (
     attr_int,
     attr_str,
     check_format_version,
+    check_written,
     link_name,
     open_h5,
     read_whole,
@@ -215,6 +216,33 @@ class CheckpointDir:
             ds = f.get(EMBEDDINGS_DATASET)
             raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
             return EmbeddingsState(read_whole(ds, path), _read_blob(f, path))
+
+    def embeddings_shape(self, entity_type: str, part: int, version: int) -> tuple[int, ...]:
+        """The shape of a partition's table, read without its values."""
+        path = self.embeddings_path(entity_type, part, version)
+        with open_h5(path) as f:
+            check_format_version(f, path)
+            ds = f.get(EMBEDDINGS_DATASET)
+            raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
+            return tuple(int(n) for n in ds.shape)
+
+    def read_embedding_rows(self, entity_type: str, part: int, version: int,
+                            offsets: NDArray[np.int64]) -> Float32Array:
+        """Rows ``offsets`` (any order, repeats allowed) of a partition's table, read without the rest
+        (a nearest-neighbour search re-ranks a few rows; a fingerprint checks a few)."""
+        path = self.embeddings_path(entity_type, part, version)
+        wanted = np.asarray(offsets, dtype=np.int64)
+        unique, inverse = np.unique(wanted, return_inverse=True)
+        with open_h5(path) as f:
+            check_format_version(f, path)
+            ds = f.get(EMBEDDINGS_DATASET)
+            raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
+            check_written(ds, path)
+            if len(unique) and (unique[0] < 0 or unique[-1] >= ds.shape[0]):
+                bad = int(unique[0] if unique[0] < 0 else unique[-1])
+                raise ValueError(f"{path}: row {bad} asked for, outside its {ds.shape[0]} rows")
+            rows = np.asarray(ds[unique] if len(unique) else np.zeros((0, ds.shape[1]), np.float32), np.float32)
+        return np.ascontiguousarray(rows[inverse.reshape(-1)])
 
     # ---- model
     def write_model(self, version: int, model: ModelState, metadata: FileMetadata | None = None) -> AnyPath:

@@ -152,6 +152,15 @@ class VersionError(FormatError):
     """A file of a format version this pbgio does not know."""
 
 
+class StaleIndexError(FormatError):
+    """A nearest-neighbour index that does not belong to the checkpoint version it would search
+    (built from another version, or from tables that have changed since): never used."""
+
+
+class MissingLibraryError(PbgioError, ImportError):
+    """An optional library a feature needs is not installed; the message says how to install it."""
+
+
 class MissingArtifactError(PbgioError, FileNotFoundError):
     """A file or directory the layout requires does not exist."""
 

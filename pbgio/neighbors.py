@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,14 +42,23 @@ from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
 from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.topk import BlockScores, RankedEntity, rows_per_block, scan_partitions, text_table
 
-Metric = Literal["cos", "dot"]
-METRICS: tuple[Metric, ...] = ("cos", "dot")
+if TYPE_CHECKING:
+    from pbgio.index import EmbeddingIndex
+from pbgio.topk import (
+    METRICS,
+    BlockScores,
+    Metric,
+    RankedEntity,
+    VectorScorer,
+    rows_per_block,
+    scan_partitions,
+    text_table,
+)
+
 SCORE_BUDGET = 1 << 24
 """Elements of a block (its rows × max(dimension, queries)) scored at once: 64 MiB of float32."""
 MAX_BLOCK_ROWS = 1 << 16
-NORM_CLAMP = 1e-30
 Floats = NDArray[np.float32]
 
 
@@ -71,11 +80,13 @@ class Neighbors:
     version: int
     candidates: int
     neighbors: list[Neighbor]
+    searched: str = "exact"
+    """``exact`` (every row scored), or the index that proposed the rows (then scored exactly)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (a non-finite score is null)."""
         return {"query": self.query, "entity_type": self.entity_type, "metric": self.metric,
-                "version": self.version, "candidates": self.candidates,
+                "version": self.version, "candidates": self.candidates, "searched": self.searched,
                 "neighbors": [n.to_dict() for n in self.neighbors]}
 
 
@@ -98,13 +109,19 @@ def nearest_neighbors(
     version: int | None = None,
     checkpoint: str | AnyPath | None = None,
     base: str | AnyPath | None = None,
+    index: bool = False,
+    nprobe: int | None = None,
+    candidates: int | None = None,
 ) -> list[Neighbors]:
     """The ``k`` nearest neighbours of each entity of ``names`` (of ``entity_type``), in order.
 
     Names are looked up in the type's names files (an unknown one raises
     :class:`~pbgio.errors.UnknownNameError`); bad arguments raise :class:`NeighborsError`.
     Without ``version``, the committed version is read, all of it even while ``pbgtrain fit``
-    commits newer ones (:func:`pbgio.checkpoint.read_committed`).
+    commits newer ones (:func:`pbgio.checkpoint.read_committed`). With ``index``, the version's
+    index (:func:`pbgio.index.build_index`) proposes ``candidates`` rows per name and they are
+    scored exactly (:func:`indexed_neighbors`); its metric and global embedding must be those
+    asked for.
     """
     if k < 1:
         raise NeighborsError(f"expected k >= 1, found {k}")
@@ -119,9 +136,48 @@ def nearest_neighbors(
         raise NeighborsError(f"expected an entity type of the config {sorted(source.config.entities)}, "
                              f"found {entity_type!r}")
     scorer_device = _check_device(device)
+    if index:
+        from pbgio.index.search import load_index
+
+        with load_index(source, entity_type, nprobe=nprobe) as loaded:
+            if loaded.metric != metric:
+                raise NeighborsError(f"{loaded.path}: the index compares by {loaded.metric}, not {metric}: ask for "
+                                     f"--metric {loaded.metric}, or build a {metric} index (pbgio index build "
+                                     f"--metric {metric})")
+            if loaded.meta.add_global != (add_global and source.config.global_emb):
+                held = "with" if loaded.meta.add_global else "without"
+                raise NeighborsError(f"{loaded.path}: the index holds rows {held} the global embedding; ask for the "
+                                     "same (--no-global), or rebuild it")
+            return indexed_neighbors(loaded, names, k=k, include_self=include_self, candidates=candidates)
     return read_committed(source.checkpoint, lambda v: _neighbors(
         replace(source, version=v), entity_type, list(names), k, metric, include_self, add_global, scorer_device),
         version)
+
+
+def indexed_neighbors(index: EmbeddingIndex, names: Sequence[str], *, k: int = 10, include_self: bool = False,
+                      candidates: int | None = None) -> list[Neighbors]:
+    """The ``k`` nearest neighbours of each of ``names`` through a loaded index (load it once with
+    :func:`pbgio.index.open_index`, then ask as often as needed): the index proposes
+    ``candidates`` rows per name, which are scored exactly by the index's metric."""
+    if isinstance(names, str):
+        raise NeighborsError(f"expected a sequence of names, found the string {names!r} (write [{names!r}])")
+    source = index.source
+    num_parts = source.config.num_partitions(index.entity_type)
+    where = locate_entities(source.entity_path, index.entity_type, num_parts, names)
+    queries = [where[name] for name in names]
+    for q in queries:
+        if q.offset >= index.meta.partition_rows[q.partition]:
+            raise _more_names_than_rows(source, index.entity_type, q.partition, index.meta.partition_rows[q.partition])
+    vectors = index.rows(np.array([q.partition for q in queries]), np.array([q.offset for q in queries]))
+    found = index.top_k(vectors, k, candidates=candidates,
+                        exclude=None if include_self else [(q.partition, q.offset) for q in queries])
+    named = names_of(source.entity_path, index.entity_type,
+                     [Position(p, o) for best in found for _, p, o in best])
+    searched = index.describe()
+    return [Neighbors(name, index.entity_type, index.metric, index.version, index.meta.rows,
+                      [Neighbor(rank, named[Position(p, o)], score, p, o)
+                       for rank, (score, p, o) in enumerate(best, 1)], searched)
+            for name, best in zip(names, found, strict=True)]
 
 
 def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int, metric: Metric,
@@ -147,7 +203,7 @@ def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int,
                 vectors[i] = rows[q.offset]
         held = (part, rows)
     del rows  # held keeps the last one, for the scan to start with
-    scorer = _Scorer(vectors, metric, device)
+    scorer = VectorScorer(vectors, metric, device)
 
     def open_partition(part: int) -> tuple[int, BlockScores]:
         nonlocal held
@@ -190,36 +246,3 @@ def _check_device(device: str) -> str:
     if parsed.index is not None and parsed.index >= torch.cuda.device_count():
         raise NeighborsError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
     return device
-
-
-class _Scorer:
-    """Scores of every query against a block of rows, ``[queries, rows]`` (float32, on the CPU)."""
-
-    def __init__(self, queries: Floats, metric: Metric, device: str) -> None:
-        self.metric = metric
-        self.device = device
-        prepared = self._prepare_numpy(queries)
-        if device == "cpu":
-            self.queries: Any = prepared
-        else:
-            import torch
-
-            self.queries = torch.from_numpy(prepared).to(device)
-
-    def _prepare_numpy(self, rows: Floats) -> Floats:
-        if self.metric == "dot":
-            return np.ascontiguousarray(rows, np.float32)
-        norms: Floats = np.linalg.norm(rows, axis=1, keepdims=True).astype(np.float32)
-        return np.divide(rows, np.maximum(norms, np.float32(NORM_CLAMP)), dtype=np.float32)
-
-    def __call__(self, rows: Floats) -> Floats:
-        if self.device == "cpu":
-            scores: Floats = np.asarray(self.queries @ self._prepare_numpy(rows).T, dtype=np.float32)
-            return scores
-        import torch
-
-        block = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device)
-        if self.metric == "cos":
-            block = block / block.norm(dim=1, keepdim=True).clamp_min(NORM_CLAMP)
-        out: Floats = (self.queries @ block.T).cpu().numpy()
-        return out

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -78,6 +78,10 @@ class TopK:
 
 
 BlockScores = Callable[[int, int], NDArray[Any]]
+Metric = Literal["cos", "dot"]
+METRICS: tuple[Metric, ...] = ("cos", "dot")
+NORM_CLAMP = 1e-30
+Floats = NDArray[np.float32]
 """The scores of rows ``[start, stop)`` of an open partition against every query: ``[queries, stop - start]``."""
 
 
@@ -198,3 +202,37 @@ def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequ
     return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
                      for line in lines)
+
+
+class VectorScorer:
+    """Exact scores of queries against blocks of rows by ``cos`` or ``dot``, ``[queries, rows]``
+    (float32, returned on the CPU; computed by numpy on ``cpu``, by torch on ``cuda``)."""
+
+    def __init__(self, queries: Floats, metric: Metric, device: str) -> None:
+        self.metric = metric
+        self.device = device
+        prepared = self._prepare_numpy(queries)
+        if device == "cpu":
+            self.queries: Any = prepared
+        else:
+            import torch
+
+            self.queries = torch.from_numpy(prepared).to(device)
+
+    def _prepare_numpy(self, rows: Floats) -> Floats:
+        if self.metric == "dot":
+            return np.ascontiguousarray(rows, np.float32)
+        norms: Floats = np.linalg.norm(rows, axis=1, keepdims=True).astype(np.float32)
+        return np.divide(rows, np.maximum(norms, np.float32(NORM_CLAMP)), dtype=np.float32)
+
+    def __call__(self, rows: Floats) -> Floats:
+        if self.device == "cpu":
+            scores: Floats = np.asarray(self.queries @ self._prepare_numpy(rows).T, dtype=np.float32)
+            return scores
+        import torch
+
+        block = torch.from_numpy(np.ascontiguousarray(rows)).to(self.device)
+        if self.metric == "cos":
+            block = block / block.norm(dim=1, keepdim=True).clamp_min(NORM_CLAMP)
+        out: Floats = (self.queries @ block.T).cpu().numpy()
+        return out

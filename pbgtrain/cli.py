@@ -246,6 +246,18 @@ def predict(
     triples: Annotated[str | None, typer.Option(
         "--triples", help="TSV file of lhs<TAB>rel<TAB>rhs names (- for stdin): print each triple with its "
         "score, in order (instead of --lhs/--rel/--rhs).")] = None,
+    queries: Annotated[str | None, typer.Option(
+        "--queries", help="TSV file of top-k queries (- for stdin), one per line: lhs<TAB>rel<TAB> ranks rhs "
+        "candidates, <TAB>rel<TAB>rhs ranks lhs ones; answered with one loaded model (and index).")] = None,
+    index: Annotated[bool, typer.Option(
+        "--index", help="Top-k through the candidate type's index (pbgio index build): the query is moved "
+        "through the relation's operator, the index proposes candidates, the model scores them exactly. Where "
+        "the comparator allows no such query, every candidate is scored (and the output says why).")] = False,
+    nprobe: Annotated[int | None, typer.Option(
+        "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
+    candidates: Annotated[int | None, typer.Option(
+        "--candidates", min=1, help="With --index: candidates the index proposes, scored exactly (default 100).")
+    ] = None,
     param: Overrides = None,
     version: Annotated[int | None, typer.Option(help="Checkpoint version (default: the committed one).")] = None,
     device: Device = None,
@@ -254,14 +266,30 @@ def predict(
 ) -> None:
     """Score by name: the top-k entities for (entity, relation), a triple's ranks, or the scores of triples.
 
-    Uses the model's own operator and comparator; every partition of the candidate type is ranked.
+    Uses the model's own operator and comparator; every partition of the candidate type is ranked,
+    or, with --index, the candidates its index proposes.
     """
     if triples is not None and (lhs is not None or rel is not None or rhs is not None or filter_paths):
         print_error("--triples scores the triples of a file: give it without --lhs, --rel, --rhs and --filter")
         raise typer.Exit(EXIT_USAGE)
+    if queries is not None and (lhs is not None or rel is not None or rhs is not None or triples is not None):
+        print_error("--queries answers the top-k queries of a file: give it without --lhs, --rel, --rhs and "
+                    "--triples")
+        raise typer.Exit(EXIT_USAGE)
+    if (nprobe is not None or candidates is not None) and not index:
+        print_error("--nprobe and --candidates apply to --index searches")
+        raise typer.Exit(EXIT_USAGE)
+    if index and (triples is not None or (lhs is not None and rhs is not None)):
+        print_error("--index applies to top-k queries (--lhs or --rhs, or --queries), not to scoring triples")
+        raise typer.Exit(EXIT_USAGE)
+    if queries is not None:
+        _predict_batch(config, queries, k=k, filter_paths=filter_paths or [], index=index, nprobe=nprobe,
+                       candidates=candidates, param=param, version=version, device=device, base=base,
+                       as_json=as_json)
+        return
     if triples is None and (rel is None or (lhs is None and rhs is None)):
         print_error("give --rel and --lhs (rank rhs candidates), --rhs (rank lhs candidates) or both (rank the "
-                    "triple); or --triples FILE")
+                    "triple); or --triples FILE, or --queries FILE")
         raise typer.Exit(EXIT_USAGE)
     text = None
     if triples == "-":
@@ -291,7 +319,7 @@ def predict(
         else:
             assert rel is not None
             result = pred.top_k(run, lhs=lhs, rel=rel, rhs=rhs, k=k, filter_paths=filters, version=version,
-                                device=device)
+                                device=device, index=index, nprobe=nprobe, candidates=candidates)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -300,6 +328,30 @@ def predict(
     table = result.format()
     if table:
         typer.echo(table)
+
+
+def _predict_batch(config: str, source: str, *, k: int, filter_paths: list[str], index: bool, nprobe: int | None,
+                   candidates: int | None, param: list[str] | None, version: int | None, device: str | None,
+                   base: str | None, as_json: bool) -> None:
+    """``predict --queries``: every top-k query of a file, from one loaded model (and index)."""
+    from pbgio import storage
+    from pbgio.errors import MissingArtifactError, MissingLibraryError
+    from pbgtrain import predict as pred
+
+    with exit_codes(usage=(MissingArtifactError,)):
+        parsed = pred.parse_queries(sys.stdin.read(), "<stdin>") if source == "-" else pred.read_queries(source)
+    run = _load(config, param, base)
+    filters = [storage.resolve(f) for f in filter_paths]
+    results = []
+    with exit_codes(usage=(MissingArtifactError, MissingLibraryError), on_interrupt=lambda: None), \
+            pred.Predictor(run, version=version, device=device, index=index, nprobe=nprobe,
+                           candidates=candidates) as predictor:
+        for query in parsed:
+            results.append(predictor.top_k(rel=query.rel, lhs=query.lhs, rhs=query.rhs, k=k, filter_paths=filters))
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
+        return
+    typer.echo(pred.format_rankings(results))
 
 
 @app.command("config")

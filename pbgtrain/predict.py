@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -50,6 +50,7 @@ from pbgio.topk import (
     BlockScores,
     PartitionScan,
     RankedEntity,
+    TopK,
     finite_or_none,
     rows_per_block,
     scan_partitions,
@@ -57,9 +58,12 @@ from pbgio.topk import (
 )
 from pbgtrain.config import RunConfig, load_run_config
 from pbgtrain.evaluate import CheckpointReader
-from pbgtrain.model import EntityTable, score_candidates
+from pbgtrain.model import EntityTable, candidate_space_query, score_candidates
 from pbgtrain.training.buckets import PartitionLayout, all_buckets
 from pbgtrain.training.device import resolve_device
+
+if TYPE_CHECKING:
+    from pbgio.index import EmbeddingIndex
 
 Side = Literal["lhs", "rhs"]
 ROW_BUDGET = 1 << 24
@@ -113,15 +117,19 @@ class Ranking:
     excluded: int
     filter_paths: list[str]
     predictions: list[Prediction]
+    searched: str = "exact"
+    """``exact`` (every candidate scored), the index that proposed the candidates (then scored
+    exactly), or ``exact (why the index could not be used)``."""
 
     def describe(self) -> str:
-        """One line: what was ranked, against what, from which checkpoint version."""
+        """One line: what was ranked, against what, how, from which checkpoint version."""
         lhs = self.query.get("lhs", "?")
         rhs = self.query.get("rhs", "?")
         filtered = (f"; {self.excluded:,} known edges of {', '.join(self.filter_paths)} left out"
                     if self.filter_paths else "")
+        how = "" if self.searched == "exact" else f"; searched: {self.searched}"
         return (f"top {len(self.predictions)} {self.side} candidates for ({lhs}, {self.query['rel']}, {rhs}) among "
-                f"{self.candidates:,} {self.entity_type!r} entities{filtered}; checkpoint version {self.version}")
+                f"{self.candidates:,} {self.entity_type!r} entities{filtered}{how}; checkpoint version {self.version}")
 
     def format(self) -> str:
         """The table: rank, name, score."""
@@ -132,7 +140,7 @@ class Ranking:
         """JSON-ready (a non-finite score is null)."""
         return {"version": self.version, "side": self.side, "entity_type": self.entity_type, "query": self.query,
                 "candidates": self.candidates, "excluded": self.excluded, "filter_paths": self.filter_paths,
-                "predictions": [p.to_dict() for p in self.predictions]}
+                "searched": self.searched, "predictions": [p.to_dict() for p in self.predictions]}
 
 
 @dataclass(frozen=True)
@@ -218,6 +226,9 @@ def top_k(
     filter_paths: Sequence[str | AnyPath] = (),
     version: int | None = None,
     device: str | None = None,
+    index: bool = False,
+    nprobe: int | None = None,
+    candidates: int | None = None,
 ) -> Ranking:
     """The ``k`` best rhs entities for (``lhs``, ``rel``), or the best lhs for (``rel``, ``rhs``).
 
@@ -225,35 +236,148 @@ def top_k(
     (all partitions); with ``filter_paths``, those forming a known edge with the query are left
     out. Without ``version``, the committed version, read whole even while ``pbgtrain fit``
     commits newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
+    With ``index``, the candidate type's index proposes ``candidates`` rows, scored exactly
+    (see :class:`Predictor`).
     """
+    _check_query(lhs, rhs, k)
+    run = _run(config)
+
+    def rank(version: int) -> Ranking:
+        with Predictor(run, version=version, device=device, index=index, nprobe=nprobe,
+                       candidates=candidates) as predictor:
+            return predictor.top_k(rel=rel, lhs=lhs, rhs=rhs, k=k, filter_paths=filter_paths)
+
+    return read_committed(CheckpointDir(run.checkpoint_path), rank, version)
+
+
+class Predictor:
+    """One checkpoint version loaded once to answer many top-k queries: the model, and with
+    ``index`` each candidate type's nearest-neighbour index (loaded at its first query).
+
+    With an index, the query is moved into the candidate space through the relation's operator
+    (:func:`pbgtrain.model.candidate_space_query`), the index proposes ``candidates`` rows
+    (plus the known edges to leave out), and those rows are scored exactly with the model's own
+    scoring: every score returned is the model's. Where the comparator allows no such query (l2,
+    squared_l2, a bias, cos after an operator on the candidate side) or the index compares by
+    another metric, every candidate is scored instead and :attr:`Ranking.searched` says why.
+    Without ``version``, the committed one; a Predictor keeps the version it opened.
+    """
+
+    def __init__(self, config: RunConfig | str | AnyPath, *, version: int | None = None, device: str | None = None,
+                 index: bool = False, nprobe: int | None = None, candidates: int | None = None) -> None:
+        if candidates is not None and candidates < 1:
+            raise PredictError(f"expected candidates >= 1, found {candidates}")
+        self.run = _run(config)
+        ckpt = CheckpointDir(self.run.checkpoint_path)
+        self.reader = _reader(self.run, ckpt.read_version() if version is None else version, device)
+        self.use_index = index
+        self.nprobe = nprobe
+        self.candidates = candidates
+        self._indexes: dict[str, EmbeddingIndex] = {}
+
+    def __enter__(self) -> Predictor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for loaded in self._indexes.values():
+            loaded.close()
+        self._indexes.clear()
+
+    def top_k(self, *, rel: str, lhs: str | None = None, rhs: str | None = None, k: int = 10,
+              filter_paths: Sequence[str | AnyPath] = ()) -> Ranking:
+        """As :func:`top_k`, from this Predictor's version."""
+        _check_query(lhs, rhs, k)
+        run, reader = self.run, self.reader
+        side: Side = "rhs" if lhs is not None else "lhs"
+        query_name = lhs if lhs is not None else rhs
+        assert query_name is not None
+        relation = _Relation.find(run, rel)
+        query_type, cand_type = relation.types(side)
+        query = locate_entities(run.entity_path, query_type, run.config.num_partitions(query_type), [query_name])[
+            query_name]
+        filters = [storage.resolve(p) for p in filter_paths]
+        known = _known_candidates(run, filters, relation.rel_id, side, query_type, query, cand_type)
+        query_row = _rows(reader, query_type, [query])
+        rel_arg = relation.model_rel(reader.device)
+        found = self._indexed(rel_arg, side, query_type, cand_type, query_row, known, k) if self.use_index else None
+        if isinstance(found, _Indexed):
+            best, total, excluded, searched = found.best, found.candidates, found.excluded, found.searched
+        else:
+            scan = _scan(reader, rel_arg, side, cand_type, query_row, known, k)
+            best, total, excluded = scan.tops[0].items(), scan.candidates, scan.excluded
+            searched = "exact" if found is None else f"exact ({found})"
+        names = names_of(run.entity_path, cand_type, [Position(p, o) for _, p, o in best])
+        predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
+        asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
+        return Ranking(reader.version, side, cand_type, asked, total, excluded,
+                       [storage.display(p) for p in filters], predictions, searched)
+
+    def _index(self, entity_type: str) -> EmbeddingIndex:
+        if entity_type not in self._indexes:
+            from pbgio.exporters.common import ExportSource
+            from pbgio.index.search import load_index
+
+            source = ExportSource(self.run.config, self.run.entity_path, self.reader.dir, self.reader.version)
+            self._indexes[entity_type] = load_index(source, entity_type, nprobe=self.nprobe)
+        return self._indexes[entity_type]
+
+    @torch.no_grad()
+    def _indexed(self, rel: int | torch.Tensor, side: Side, query_type: str, cand_type: str, query_row: torch.Tensor,
+                 known: dict[int, np.ndarray], k: int) -> _Indexed | str:
+        """The best ``k`` through the index, or why the index cannot rank these candidates."""
+        from pbgio.index.search import DEFAULT_CANDIDATES
+
+        reader, model, device = self.reader, self.reader.model, self.reader.device
+        loaded = self._index(cand_type)
+        query_table = EntityTable(query_row.clone(), entity_type=query_type)
+        probe_table = EntityTable(torch.zeros(1, loaded.meta.dimension, device=device), entity_type=cand_type)
+        zero = torch.zeros(1, dtype=torch.long, device=device)
+        lhs_t, rhs_t = (query_table, probe_table) if side == "rhs" else (probe_table, query_table)
+        mapped = candidate_space_query(model, lhs_t, rhs_t, zero, rel, zero, side)
+        if isinstance(mapped, str):
+            return mapped
+        vector, metric = mapped
+        if metric != loaded.metric:
+            return (f"the model ranks {cand_type!r} candidates by {metric}, the index by {loaded.metric}: build a "
+                    f"{metric} index with pbgio index build --metric {metric}")
+        num_known = sum(len(rows) for rows in known.values())
+        want = max(k, self.candidates or DEFAULT_CANDIDATES) + num_known
+        parts, offsets = loaded.propose(vector.float().cpu().numpy()[None], want)
+        keep = parts[0] >= 0
+        for part, rows in known.items():
+            keep &= ~((parts[0] == part) & np.isin(offsets[0], rows))
+        parts, offsets = parts[0][keep], offsets[0][keep]
+        best = TopK(k)
+        for part in np.unique(parts):
+            mine = offsets[parts == part]
+            weights = reader.dir.read_embedding_rows(cand_type, int(part), reader.version, mine)
+            table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=int(part))
+            lhs_t, rhs_t = (query_table, table) if side == "rhs" else (table, query_table)
+            cand = torch.arange(len(mine), device=device)
+            lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
+            _, block = score_candidates(model, lhs_t, rhs_t, lhs_ids, rel, rhs_ids, side, cand)
+            best.add(block.float().cpu().numpy()[0], int(part), mine)
+        return _Indexed(best.items(), loaded.meta.rows - num_known, num_known,
+                        f"{loaded.describe()}, {want:,} candidates scored exactly")
+
+
+@dataclass(frozen=True)
+class _Indexed:
+    best: list[tuple[float, int, int]]
+    candidates: int
+    excluded: int
+    searched: str
+
+
+def _check_query(lhs: str | None, rhs: str | None, k: int) -> None:
     if (lhs is None) == (rhs is None):
         raise PredictError("give exactly one of lhs and rhs: the other side is ranked (rank_triple ranks a "
                            "whole triple)")
     if k < 1:
         raise PredictError(f"expected k >= 1, found {k}")
-    run = _run(config)
-    side: Side = "rhs" if lhs is not None else "lhs"
-    query_name = lhs if lhs is not None else rhs
-    assert query_name is not None
-    relation = _Relation.find(run, rel)
-    query_type, cand_type = relation.types(side)
-    position = locate_entities(run.entity_path, query_type, run.config.num_partitions(query_type), [query_name])
-    query = position[query_name]
-    filters = [storage.resolve(p) for p in filter_paths]
-
-    def rank(version: int) -> Ranking:
-        reader = _reader(run, version, device)
-        known = _known_candidates(run, filters, relation.rel_id, side, query_type, query, cand_type)
-        query_row = _rows(reader, query_type, [query])
-        scan = _scan(reader, relation.model_rel(reader.device), side, cand_type, query_row, known, k)
-        best = scan.tops[0].items()
-        names = names_of(run.entity_path, cand_type, [Position(p, o) for _, p, o in best])
-        predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
-        asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
-        return Ranking(reader.version, side, cand_type, asked, scan.candidates, scan.excluded,
-                       [storage.display(p) for p in filters], predictions)
-
-    return read_committed(CheckpointDir(run.checkpoint_path), rank, version)
 
 
 def rank_triple(
@@ -380,23 +504,67 @@ def parse_triples(text: str, source: str = "<triples>") -> list[Triple]:
     return triples
 
 
+class Query(NamedTuple):
+    """A top-k query: exactly one of ``lhs`` and ``rhs`` is None (the side ranked)."""
+
+    lhs: str | None
+    rel: str
+    rhs: str | None
+    where: str = ""
+
+
+def parse_queries(text: str, source: str = "<queries>") -> list[Query]:
+    """Top-k queries from TSV text: ``lhs<TAB>rel<TAB>`` ranks rhs candidates, ``<TAB>rel<TAB>rhs``
+    lhs ones (blank lines skipped).
+
+    >>> parse_queries("ann\\tlikes\\t\\n\\tlikes\\tbob\\n", "q.tsv")[1]
+    Query(lhs=None, rel='likes', rhs='bob', where='q.tsv:2')
+    """
+    queries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[1] or bool(fields[0]) == bool(fields[2]):
+            raise InputError(source, number, "expected lhs<TAB>rel<TAB> (rank rhs candidates) or <TAB>rel<TAB>rhs "
+                                             f"(rank lhs candidates), found {len(fields)} field(s): {line[:80]!r}")
+        queries.append(Query(fields[0] or None, fields[1], fields[2] or None, f"{source}:{number}"))
+    return queries
+
+
+def read_queries(path: str | Path) -> list[Query]:
+    """The top-k queries of a UTF-8 TSV file, a path or URL (:func:`parse_queries`)."""
+    return parse_queries(_read_text(path, "queries file"), str(path))
+
+
+def format_rankings(rankings: Sequence[Ranking]) -> str:
+    """TSV with a header: the query (the ranked side empty), then rank, name, score per candidate."""
+    lines = ["lhs\trel\trhs\trank\tname\tscore"]
+    for r in rankings:
+        query = f"{r.query.get('lhs', '')}\t{r.query['rel']}\t{r.query.get('rhs', '')}"
+        lines += [f"{query}\t{p.rank}\t{p.name}\t{_short(p.score)}" for p in r.predictions]
+    return "\n".join(lines)
+
+
 def read_triples(path: str | Path) -> list[Triple]:
     """The triples of a UTF-8 TSV file, a path or URL (:func:`parse_triples`); a missing file is a
     :class:`~pbgio.errors.MissingArtifactError`, bytes that are not UTF-8 an :class:`InputError`."""
-    from pbgio import storage
+    return parse_triples(_read_text(path, "triples file"), str(path))
+
+
+def _read_text(path: str | Path, what: str) -> str:
     from pbgio.errors import MissingArtifactError
 
     location = storage.resolve(path)
     try:
-        with storage.open_binary(location, "triples file") as source:
+        with storage.open_binary(location, what) as source:
             raw = source.read()
     except FileNotFoundError:
-        raise MissingArtifactError(str(path), "triples file") from None
+        raise MissingArtifactError(str(path), what) from None
     try:
-        text = raw.decode("utf-8")
+        return str(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InputError(str(path), raw[:exc.start].count(b"\n") + 1, "expected UTF-8 text") from None
-    return parse_triples(text, str(path))
 
 
 # --------------------------------------------------------------------------- internals

@@ -41,6 +41,9 @@ from pbgio.spec.checkpoint import (
 )
 from pbgio.spec.edges import EDGE_DATASETS, WRITE_CHUNK_ELEMENTS, chunk_bounds, data_name, offsets_name
 from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_text
+from pbgio.spec.index import FINGERPRINT_ROWS, LIBRARIES, META_ATTR, META_FIELDS, PAYLOAD_DATASET
+from pbgio.spec.index import KINDS as INDEX_KINDS
+from pbgio.spec.index import METRICS as INDEX_METRICS
 from pbgio.spec.optimizer import OPTIMIZER_SPECS, PAYLOAD_GLOBALS
 from pbgio.spec.rules import RULES
 from pbgio.spec.stats import EXTRA_KEY, EXTRA_MEANING, LINE_KEYS, STATS_OBJECT_KEYS
@@ -285,6 +288,9 @@ def checkpoint_md() -> str:
         (pattern(naming.model_file, v), f"group `{MODEL_GROUP}`: everything but the embeddings"),
         (pattern(naming.embeddings_file, "{type}", "{part}", v),
          f"dataset `{EMBEDDINGS_DATASET}`: float32, shape (count, dimension of the type)"),
+        (pattern(naming.index_file, "{type}", v),
+         "optional, pbgtrain and pbgio only: a nearest-neighbour index of one type built from version N (see "
+         "below); the original ignores it"),
         (code(naming.TRAINING_STATS), "JSON lines, one object per trained bucket (see below); appended, not versioned"),
         (pattern(naming.snapshot_dir, "{k}/"),
          "a preserved version: absolute symlinks to its files and a real version file"),
@@ -387,8 +393,31 @@ The config stored in `{naming.CONFIG_JSON}` and in every file's `{CONFIG_JSON_AT
 with the validated config on the keys that define the model:
 {", ".join(code(k) for k in MODEL_DEFINING_KEYS)}.
 """,
-        f"## Rules\n\n{rule_list('checkpoint')}",
+        _index_section(),
+        f"## Rules\n\n{rule_list('checkpoint', 'index')}",
     )
+
+
+def _index_section() -> str:
+    fields = table(("key", "JSON type", "meaning"),
+                   [(code(name), field.json_type, field.meaning) for name, field in META_FIELDS.items()])
+    return f"""## Nearest-neighbour indexes
+
+`{naming.index_file("{type}", "{N}")}` (written by `pbgio index build`) indexes one entity type's
+rows of version N: every partition in order, row `i` of the index being row `i - start[p]` of
+partition `p` (`start` accumulates `partition_rows`). It belongs to that version: it is deleted
+with the version's other files, and a checkpoint without one is complete. Its contents:
+
+- dataset `{PAYLOAD_DATASET}`: 1-D uint8, the library's serialized index;
+- root attribute `{FORMAT_VERSION_ATTR}`: {FORMAT_VERSION};
+- root attribute `{META_ATTR}`: a JSON object with these keys:
+
+{fields}
+Metrics: {", ".join(code(m) for m in INDEX_METRICS)}; kinds: {", ".join(code(k) for k in INDEX_KINDS)};
+libraries: {", ".join(code(lib) for lib in LIBRARIES)}. The fingerprint hashes the row counts and
+{FINGERPRINT_ROWS} evenly spaced rows of each partition, so an index is refused once its tables
+change, without reading them whole. The file is written to a temporary name and renamed into place.
+"""
 
 
 def _optimizer_tables() -> str:

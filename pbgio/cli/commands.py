@@ -1,4 +1,4 @@
-"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed, neighbors.
+"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed, neighbors, index.
 
 Exit codes: 0 valid (warnings allowed), 1 invalid data or failed command,
 2 usage error (bad option, missing path), 130 interrupted.
@@ -197,9 +197,11 @@ class NeighborMetric(str, enum.Enum):
 @app.command()
 def neighbors(
     config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
-    names: Annotated[list[str], typer.Argument(help="Names of the entities whose neighbours to find (one or more).",
-                                               show_default=False)],
-    entity_type: Annotated[str, typer.Option("--type", "-t", help="The entity type of the names.")],
+    names: Annotated[list[str] | None, typer.Argument(
+        help="Names of the entities whose neighbours to find (one or more; or --names-file).", show_default=False)
+    ] = None,
+    entity_type: Annotated[str | None, typer.Option(
+        "--type", "-t", help="The entity type of the names (required).", show_default=False)] = None,
     k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Neighbours per name.")] = 10,
     metric: Annotated[NeighborMetric, typer.Option(
         "--metric", help="cos: cosine of the vectors; dot: their inner product.")] = NeighborMetric.cos,
@@ -216,22 +218,55 @@ def neighbors(
         "--checkpoint", help="Checkpoint directory (default: the config's checkpoint_path).")] = None,
     base: BaseOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the neighbours as JSON on stdout.")] = False,
+    names_file: Annotated[str | None, typer.Option(
+        "--names-file", help="Text file of names, one per line (- for stdin), answered together (with --index, "
+        "the index is loaded once).")] = None,
+    index: Annotated[bool, typer.Option(
+        "--index", help="Search the version's index (pbgio index build) instead of every row; the rows it proposes "
+        "are scored exactly.")] = False,
+    nprobe: Annotated[int | None, typer.Option(
+        "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
+    candidates: Annotated[int | None, typer.Option(
+        "--candidates", min=1, help="With --index: rows the index proposes per name, scored exactly (default 100).")
+    ] = None,
 ) -> None:
-    """Nearest neighbours of entities among the trained embeddings of their type (exact, cos or dot)."""
-    from pbgio.errors import MissingArtifactError
+    """Nearest neighbours of entities among the trained embeddings of their type (cos or dot): exact,
+    or through the version's index with --index."""
+    from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgio.neighbors import format_neighbors, nearest_neighbors
 
-    with exit_codes(usage=(MissingArtifactError,), on_interrupt=lambda: None):
-        found = nearest_neighbors(config, entity_type, names, k=k, metric=metric.value, include_self=include_self,
+    if entity_type is None:
+        raise _usage_error("give the entity type of the names: --type TYPE")
+    if (nprobe is not None or candidates is not None) and not index:
+        raise _usage_error("--nprobe and --candidates apply to --index searches")
+    wanted = list(names or [])
+    if names_file is not None:
+        wanted += _read_names(names_file)
+    if not wanted:
+        raise _usage_error("give one or more names, or --names-file")
+    with exit_codes(usage=(MissingArtifactError, MissingLibraryError), on_interrupt=lambda: None):
+        found = nearest_neighbors(config, entity_type, wanted, k=k, metric=metric.value, include_self=include_self,
                                   add_global=not no_global, device=device, version=version, checkpoint=checkpoint,
-                                  base=base)
+                                  base=base, index=index, nprobe=nprobe, candidates=candidates)
     if as_json:
         typer.echo(json.dumps([f.to_dict() for f in found], indent=2))
         return
     first = found[0]
     stderr_console().print(f"{k} nearest {entity_type!r} entities by {metric.value} among {first.candidates:,} "
-                           f"(checkpoint version {first.version})", soft_wrap=True, markup=False)
+                           f"({'' if first.searched == 'exact' else f'searched: {first.searched}; '}checkpoint version "
+                           f"{first.version})", soft_wrap=True, markup=False)
     typer.echo(format_neighbors(found))
+
+
+def _read_names(source: str) -> list[str]:
+    """Names, one per line, from a file or stdin (blank lines skipped)."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _usage_error(f"{source}: names file does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _usage_error(f"{source}: cannot read it as UTF-8 text ({exc})") from None
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
 config_app = typer.Typer(name="config", help="Run configs: convert the original's Python config files to JSON.",
@@ -293,11 +328,13 @@ def _register_subcommands() -> None:
     from pbgio.cli.converting import convert
     from pbgio.cli.exporting import embed, export
     from pbgio.cli.importing import import_edges
+    from pbgio.cli.indexing import index_app
 
     app.command()(convert)
     app.command("import")(import_edges)
     app.command()(export)
     app.command()(embed)
+    app.add_typer(index_app)
 
 
 _register_subcommands()

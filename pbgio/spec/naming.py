@@ -17,6 +17,8 @@ True
 ('embeddings', 'user', 0, 7)
 >>> parse_versioned_file("model.v7.h5")
 ('model', None, None, 7)
+>>> parse_versioned_file("index_user.v7.h5")
+('index', 'user', None, 7)
 >>> entity_type_name_problem("../etc")
 'contains a path separator'
 >>> entity_type_name_portability("user:v1")
@@ -32,6 +34,7 @@ ENTITY_NAMES_RE = re.compile(r"^entity_names_(?P<type>.+)_(?P<part>[0-9]+)\.json
 BUCKET_RE = re.compile(r"^edges_(?P<lhs>[0-9]+)_(?P<rhs>[0-9]+)\.h5$")
 EMBEDDINGS_RE = re.compile(r"^embeddings_(?P<type>.+)_(?P<part>[0-9]+)\.v(?P<version>[0-9]+)\.h5$")
 MODEL_RE = re.compile(r"^model\.v(?P<version>[0-9]+)\.h5$")
+INDEX_RE = re.compile(r"^index_(?P<type>.+)\.v(?P<version>[0-9]+)\.h5$")
 SNAPSHOT_DIR_RE = re.compile(r"^epoch_(?P<epoch>[0-9]+)$")
 BEST_DIR = "best"  # pbgtrain fit --valid: the version that scored best on the validation edges
 
@@ -74,6 +77,11 @@ def model_file(version: int) -> str:
     return f"model.v{version}.h5"
 
 
+def index_file(entity_type: str, version: int) -> str:
+    """The nearest-neighbour index of one entity type built from one version (:mod:`pbgio.spec.index`)."""
+    return f"index_{entity_type}.v{version}.h5"
+
+
 def snapshot_dir(epoch: int) -> str:
     return f"epoch_{epoch}"
 
@@ -104,13 +112,17 @@ def parse_bucket_file(name: str) -> tuple[int, int] | None:
 
 
 def parse_versioned_file(name: str) -> tuple[str, str | None, int | None, int] | None:
-    """``(kind, type, part, version)`` of a checkpoint file name, or None."""
+    """``(kind, type, part, version)`` of a checkpoint file name (kind: embeddings, model or index),
+    or None."""
     m = EMBEDDINGS_RE.match(name)
     if m:
         return ("embeddings", m["type"], int(m["part"]), int(m["version"]))
     m = MODEL_RE.match(name)
     if m:
         return ("model", None, None, int(m["version"]))
+    m = INDEX_RE.match(name)
+    if m:
+        return ("index", m["type"], None, int(m["version"]))
     return None
 
 

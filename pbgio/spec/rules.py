@@ -253,6 +253,20 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("model-param-missing", "error", "checkpoint",
      "The model file holds every parameter the config's operators and global embeddings have."),
     ("model-param-nonfinite", "error", "checkpoint", "Every model parameter value is finite."),
+    # --- nearest-neighbour indexes --------------------------------------------------------
+    ("index-foreign", "error", "index",
+     "An index file index_{type}.v{version}.h5 holds the 1-D uint8 dataset `index` and the root attribute "
+     "pbg_index/json: a JSON object with every metadata key, each of its type, a metric, library and kind "
+     "pbgio knows, and an entity type of the config that is not featurized."),
+    ("index-version-mismatch", "error", "index",
+     "The metadata's entity_type and version are those of the file name (an index renamed to another "
+     "version or type is not that version's index)."),
+    ("index-damaged", "error", "index",
+     "The payload's SHA-256 is the metadata's payload_sha256 (a damaged file is never loaded)."),
+    ("index-stale", "error", "index",
+     "The index was built from the tables of its version: partition_rows are the rows of each partition's "
+     "embeddings of that version, dimension is the type's, and the fingerprint is that of those embeddings "
+     "(global embedding added when add_global). A stale index is never used: rebuild it."),
 ]
 
 RULES: dict[str, Rule] = {rid: Rule(rid, sev, art, text) for rid, sev, art, text in _CATALOGUE}

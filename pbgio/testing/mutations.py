@@ -800,3 +800,55 @@ def _model_param_missing(root: Path) -> None:
 def _model_param_nonfinite(root: Path) -> None:
     with _h5(_model(root)) as f:
         f[_param("relations/2/operator/rhs/linear_transformation")][1, 1] = np.inf
+
+
+# --------------------------------------------------------------------------- nearest-neighbour indexes
+
+
+def _built_index(root: Path) -> Path:
+    """Build the index of 'user' for the committed version; return its file."""
+    from pbgio.index import build_index
+
+    return Path(str(build_index(root / naming.CONFIG_JSON, "user", kind="flat").path))
+
+
+def _edit_index_meta(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    from pbgio.spec.index import META_ATTR
+
+    with _h5(path) as f:
+        meta = json.loads(f.attrs[META_ATTR])
+        edit(meta)
+        f.attrs[META_ATTR] = json.dumps(meta)
+
+
+@mutates("index-foreign", layout="plain")
+def _index_foreign(root: Path) -> None:
+    # an index file that lost its metadata: not recognizably pbgio's
+    from pbgio.spec.index import META_ATTR
+
+    with _h5(_built_index(root)) as f:
+        del f.attrs[META_ATTR]
+
+
+@mutates("index-version-mismatch", layout="plain")
+def _index_version_mismatch(root: Path) -> None:
+    # an index of version 0 renamed to version 1 (its metadata still says 0)
+    _edit_index_meta(_built_index(root), lambda meta: meta.update(version=0))
+
+
+@mutates("index-damaged", layout="plain")
+def _index_damaged(root: Path) -> None:
+    from pbgio.spec.index import PAYLOAD_DATASET
+
+    with _h5(_built_index(root)) as f:
+        payload = f[PAYLOAD_DATASET][()]
+        payload[len(payload) // 2] ^= 0xFF
+        f[PAYLOAD_DATASET][...] = payload
+
+
+@mutates("index-stale", layout="plain")
+def _index_stale(root: Path) -> None:
+    # the table changed after the index was built (a row rewritten in place)
+    _built_index(root)
+    with _h5(_ckpt(root) / naming.embeddings_file("user", 0, 1)) as f:
+        f[EMBEDDINGS_DATASET][0] = f[EMBEDDINGS_DATASET][0] + np.float32(1.0)

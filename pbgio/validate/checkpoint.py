@@ -17,10 +17,12 @@ from pbgio.checks import RowProblem
 from pbgio.checks import checkpoint as rules
 from pbgio.checks import config as config_rules
 from pbgio.checks import hdf5 as hdf5_rules
+from pbgio.checks import index as index_rules
 from pbgio.checks import optimizer as optimizer_rules
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import attr_str, byte_dataset_file, check_written, format_version, link_name, open_h5
+from pbgio.index_file import TypeRows, meta_problem, payload_digest
 from pbgio.optimizer_state import read_state
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
@@ -33,6 +35,7 @@ from pbgio.spec.checkpoint import (
     expected_model_params,
     public_to_private,
 )
+from pbgio.spec.index import PAYLOAD_DATASET
 from pbgio.storage import AnyPath
 from pbgio.validate.context import Context, RowCollector
 
@@ -386,8 +389,42 @@ def _check_versioned_file(ctx: Context, file: AnyPath, reference: dict[str, Any]
     parsed = naming.parse_versioned_file(file.name)
     if parsed is None:
         return
-    kind, etype, part, _ = parsed
+    kind, etype, part, version = parsed
     if kind == "model":
         _check_model_file(ctx, file, reference)
+    elif kind == "index" and etype is not None:
+        _with_open(ctx, file, lambda f: _check_index(ctx, file, f, etype, version))
     elif etype is not None and part is not None:
         _check_embeddings_file(ctx, file, etype, part, reference)
+
+
+def _check_index(ctx: Context, file: AnyPath, f: h5py.File, etype: str, version: int) -> None:
+    """An index file: what it holds, whose it is, whether it is intact, whether it is stale."""
+    ctx.report.count_checked("index files")
+    shown = ctx.display(file)
+    meta, issue = meta_problem(shown, f)
+    if meta is None:
+        ctx.add(issue)
+        return
+    fields = dataclasses.asdict(meta)
+    cfg = ctx.config
+    problems = [index_rules.name_mismatch(shown, etype, version, fields)]
+    if cfg is not None:
+        problems.append(index_rules.entity_type(shown, fields, {t: e.featurized for t, e in cfg.entities.items()}))
+    for problem in problems:
+        if problem is not None:
+            ctx.add(problem)
+            return
+    ds = f[PAYLOAD_DATASET]
+    if not _written(ctx, file, ds):
+        return
+    ctx.add(index_rules.damaged(shown, fields, payload_digest(np.asarray(ds[()], np.uint8)), ds.shape[0]))
+    if cfg is None or etype not in cfg.entities:
+        return
+    rows = TypeRows(cfg, CheckpointDir(file.parent), version, etype, add_global=meta.add_global)
+    try:
+        counts = rows.partition_rows()
+        fingerprint = rows.fingerprint() if counts == meta.partition_rows else None
+    except (FormatError, MissingArtifactError):
+        return  # the version's own files are reported by their rules
+    ctx.add(index_rules.stale(shown, fields, counts, rows.dimension, fingerprint))

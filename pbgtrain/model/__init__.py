@@ -20,7 +20,7 @@ from pbgtrain.model.model import (
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives
 from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
 from pbgtrain.model.regularizers import N3Regularizer
-from pbgtrain.model.scoring import ForwardResult, Scores, forward_batch, score_candidates
+from pbgtrain.model.scoring import ForwardResult, Scores, candidate_space_query, forward_batch, score_candidates
 from pbgtrain.model.step import EvalResult, StepStats, StepTotals, add_train_step, batch_loss, eval_step, train_step
 from pbgtrain.model.tables import EntityTable, row_adagrad_
 
@@ -49,6 +49,7 @@ __all__ = [
     "StepTotals",
     "add_train_step",
     "batch_loss",
+    "candidate_space_query",
     "eval_step",
     "forward_batch",
     "gather_rows",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pbgtrain.model.comparators import Comparator
+from pbgtrain.model.comparators import Comparator, CosComparator, DotComparator
 from pbgtrain.model.inputs import EdgeBatch, FeatureBags
 from pbgtrain.model.kernels import masked_batch_dot, pad_rows
 from pbgtrain.model.lookup import GatheredRows, gather_rows
@@ -110,6 +110,48 @@ def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_typ
     u, v = adjust_lhs(u_raw), adjust_rhs(v_raw)
     pos = cmp.pair(u, v)
     return _SideView(pos, v, u, adjust_lhs), _SideView(pos, u, v, adjust_rhs)
+
+
+def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, lhs: Tensor,
+                          rel: int | Tensor, rhs: Tensor, side: str) -> tuple[Tensor, str] | str:
+    """The query of one edge's ``side`` candidates moved into their own space: ``(q, metric)``
+    such that ranking candidate rows x (global embedding added or not) by ``dot(q, x)`` or
+    ``cos(q, x)`` ranks them as :func:`score_candidates` does, so that a nearest-neighbour
+    index over the rows can propose them; or, as a string, why no such vector exists.
+
+    With the dot comparator every operator is affine in x, so ``q`` is the gradient of the
+    score with respect to the candidate row (the operator's adjoint applied to the query; a
+    translation or the global embedding adds the same amount to every candidate). With cos,
+    ``q`` exists only when nothing but the global embedding touches the candidate before it is
+    normalized. ``max_norm`` clips candidates non-linearly: the ranking then holds only for rows
+    within the norm, which the exact re-ranking that follows an index makes up for.
+    """
+    cmp = model.comparator
+    if type(cmp) not in (DotComparator, CosComparator):
+        what = "with a bias" if not isinstance(cmp, (DotComparator, CosComparator)) and cmp.name in ("dot", "cos") \
+            else "ranks by a distance"
+        return f"the {cmp.name} comparator {what}, not by an inner product a vector index can search"
+    batch = EdgeBatch(lhs, rhs, rel)
+    lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
+    frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
+    _, rows = _gather((lhs_table, rhs_table), [[batch.entities("lhs")], [batch.entities("rhs")]],
+                      max_norm=model.spec.max_norm, requires_grad=False, frozen=frozen)
+    view = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])[SIDES.index(side)]
+    cand_type = lhs_type if side == "lhs" else rhs_type
+    dim = model.spec.entity_dimensions[cand_type]
+    query = full_precision(view.query).detach()
+    if isinstance(cmp, DotComparator):
+        probe = torch.zeros(1, dim, device=query.device, requires_grad=True)
+        with torch.enable_grad():
+            (grad,) = torch.autograd.grad((query[:1] * full_precision(view.adjust(probe))).sum(), probe)
+        return grad[0].detach(), "dot"
+    shift = None if isinstance(rel, Tensor) else model.global_emb(cand_type)
+    probe = torch.randn(4, dim, generator=torch.Generator().manual_seed(0)).to(query.device)
+    plain = cmp.prepare(probe if shift is None else probe + shift.detach())
+    if torch.allclose(full_precision(view.adjust(probe)), full_precision(plain), atol=1e-5):
+        return query[0], "cos"
+    return (f"the cos comparator with the {model.relation(rel).operator} operator on the {side} side: the "
+            "candidate is transformed before it is normalized, which no single query vector can rank")
 
 
 def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None, mode: NegativeMode,

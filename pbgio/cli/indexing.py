@@ -1,0 +1,70 @@
+"""``pbgio index build``: a nearest-neighbour index of one entity type, beside its checkpoint
+version (searched by ``pbgio neighbors --index`` and ``pbgtrain predict --index``)."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+from typing import Annotated
+
+import typer
+
+from pbgio.cli.exporting import Base, Checkpoint, NoGlobal, NoProgress, Version
+from pbgio.cli.support import exit_codes, stderr_console
+from pbgio.progress import progress_wanted
+from pbgio.spec.index import KINDS, METRICS
+
+index_app = typer.Typer(name="index", help="Nearest-neighbour indexes of trained embeddings (needs FAISS: pip "
+                                           "install 'pbg[ann]').", no_args_is_help=True)
+
+
+# The choices come from the index's declaration (pbgio.spec.index), not a copy of it.
+IndexKind = enum.Enum("IndexKind", {name: name for name in ("auto", *KINDS)}, type=str)  # type: ignore[misc]
+IndexMetric = enum.Enum("IndexMetric", {name: name for name in METRICS}, type=str)  # type: ignore[misc]
+
+
+@index_app.command("build")
+def build(
+    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
+    entity_type: Annotated[str, typer.Option("--type", "-t", help="The entity type to index.")],
+    kind: Annotated[IndexKind, typer.Option(
+        "--kind", help="auto: flat (exact) up to 100,000 rows, ivf above; hnsw: a graph (slower to build).")
+    ] = IndexKind.auto,  # type: ignore[attr-defined]
+    metric: Annotated[IndexMetric | None, typer.Option(
+        "--metric", help="cos or dot (default: the config's comparator when it is one of them, else cos).")] = None,
+    nlist: Annotated[int | None, typer.Option("--nlist", min=1, help="ivf: inverted lists (default 4·√rows).")] = None,
+    nprobe: Annotated[int | None, typer.Option(
+        "--nprobe", min=1, help="ivf: lists a search visits by default (default 16).")] = None,
+    m: Annotated[int | None, typer.Option("--m", min=2, help="hnsw: links per node (default 32).")] = None,
+    ef_search: Annotated[int | None, typer.Option(
+        "--ef-search", min=1, help="hnsw: search breadth by default (default 128).")] = None,
+    no_global: NoGlobal = False,
+    version: Version = None,
+    checkpoint: Checkpoint = None,
+    base: Base = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was built as JSON on stdout.")] = False,
+    no_progress: NoProgress = False,
+) -> None:
+    """Build the index of one entity type for a checkpoint version (default: the committed one).
+
+    Written atomically as index_{type}.v{version}.h5 in the checkpoint directory, removed with
+    its version; a search refuses it once the version's tables change.
+    """
+    from rich.markup import escape
+
+    from pbgio.errors import MissingArtifactError, MissingLibraryError
+    from pbgio.index import build_index
+    from pbgio.progress import Progress, RichProgress
+
+    bars: contextlib.AbstractContextManager[Progress] = (
+        RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
+    with exit_codes(usage=(MissingArtifactError, MissingLibraryError), note=" (no index was written)"), \
+            bars as progress:
+        built = build_index(config, entity_type, kind=kind.value, metric=None if metric is None else metric.value,
+                            add_global=not no_global, nlist=nlist, nprobe=nprobe, m=m, ef_search=ef_search,
+                            version=version, checkpoint=checkpoint, base=base, progress=progress)
+    stderr_console().print(escape(built.summary()), soft_wrap=True)
+    if as_json:
+        typer.echo(json.dumps({"path": str(built.path), "bytes": built.bytes, "seconds": round(built.seconds, 3),
+                               "meta": json.loads(built.meta.to_json())}, indent=2))

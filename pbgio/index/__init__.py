@@ -1,0 +1,25 @@
+"""Nearest-neighbour indexes over trained embeddings (needs FAISS: ``pip install 'pbg[ann]'``).
+
+An index belongs to one checkpoint version of one entity type (:mod:`pbgio.spec.index`):
+:func:`build_index` writes it beside that version, :func:`open_index` loads it (refusing a
+stale or damaged one) into an :class:`EmbeddingIndex` that answers many searches, each
+re-ranked exactly. ``pbgio neighbors --index`` and ``pbgtrain predict --index`` use it.
+
+>>> import tempfile, pathlib
+>>> from pbgio.testing import small_valid_layout, write_layout
+>>> from pbgio.neighbors import indexed_neighbors
+>>> config = write_layout(pathlib.Path(tempfile.mkdtemp()), small_valid_layout(featurized=False))
+>>> print(build_index(config, "user").meta.describe())
+faiss flat index of 9 'user' rows by cos, checkpoint version 1
+>>> with open_index(config, "user") as index:  # load once, ask many times
+...     [found] = indexed_neighbors(index, ["user-0-0"], k=3)
+>>> len(found.neighbors), found.searched
+(3, 'faiss flat')
+"""
+
+from pbgio.index.build import BuiltIndex, IndexBuildError, build_index
+from pbgio.index.search import EmbeddingIndex, IndexSearchError, open_index
+from pbgio.index_file import IndexMeta, read_index_meta
+
+__all__ = ["BuiltIndex", "EmbeddingIndex", "IndexBuildError", "IndexMeta", "IndexSearchError", "build_index",
+           "open_index", "read_index_meta"]

@@ -1,0 +1,193 @@
+"""The index artifact of a checkpoint (:mod:`pbgio.spec.index`): its file, read and written
+atomically with every rule of :mod:`pbgio.checks.index` enforced, and the rows it indexes.
+
+The file is written through a temp file renamed into place, so a build killed at any point
+leaves the previous index or none, never half of one. :class:`TypeRows` gives one entity type's
+rows of one version as export writes them (global embedding added when asked), partition by
+partition or a few at a time, and their fingerprint.
+
+>>> import tempfile, pathlib
+>>> from pbgio.testing import small_valid_layout, write_layout
+>>> from pbgio.config import load_config
+>>> config = write_layout(pathlib.Path(tempfile.mkdtemp()), small_valid_layout(featurized=False))
+>>> cfg = load_config(config)
+>>> rows = TypeRows(cfg, CheckpointDir(config.parent / "checkpoint"), 1, "user", add_global=True)
+>>> rows.partition_rows(), rows.dimension, len(rows.fingerprint())
+([5, 4], 4, 64)
+>>> bool((rows.rows(1, [3, 0])[0] == rows.partition(1)[3]).all())
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pbgio.checkpoint import CheckpointDir
+from pbgio.checks import index as checks
+from pbgio.checks import raise_first
+from pbgio.checks.checkpoint import param_missing
+from pbgio.config import ConfigSchema
+from pbgio.errors import FormatError, Issue
+from pbgio.formats.h5 import attr_str, check_format_version, check_written, open_h5, write_format_version
+from pbgio.spec.checkpoint import global_embedding_name
+from pbgio.spec.index import META_ATTR, PAYLOAD_DATASET, fingerprint_offsets
+from pbgio.storage import AnyPath, atomic
+
+HASH_BLOCK = 1 << 24
+Floats = NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """The metadata of an index file (the keys of :data:`pbgio.spec.index.META_FIELDS`)."""
+
+    entity_type: str
+    version: int
+    metric: str
+    add_global: bool
+    dimension: int
+    partition_rows: list[int]
+    fingerprint: str
+    library: str
+    library_version: str
+    kind: str
+    params: dict[str, int] = field(default_factory=dict)
+    payload_sha256: str = ""
+
+    @property
+    def rows(self) -> int:
+        return sum(self.partition_rows)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def describe(self) -> str:
+        """One line: kind, parameters, rows, metric, version."""
+        params = ", ".join(f"{k} {v}" for k, v in sorted(self.params.items()))
+        return (f"{self.library} {self.kind}{f' ({params})' if params else ''} index of {self.rows:,} "
+                f"{self.entity_type!r} rows by {self.metric}, checkpoint version {self.version}")
+
+
+def payload_digest(payload: NDArray[np.uint8]) -> str:
+    digest = hashlib.sha256()
+    flat = payload.reshape(-1)
+    for start in range(0, len(flat), HASH_BLOCK):
+        digest.update(flat[start:start + HASH_BLOCK].tobytes())
+    return digest.hexdigest()
+
+
+def write_index_file(path: AnyPath, meta: IndexMeta, payload: NDArray[np.uint8]) -> IndexMeta:
+    """Write ``path`` atomically: the payload and the metadata, stamped with the payload's digest
+    (returned)."""
+    import h5py
+
+    stamped = IndexMeta(**{**asdict(meta), "payload_sha256": payload_digest(payload)})
+    with atomic.atomic_target(path) as tmp:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with h5py.File(tmp, "w") as f:
+            write_format_version(f)
+            f.create_dataset(PAYLOAD_DATASET, data=payload)
+            f.attrs[META_ATTR] = stamped.to_json()
+    return stamped
+
+
+def meta_problem(file: str, f: Any) -> tuple[IndexMeta | None, Issue | None]:
+    """The metadata of an open index file, or the ``index-foreign`` issue with it."""
+    ds = f.get(PAYLOAD_DATASET)
+    kind = None if ds is None else type(ds).__name__
+    ndim = getattr(ds, "ndim", None)
+    dtype = getattr(ds, "dtype", None)
+    issue = checks.payload_dataset(file, kind, ndim, dtype)
+    if issue is not None:
+        return None, issue
+    value, issue = checks.metadata(file, attr_str(f, META_ATTR))
+    if value is None:
+        return None, issue
+    return IndexMeta(**{key: value[key] for key in IndexMeta.__dataclass_fields__}), None
+
+
+def read_index_meta(path: AnyPath) -> IndexMeta:
+    """The metadata of ``path`` (FormatError ``index-foreign`` when it is not an index file)."""
+    with open_h5(path) as f:
+        check_format_version(f, path)
+        meta, issue = meta_problem(str(path), f)
+    raise_first([issue])
+    assert meta is not None
+    return meta
+
+
+def read_index_payload(path: AnyPath, meta: IndexMeta) -> NDArray[np.uint8]:
+    """The payload bytes, checked against the recorded digest (``index-damaged``)."""
+    with open_h5(path) as f:
+        ds = f[PAYLOAD_DATASET]
+        check_written(ds, path)
+        payload = np.asarray(ds[()], dtype=np.uint8)
+    issue = checks.damaged(str(path), asdict(meta), payload_digest(payload), payload.size)
+    if issue is not None:
+        raise FormatError(issue)
+    return payload
+
+
+class TypeRows:
+    """One entity type's rows of one version, as indexed: read per partition, or a few at a time."""
+
+    def __init__(self, config: ConfigSchema, checkpoint: CheckpointDir, version: int, entity_type: str, *,
+                 add_global: bool) -> None:
+        self.checkpoint = checkpoint
+        self.version = version
+        self.entity_type = entity_type
+        self.add_global = add_global and config.global_emb
+        self.shift = self._global_embedding() if self.add_global else None
+        self.num_partitions = config.num_partitions(entity_type)
+        self.dimension = config.entity_dimension(entity_type)
+        self._rows: list[int] | None = None
+
+    def _global_embedding(self) -> Floats:
+        name = global_embedding_name(self.entity_type)
+        value = self.checkpoint.read_model(self.version).params.get(name)
+        if value is None:
+            raise_first(param_missing(str(self.checkpoint.model_path(self.version)), [name]))
+        return np.asarray(value, dtype=np.float32)
+
+    def partition_rows(self) -> list[int]:
+        """Rows of each partition's table (read from the files' shapes)."""
+        if self._rows is None:
+            ckpt, version = self.checkpoint, self.version
+            self._rows = [ckpt.embeddings_shape(self.entity_type, p, version)[0] for p in range(self.num_partitions)]
+        return list(self._rows)
+
+    def partition(self, part: int) -> Floats:
+        """All rows of partition ``part``."""
+        return self._shifted(self.checkpoint.read_embeddings(self.entity_type, part, self.version).embeddings)
+
+    def rows(self, part: int, offsets: Sequence[int] | NDArray[np.int64]) -> Floats:
+        """Rows ``offsets`` of partition ``part``, in the order given."""
+        return self._shifted(self.checkpoint.read_embedding_rows(self.entity_type, part, self.version,
+                                                                 np.asarray(offsets, dtype=np.int64)))
+
+    def _shifted(self, values: Floats) -> Floats:
+        """As export writes rows: float32, plus the global embedding (float32 + float32)."""
+        return np.ascontiguousarray(values if self.shift is None else values + self.shift, dtype=np.float32)
+
+    def fingerprint(self, sampled: Sequence[Floats] | None = None) -> str:
+        """The fingerprint of :mod:`pbgio.spec.index`; ``sampled``: each partition's rows at
+        :func:`~pbgio.spec.index.fingerprint_offsets`, when the caller has them already."""
+        counts = self.partition_rows()
+        if sampled is None:
+            sampled = [self.rows(p, fingerprint_offsets(n)) for p, n in enumerate(counts)]
+        return fingerprint(counts, sampled)
+
+
+def fingerprint(partition_rows: Sequence[int], sampled: Sequence[Floats]) -> str:
+    """SHA-256 (hex) of the row counts and each partition's sampled rows (float32 bytes)."""
+    digest = hashlib.sha256(np.asarray(partition_rows, dtype="<i8").tobytes())
+    for rows in sampled:
+        digest.update(np.ascontiguousarray(rows, dtype="<f4").tobytes())
+    return digest.hexdigest()

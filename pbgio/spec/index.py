@@ -1,0 +1,85 @@
+"""Nearest-neighbour index files: ``index_{type}.v{version}.h5`` beside the checkpoint version.
+
+An index belongs to one checkpoint version of one entity type: it is built from that version's
+embeddings (every partition, in order; with the type's global embedding added when the config
+has ``global_emb``, as export adds it) and removed with that version's other files. It is an
+HDF5 file holding
+
+- the dataset :data:`PAYLOAD_DATASET`: the library's serialized index, 1-D ``uint8``;
+- the root attribute ``format_version`` (1), as every file of the layout;
+- the root attribute :data:`META_ATTR`: a JSON object whose keys are :data:`META_FIELDS`.
+
+Row ``i`` of the index is row ``i - start[p]`` of partition ``p``, where ``start`` accumulates
+``partition_rows``. A checkpoint without an index is complete; an index whose version,
+fingerprint or rows disagree with its checkpoint is never used (``index-stale``).
+
+>>> index_file_name("user", 7)
+'index_user.v7.h5'
+>>> sorted(META_FIELDS)[:3]
+['add_global', 'dimension', 'entity_type']
+>>> fingerprint_offsets(10)
+[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+>>> fingerprint_offsets(1000)[:4], fingerprint_offsets(1000)[-1]
+([0, 67, 133, 200], 999)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pbgio.spec.naming import index_file as index_file_name
+
+PAYLOAD_DATASET = "index"
+META_ATTR = "pbg_index/json"
+META_JSON_INDENT = None
+
+METRICS = ("cos", "dot")
+"""cos: vectors divided by their L2 norm, then inner product; dot: the plain inner product."""
+
+LIBRARIES = ("faiss",)
+KINDS = ("flat", "ivf", "hnsw")
+"""flat: every row compared (exact); ivf: inverted lists of 8-bit scalar-quantized rows, ``nprobe``
+lists searched; hnsw: a navigable small-world graph of the float32 rows, ``ef_search`` wide."""
+
+FINGERPRINT_ROWS = 16
+"""Rows of each partition (evenly spaced, first and last included) hashed into the fingerprint."""
+
+
+@dataclass(frozen=True)
+class MetaField:
+    """One key of the index's metadata object: its JSON type and meaning."""
+
+    json_type: str
+    meaning: str
+
+
+META_FIELDS: dict[str, MetaField] = {
+    "entity_type": MetaField("string", "The entity type indexed (also in the file name)."),
+    "version": MetaField("integer", "The checkpoint version the rows come from (also in the file name)."),
+    "metric": MetaField("string", f"How rows are compared: one of {', '.join(METRICS)}."),
+    "add_global": MetaField("boolean", "Whether the type's global embedding was added to every row."),
+    "dimension": MetaField("integer", "The dimension of the rows (the type's dimension)."),
+    "partition_rows": MetaField("array of integers", "Rows indexed from each partition, in partition order."),
+    "fingerprint": MetaField("string",
+                             f"SHA-256 (hex) of the partition_rows and, per partition, the float32 bytes of "
+                             f"{FINGERPRINT_ROWS} evenly spaced rows (first and last included) as indexed "
+                             "(global embedding added, not normalized): ties the index to the tables it was "
+                             "built from."),
+    "library": MetaField("string", f"The library that wrote the payload: one of {', '.join(LIBRARIES)}."),
+    "library_version": MetaField("string", "Its version (informative)."),
+    "kind": MetaField("string", f"The index kind: one of {', '.join(KINDS)}."),
+    "params": MetaField("object", "The kind's parameters (ivf: nlist, nprobe; hnsw: m, ef_construction, "
+                                  "ef_search); nprobe and ef_search are the defaults a search uses."),
+    "payload_sha256": MetaField("string", "SHA-256 (hex) of the payload bytes: a damaged file is refused."),
+}
+
+
+def fingerprint_offsets(rows: int) -> list[int]:
+    """The rows of a partition of ``rows`` rows that the fingerprint hashes (sorted, distinct)."""
+    if rows <= FINGERPRINT_ROWS:
+        return list(range(rows))
+    return sorted({round(i * (rows - 1) / (FINGERPRINT_ROWS - 1)) for i in range(FINGERPRINT_ROWS)})
+
+
+__all__ = ["FINGERPRINT_ROWS", "KINDS", "LIBRARIES", "META_ATTR", "META_FIELDS", "METRICS", "PAYLOAD_DATASET",
+           "MetaField", "fingerprint_offsets", "index_file_name"]
