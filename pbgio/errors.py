@@ -17,7 +17,7 @@ edges/edges_0_0.h5: rel: row 12: expected rel < 3, found 7 [edge-rel-range]
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -244,20 +244,38 @@ class InputError(PbgioError, ValueError):
     ('train.tsv', 7)
     >>> print(InputError("edges.parquet", 4, "expected a value in column 'lhs', found null", unit="row"))
     edges.parquet: row 4: expected a value in column 'lhs', found null
+
+    ``others`` lists further problems (line, message), each printed on a line of its own, so
+    that one pass over the file fixes them all:
+
+    >>> print(InputError("t.csv", 2, "bad quote", count=4, others=[(5, "expected 3 fields"), (9, "empty name")]))
+    t.csv:2: bad quote (4 problems in this file)
+      t.csv:5: expected 3 fields
+      t.csv:9: empty name
+      … and 1 more
     """
 
     def __init__(self, file: str | None, line: int | None, message: str, *, count: int = 1,
-                 unit: str = "line") -> None:
+                 unit: str = "line", others: Sequence[tuple[int | None, str]] = ()) -> None:
         self.file = file
         self.line = line
         self.reason = message
         self.count = count
         self.unit = unit
-        where = file or "<input>"
-        if line is not None:
-            where = f"{where}:{line}" if unit == "line" else f"{where}: {unit} {line}"
+        self.others = list(others)
         more = f" ({count} problems in this file)" if count > 1 else ""
-        super().__init__(f"{where}: {message}{more}")
+        lines = [f"{self._where(line)}: {message}{more}"]
+        lines += [f"  {self._where(other)}: {text}" for other, text in self.others]
+        hidden = count - 1 - len(self.others)
+        if self.others and hidden > 0:
+            lines.append(f"  … and {hidden:,} more")
+        super().__init__("\n".join(lines))
+
+    def _where(self, line: int | None) -> str:
+        where = self.file or "<input>"
+        if line is None:
+            return where
+        return f"{where}:{line}" if self.unit == "line" else f"{where}: {self.unit} {line}"
 
 
 class UnknownNameError(PbgioError, LookupError):

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +41,7 @@ from pbgio.spec.index import META_ATTR, PAYLOAD_DATASET, fingerprint_offsets
 from pbgio.storage import AnyPath, atomic
 
 HASH_BLOCK = 1 << 24
+T = TypeVar("T")
 Floats = NDArray[np.float32]
 
 
@@ -80,6 +81,14 @@ def payload_digest(payload: NDArray[np.uint8]) -> str:
     flat = payload.reshape(-1)
     for start in range(0, len(flat), HASH_BLOCK):
         digest.update(flat[start:start + HASH_BLOCK].tobytes())
+    return digest.hexdigest()
+
+
+def dataset_digest(ds: Any) -> str:
+    """SHA-256 of a stored payload dataset, read a block at a time (never whole in memory)."""
+    digest = hashlib.sha256()
+    for start in range(0, ds.shape[0], HASH_BLOCK):
+        digest.update(np.asarray(ds[start:start + HASH_BLOCK], dtype=np.uint8).tobytes())
     return digest.hexdigest()
 
 
@@ -123,16 +132,26 @@ def read_index_meta(path: AnyPath) -> IndexMeta:
     return meta
 
 
-def read_index_payload(path: AnyPath, meta: IndexMeta) -> NDArray[np.uint8]:
-    """The payload bytes, checked against the recorded digest (``index-damaged``)."""
+def load_index_payload(path: AnyPath, meta: IndexMeta, load: Callable[[Callable[[int], bytes]], T]) -> T:
+    """``load(read)``, where ``read(n)`` gives the payload's next ``n`` bytes (fewer at its end),
+    after the payload was checked against the recorded digest (``index-damaged``). The payload is
+    streamed twice, a block at a time: memory holds the loaded index, not also its bytes."""
     with open_h5(path) as f:
         ds = f[PAYLOAD_DATASET]
         check_written(ds, path)
-        payload = np.asarray(ds[()], dtype=np.uint8)
-    issue = checks.damaged(str(path), asdict(meta), payload_digest(payload), payload.size)
-    if issue is not None:
-        raise FormatError(issue)
-    return payload
+        issue = checks.damaged(str(path), asdict(meta), dataset_digest(ds), ds.shape[0])
+        if issue is not None:
+            raise FormatError(issue)
+        position = 0
+
+        def read(count: int) -> bytes:
+            nonlocal position
+            stop = min(ds.shape[0], position + count)
+            chunk = np.asarray(ds[position:stop], dtype=np.uint8).tobytes()
+            position = stop
+            return chunk
+
+        return load(read)
 
 
 class TypeRows:

@@ -80,9 +80,56 @@ def locate_entities(entity_path: AnyPath, entity_type: str, num_partitions: int,
                     break
             row += len(chunk)
     if missing:
-        raise UnknownNameError([n for n in wanted if n in missing], f"{entity_type!r} entity",
-                               names_files(entity_path, entity_type, num_partitions), context=context)
+        unknown = [n for n in wanted if n in missing]
+        close = close_names(entity_path, entity_type, num_partitions, unknown[0])
+        where = names_files(entity_path, entity_type, num_partitions)
+        raise UnknownNameError(unknown, f"{entity_type!r} entity", where, context=context, hint=suggestion(close))
     return {name: found[name] for name in wanted}
+
+
+SUGGESTIONS = 3
+
+
+def close_names(entity_path: AnyPath, entity_type: str, num_partitions: int, name: str,
+                limit: int = SUGGESTIONS) -> list[str]:
+    """The known names closest to a mistyped ``name``, best first (at most ``limit``).
+
+    Close means a small edit distance once case and punctuation are set aside (``Virus`` and
+    ``viruss`` both find ``virus``; at most a third of the name's length, and at least 1),
+    then the edit distance as written. The names files are streamed a chunk at a time through
+    RapidFuzz, so memory holds one chunk and ``limit`` names, whatever the size of the type.
+
+    >>> import tempfile, pathlib
+    >>> from pbgio.entities import write_entity_names
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> write_entity_names(d, "all", 0, ["virus", "bacterium", "alga", "Vitamin"])
+    >>> close_names(d, "all", 1, "viruss"), close_names(d, "all", 1, "VIRUS"), close_names(d, "all", 1, "zzz")
+    (['virus'], ['virus'], [])
+    """
+    from rapidfuzz import process
+    from rapidfuzz.distance import Levenshtein
+    from rapidfuzz.utils import default_process
+
+    wanted = default_process(name)
+    cutoff = max(1, len(wanted) // 3)
+    best: list[tuple[int, int, str]] = []
+    for part in range(num_partitions):
+        for chunk in iter_entity_names(entity_path, entity_type, part):
+            for found, distance, _ in process.extract(name, chunk, scorer=Levenshtein.distance,
+                                                      processor=default_process, limit=limit, score_cutoff=cutoff):
+                best.append((int(distance), Levenshtein.distance(name, found), found))
+            best = sorted(set(best))[:limit]
+    if best and best[0][0] == 0:  # the same name but for case or punctuation: only those
+        best = [item for item in best if item[0] == 0]
+    return [found for _, _, found in best]
+
+
+def suggestion(names: Sequence[str]) -> str:
+    """``did you mean 'a'?`` / ``did you mean 'a', 'b' or 'c'?``, or empty for no names."""
+    if not names:
+        return ""
+    quoted = [repr(n) for n in names]
+    return f"did you mean {quoted[0] if len(quoted) == 1 else ', '.join(quoted[:-1]) + ' or ' + quoted[-1]}?"
 
 
 def names_at(entity_path: AnyPath, entity_type: str, part: int, offsets: Sequence[int]) -> list[str]:
@@ -146,6 +193,5 @@ def locate_relations(config: ConfigSchema, entity_path: AnyPath, names: Iterable
             shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
             where = f"the config's relations ({shown})"
         close = difflib.get_close_matches(missing[0], known, n=1)
-        raise UnknownNameError(missing, "relation", where, context=context,
-                               hint=f"did you mean {close[0]!r}?" if close else "")
+        raise UnknownNameError(missing, "relation", where, context=context, hint=suggestion(close))
     return {name: index[name] for name in wanted}

@@ -98,7 +98,7 @@ def format_neighbors(results: Sequence[Neighbors]) -> str:
 
 def nearest_neighbors(
     config: ConfigSchema | str | AnyPath,
-    entity_type: str,
+    entity_type: str | None,
     names: Sequence[str],
     *,
     k: int = 10,
@@ -113,7 +113,8 @@ def nearest_neighbors(
     nprobe: int | None = None,
     candidates: int | None = None,
 ) -> list[Neighbors]:
-    """The ``k`` nearest neighbours of each entity of ``names`` (of ``entity_type``), in order.
+    """The ``k`` nearest neighbours of each entity of ``names`` (of ``entity_type``; None: the
+    config's only entity type), in order.
 
     Names are looked up in the type's names files (an unknown one raises
     :class:`~pbgio.errors.UnknownNameError`); bad arguments raise :class:`NeighborsError`.
@@ -132,6 +133,12 @@ def nearest_neighbors(
     if not names:
         raise NeighborsError("expected at least one query name, found none")
     source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    if entity_type is None:
+        types = sorted(source.config.entities)
+        if len(types) != 1:
+            raise NeighborsError(f"give the entity type of the names (--type): the config has {len(types)}, "
+                                 f"{', '.join(types)}")
+        entity_type = types[0]
     if entity_type not in source.config.entities:
         raise NeighborsError(f"expected an entity type of the config {sorted(source.config.entities)}, "
                              f"found {entity_type!r}")

@@ -99,10 +99,12 @@ def fit(
     valid: Annotated[str | None, typer.Option(
         "--valid", metavar="PATH", help="Validation edge path: every --eval-every epochs (and at the end) rank its "
         "edges against all entities (filtered by --filter), keep the best version in CHECKPOINT_PATH/best/, and "
-        "with --patience stop early. Records go to training_stats.json (pbgtrain's key); single-process runs.")] = None,
+        "with --patience stop early. Records go to training_stats.json (pbgtrain's key); single-process runs."
+        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", metavar="PATH", help="With --valid: edge path of known edges left out of the candidates "
-        "(default: the config's edge_paths and the --valid path). Repeatable.")] = None,
+        "(default: the config's edge_paths and the --valid path). Repeatable."
+        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
     eval_every: Annotated[int, typer.Option(
         "--eval-every", metavar="N", help="With --valid: evaluate after every N-th epoch.")] = 1,
     patience: Annotated[int | None, typer.Option(
@@ -120,7 +122,7 @@ def fit(
     Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
     the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
     """
-    from pbgio import storage
+    from pbgio.errors import MissingArtifactError
     from pbgtrain.train import FitOptions
     from pbgtrain.train import fit as run_fit
     from pbgtrain.training.options import frozen_types_problem, operator_init_problem
@@ -138,11 +140,10 @@ def fit(
         raise typer.Exit(EXIT_USAGE)
     validation = None
     if valid is not None:
-        def given(path: str) -> str:  # as --edges and --filter of eval: relative to the current directory
-            return str(storage.absolute(storage.resolve(path)))
-
-        validation = ValidationOptions(given(valid), tuple(given(f) for f in filter_paths or []), eval_every, patience,
-                                       lr_decay, lr_patience)
+        with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
+            given = [str(run.existing_layout_dir(p, o)) for p, o in [(valid, "--valid"),
+                                                                     *((f, "--filter") for f in filter_paths or [])]]
+        validation = ValidationOptions(given[0], tuple(given[1:]), eval_every, patience, lr_decay, lr_patience)
         problem = validation.problem()
     elif filter_paths or patience is not None or lr_decay is not None:
         problem = "--filter, --patience and --lr-decay go with --valid PATH (the validation edge path)"
@@ -198,10 +199,13 @@ def evaluate(
     config: ConfigArg,
     param: Overrides = None,
     edges: Annotated[list[str] | None, typer.Option(
-        "--edges", help="Edge directory to evaluate (default: the config's edge_paths). Repeatable.")] = None,
+        "--edges", help="Edge directory to evaluate (default: the config's edge_paths). Repeatable."
+        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")
+    ] = None,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", help="Edge directory whose edges are known true and are not counted as better-ranked "
-        "(filtered ranking). Repeatable.")] = None,
+        "(filtered ranking). Repeatable."
+        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
     all_entities: Annotated[bool, typer.Option(
         "--all-entities", help="Rank against every entity of the partition instead of the config's "
         "eval_num_batch_negs + eval_num_uniform_negs sampled candidates (implied by --filter).")] = False,
@@ -213,14 +217,15 @@ def evaluate(
     no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
-    from pbgio import storage
+    from pbgio.errors import MissingArtifactError
     from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint, trained_on
 
     run = _load(config, param, base)
-    options = EvalOptions(edge_paths=None if edges is None else [storage.resolve(e) for e in edges],
-                          filter_paths=[storage.resolve(f) for f in filter_paths or []], all_entities=all_entities
-                          or bool(filter_paths), version=version, device=device, seed=seed,
-                          interactive=progress_wanted(no_progress))
+    with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
+        edge_paths = None if edges is None else [run.existing_layout_dir(e, "--edges") for e in edges]
+        filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths or []]
+    options = EvalOptions(edge_paths=edge_paths, filter_paths=filters, all_entities=all_entities or bool(filters),
+                          version=version, device=device, seed=seed, interactive=progress_wanted(no_progress))
     for path in trained_on(run, options.edge_paths):
         typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
                    "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
@@ -242,10 +247,15 @@ def predict(
     k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Candidates to list.")] = 10,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", help="Edge directory whose edges are known true: candidates forming one with the query are "
-        "left out (filtered ranking). Repeatable.")] = None,
+        "left out (filtered ranking). Repeatable."
+        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
     triples: Annotated[str | None, typer.Option(
-        "--triples", help="TSV file of lhs<TAB>rel<TAB>rhs names (- for stdin): print each triple with its "
-        "score, in order (instead of --lhs/--rel/--rhs).")] = None,
+        "--triples", help="File of lhs, rel, rhs names, one triple a line (- for stdin), separated by --delimiter: "
+        "print each triple with its score, in order, as TSV with a header (instead of --lhs/--rel/--rhs).")] = None,
+    delimiter: Annotated[str, typer.Option(
+        "--delimiter", help="What separates the fields of --triples: tab, comma, semicolon, pipe, space, "
+        "whitespace or one character; fields may be quoted as CSV writers quote them (as pbgio import reads them)."
+    )] = "tab",
     queries: Annotated[str | None, typer.Option(
         "--queries", help="TSV file of top-k queries (- for stdin), one per line: lhs<TAB>rel<TAB> ranks rhs "
         "candidates, <TAB>rel<TAB>rhs ranks lhs ones; answered with one loaded model (and index).")] = None,
@@ -298,17 +308,24 @@ def predict(
         except UnicodeDecodeError as exc:
             print_error(f"<stdin>: cannot read it as UTF-8 text ({exc})")
             raise typer.Exit(EXIT_USAGE) from None
-    from pbgio import storage
     from pbgio.cli.support import stderr_console
     from pbgio.errors import MissingArtifactError
+    from pbgio.importers.read import parse_delimiter
     from pbgtrain import predict as pred
 
+    try:
+        separator = parse_delimiter(delimiter)
+    except ValueError as exc:
+        print_error(f"--delimiter: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
     parsed = None
     if triples is not None:
         with exit_codes(usage=(MissingArtifactError,)):  # a missing input is a usage error, as for embed
-            parsed = pred.parse_triples(text, "<stdin>") if text is not None else pred.read_triples(triples)
+            parsed = (pred.parse_triples(text, "<stdin>", separator) if text is not None
+                      else pred.read_triples(triples, separator))
     run = _load(config, param, base)
-    filters = [storage.resolve(f) for f in filter_paths or []]
+    with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
+        filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths or []]
     result: Any
     with exit_codes(on_interrupt=lambda: None):
         if parsed is not None:
@@ -323,7 +340,9 @@ def predict(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    if not isinstance(result, pred.ScoredTriples):
+    if isinstance(result, pred.ScoredTriples):
+        stderr_console().print(result.meaning(), soft_wrap=True, markup=False)
+    else:
         stderr_console().print(result.describe(), soft_wrap=True, markup=False)
     table = result.format()
     if table:
@@ -334,14 +353,14 @@ def _predict_batch(config: str, source: str, *, k: int, filter_paths: list[str],
                    candidates: int | None, param: list[str] | None, version: int | None, device: str | None,
                    base: str | None, as_json: bool) -> None:
     """``predict --queries``: every top-k query of a file, from one loaded model (and index)."""
-    from pbgio import storage
     from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgtrain import predict as pred
 
     with exit_codes(usage=(MissingArtifactError,)):
         parsed = pred.parse_queries(sys.stdin.read(), "<stdin>") if source == "-" else pred.read_queries(source)
     run = _load(config, param, base)
-    filters = [storage.resolve(f) for f in filter_paths]
+    with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
+        filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths]
     results = []
     with exit_codes(usage=(MissingArtifactError, MissingLibraryError), on_interrupt=lambda: None), \
             pred.Predictor(run, version=version, device=device, index=index, nprobe=nprobe,

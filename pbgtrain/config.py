@@ -26,7 +26,7 @@ from typing import Any
 from pbgio import storage
 from pbgio.checks.config import schema_issue
 from pbgio.config import ConfigSchema, parse_config, read_config_json
-from pbgio.errors import ConfigError
+from pbgio.errors import ConfigError, MissingArtifactError
 from pbgio.python_config import config_from_python, is_python_config, override_config_dict
 from pbgio.storage import AnyPath
 from pbgio.validate import infer_base
@@ -118,6 +118,51 @@ class RunConfig:
     @property
     def init_path(self) -> AnyPath | None:
         return None if self.config.init_path is None else self.path(self.config.init_path)
+
+    def layout_path(self, text: str) -> AnyPath:
+        """A part of the layout named on the command line (``--edges``, ``--filter``, ``--valid``).
+
+        The one rule, as for the config's own paths: a relative path is relative to the config's
+        folder (:attr:`base`), whatever the current directory; one that starts with ``./`` or
+        ``../`` is relative to the current directory; absolute paths and URLs are taken as
+        written. The result is absolute, so messages name the place in full.
+
+        >>> run = RunConfig(None, Path("/work/demo"), "cfg.json")  # type: ignore[arg-type]
+        >>> str(run.layout_path("edges/test")), str(run.layout_path("/data/test"))
+        ('/work/demo/edges/test', '/data/test')
+        >>> run.layout_path("./edges/test") == Path.cwd() / "edges" / "test"
+        True
+        """
+        if is_here(text):
+            return storage.absolute(storage.resolve(text))
+        return storage.absolute(self.path(text))
+
+    def existing_layout_dir(self, text: str, option: str) -> AnyPath:
+        """:meth:`layout_path` of a directory that must exist; a missing one is a
+        :class:`~pbgio.errors.MissingArtifactError` naming it in full, and the rule, with the
+        directory the current directory would give when that one exists."""
+        path = self.layout_path(text)
+        with storage.remote_errors(path, f"{option} directory"):
+            exists = path.is_dir()
+        if exists:
+            return path
+        what = f"{option} directory"
+        if is_here(text) or storage.is_remote(path) or Path(text).is_absolute():
+            raise MissingArtifactError(storage.display(path), what)
+        found = f"nothing (a relative path is relative to the config's folder, {storage.display(self.base)})"
+        here = storage.absolute(storage.resolve(text))
+        if not storage.is_remote(here) and here.is_dir():
+            found += f"; from the current directory it is {here}: write ./{text} to name that one"
+        raise MissingArtifactError(storage.display(path), what, found=found)
+
+
+def is_here(text: str) -> bool:
+    """Whether a command-line path says "relative to the current directory" (``./…``, ``../…``).
+
+    >>> [is_here(t) for t in ("./a", "../a", ".", "a/b", "/a", "s3://b/a")]
+    [True, True, True, False, False, False]
+    """
+    return text in (".", "..") or text.startswith(("./", "../", ".\\", "..\\"))
 
 
 def load_run_config(path: str | AnyPath, overrides: Sequence[str] = (), base: AnyPath | None = None) -> RunConfig:

@@ -43,6 +43,7 @@ from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, read_committed
 from pbgio.edges import read_bucket
 from pbgio.errors import InputError, PbgioError, UnknownNameError
+from pbgio.importers.fields import WHITESPACE, default_quote, split_fields
 from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -199,9 +200,21 @@ class ScoredTriples:
     dynamic: bool
     scores: list[TripleScore]
 
+    def columns(self) -> list[str]:
+        """The header: ``lhs rel rhs score``, plus ``lhs_side_score`` with dynamic relations."""
+        return ["lhs", "rel", "rhs", "score", *(["lhs_side_score"] if self.dynamic else [])]
+
+    def meaning(self) -> str:
+        """Which score is which (one line)."""
+        if not self.dynamic:
+            return "score: the model's score of the triple (static relations score it the same for either side)"
+        return ("score: ranks rhs candidates for (lhs, rel), c(g_rel(lhs), rhs); lhs_side_score: ranks lhs "
+                "candidates for (rel, rhs), c(lhs, h_rel(rhs)) (dynamic relations score each side with its own "
+                "operator)")
+
     def format(self) -> str:
-        """TSV: ``lhs rel rhs score`` per triple, plus ``lhs_side_score`` with dynamic relations."""
-        lines = []
+        """TSV with a header (:meth:`columns`), one triple per line."""
+        lines = ["\t".join(self.columns())]
         for t in self.scores:
             extra = f"\t{_short(t.lhs_side_score)}" if self.dynamic else ""
             lines.append(f"{t.lhs}\t{t.rel}\t{t.rhs}\t{_short(t.score)}{extra}")
@@ -484,22 +497,32 @@ def score_triples(
     return read_committed(CheckpointDir(run.checkpoint_path), score, version)
 
 
-def parse_triples(text: str, source: str = "<triples>") -> list[Triple]:
-    """Triples from TSV text: ``lhs<TAB>rel<TAB>rhs`` per line (blank lines skipped).
+def parse_triples(text: str, source: str = "<triples>", delimiter: str = "\t",
+                  quote: str | None = "auto") -> list[Triple]:
+    """Triples from delimited text: ``lhs rel rhs`` per line, split as ``pbgio import`` splits
+    (``delimiter``: one character or ``"whitespace"``; fields quoted with ``quote`` as CSV writers
+    quote them, by default for every delimiter but tab; blank lines skipped).
 
     >>> for triple in parse_triples("ann\\tlikes\\tbob\\n\\ncy\\tfollows\\tann\\r\\n", "t.tsv"):
     ...     print(triple)
     Triple(lhs='ann', rel='likes', rhs='bob', where='t.tsv:1')
     Triple(lhs='cy', rel='follows', rhs='ann', where='t.tsv:3')
+    >>> parse_triples('"alga, red",causes,virus\\n', "t.csv", ",")[0][:3]
+    ('alga, red', 'causes', 'virus')
     """
+    quote = default_quote(delimiter) if quote == "auto" else quote
     triples = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        fields = line.split("\t")
+        fields = split_fields(line, delimiter, quote)
+        shown = "whitespace" if delimiter == WHITESPACE else repr(delimiter)
+        if fields is None:
+            raise InputError(source, number, f"expected each quoted field to end with {quote} followed by {shown} or "
+                                             f"the end of the line, found {line[:80]!r}")
         if len(fields) != 3 or not all(fields):
-            raise InputError(source, number, f"expected 3 non-empty fields lhs<TAB>rel<TAB>rhs, found "
-                                             f"{len(fields)} field(s): {line[:80]!r}")
+            raise InputError(source, number, f"expected 3 non-empty fields lhs, rel, rhs separated by {shown}, "
+                                             f"found {len(fields)} field(s): {line[:80]!r}")
         triples.append(Triple(fields[0], fields[1], fields[2], f"{source}:{number}"))
     return triples
 
@@ -546,10 +569,10 @@ def format_rankings(rankings: Sequence[Ranking]) -> str:
     return "\n".join(lines)
 
 
-def read_triples(path: str | Path) -> list[Triple]:
-    """The triples of a UTF-8 TSV file, a path or URL (:func:`parse_triples`); a missing file is a
+def read_triples(path: str | Path, delimiter: str = "\t", quote: str | None = "auto") -> list[Triple]:
+    """The triples of a UTF-8 text file, a path or URL (:func:`parse_triples`); a missing file is a
     :class:`~pbgio.errors.MissingArtifactError`, bytes that are not UTF-8 an :class:`InputError`."""
-    return parse_triples(_read_text(path, "triples file"), str(path))
+    return parse_triples(_read_text(path, "triples file"), str(path), delimiter, quote)
 
 
 def _read_text(path: str | Path, what: str) -> str:

@@ -51,10 +51,11 @@ class RichReporter(Reporter):
 
     def __init__(self, total_iterations: int, done_iterations: int, verbose: int = 0) -> None:
         super().__init__(verbose=verbose)
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.console = Console(stderr=True, highlight=False)
+        from pbgio.cli.support import stderr_console
+
+        self.console = stderr_console()
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                                  console=self.console, transient=False)

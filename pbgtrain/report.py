@@ -389,7 +389,8 @@ def render_html(report: TrainingReport, png: bytes) -> str:
     """A self-contained HTML page: the picture ``png`` (embedded), a table of the figures per
     iteration, and the run config (pretty JSON)."""
     found = list(dict.fromkeys(name for p in report.points for name in p.held_out))
-    names = [n for n in ("loss", *METRIC_ORDER) if n in found] + [n for n in found if n not in METRIC_ORDER]
+    ordered = [n for n in ("loss", *METRIC_ORDER) if n in found]
+    names = ordered + [n for n in found if n not in ordered]
     head = ["iteration", "epoch", "edges", "loss", *(
         "held-out " + METRIC_LABELS.get(n, n) for n in names), "edges/s"]
     rows = []

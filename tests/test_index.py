@@ -3,6 +3,7 @@ re-ranked, used by ``pbgio neighbors --index`` and ``pbgtrain predict --index``,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -159,6 +160,14 @@ def test_a_damaged_or_foreign_index_is_refused(tmp_path: Path) -> None:
     with h5py.File(path, "r+") as f:
         f["index"][10] = f["index"][10] ^ 0xFF
     with pytest.raises(FormatError, match="index-damaged"):
+        open_index(config, "user")
+    with h5py.File(path, "r+") as f:  # bytes that are not an index, with their own digest recorded
+        meta = json.loads(f.attrs[META_ATTR])
+        del f["index"]
+        f["index"] = np.frombuffer(b"not a faiss index at all", np.uint8)
+        meta["payload_sha256"] = hashlib.sha256(b"not a faiss index at all").hexdigest()
+        f.attrs[META_ATTR] = json.dumps(meta)
+    with pytest.raises(FormatError, match=r"found bytes it cannot read.*\[index-damaged\]"):
         open_index(config, "user")
     with h5py.File(path, "r+") as f:
         f.attrs[META_ATTR] = json.dumps({"entity_type": "user"})

@@ -506,7 +506,8 @@ def test_cli_triple_rank_and_triples_file(static_layout: Path, tmp_path: Path) -
     triples.write_text("user-0-1\tfollows\tuser-1-3\nitem-0-2\tlikes\titem-0-5\n", encoding="utf-8")
     done = runner.invoke(app, ["predict", config, "--triples", str(triples)])
     assert done.exit_code == 0, done.output
-    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    header, *rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert header == ["lhs", "rel", "rhs", "score"] and "score: the model's score of the triple" in done.stderr
     assert [r[:3] for r in rows] == [["user-0-1", "follows", "user-1-3"], ["item-0-2", "likes", "item-0-5"]]
     assert float(rows[0][3]) == pytest.approx(expected.score, rel=1e-6)
     done = runner.invoke(app, ["predict", config, "--triples", "-", "--json"], input=triples.read_text())

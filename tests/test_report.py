@@ -284,6 +284,8 @@ def test_html_embeds_the_picture_and_the_config(tmp_path: Path, picture: tuple[r
     assert shown["num_epochs"] == 3  # the checkpoint's config (what the run trained with), not config.json's
     assert "model/config.json" in page
     assert page.count("<tr><td>") == 6 and "<td>0.5500</td>" in page  # the last MRR, in the table
+    header = re.findall(r"<th>(.*?)</th>", page)
+    assert header.count("held-out loss") == 1 and len(header) == len(set(header)), header  # each column once
 
 
 # --------------------------------------------------------------------------- the command line

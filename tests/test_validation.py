@@ -129,8 +129,8 @@ def test_options_that_cannot_run_are_refused_before_training(example: Path, tmp_
 def test_a_missing_validation_path_is_named(example: Path, tmp_path: Path) -> None:
     done = pbgtrain("fit", str(example / "config.json"), "-p", f"checkpoint_path={tmp_path / 'm'}",
                     "--valid", str(tmp_path / "nowhere"))
-    assert done.returncode == 1, done.stderr
-    assert "--valid" in done.stderr and "nowhere" in done.stderr and "found nothing" in done.stderr
+    assert done.returncode == 2, done.stderr  # a missing input path is a usage error
+    assert "--valid directory does not exist" in done.stderr and str(tmp_path / "nowhere") in done.stderr
     assert not (tmp_path / "m" / naming.CHECKPOINT_VERSION).exists()
 
 

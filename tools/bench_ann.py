@@ -88,6 +88,12 @@ emit(seconds=now() - start, bytes=built.bytes, kind=built.meta.kind, params=buil
      rows=built.meta.rows)
 """
 
+READ_META = CHILD_PROLOGUE + r"""
+from pathlib import Path
+from pbgio.index import read_index_meta
+emit(meta=read_index_meta(Path(ARGS["path"])).to_json())
+"""
+
 QUERIES = r"""
 import numpy as np
 from pbgio.config import load_config
@@ -209,9 +215,16 @@ def synthetic(args: argparse.Namespace) -> dict:
         _run(WRITE, {"root": str(root), "rows": args.rows, "dim": args.dim, "partitions": args.partitions,
                      "per_centre": ROWS_PER_CENTRE, "noise": NOISE})
     table_bytes = sum(p.stat().st_size for p in (root / "model").glob("embeddings_*.h5"))
-    print("building the index …", flush=True)
-    build = _run(BUILD, {"config": str(config), "type": "item", "kind": args.kind, "metric": args.metric,
-                         "nlist": args.nlist, "nprobe": args.nprobe})
+    index_file = root / "model" / "index_item.v1.h5"
+    if args.reuse_index and index_file.is_file():
+        print(f"reusing {index_file} (no build figures) …", flush=True)
+        meta = json.loads(_run(READ_META, {"path": str(index_file)})["meta"])
+        build = {"seconds": float("nan"), "bytes": index_file.stat().st_size, "kind": meta["kind"],
+                 "params": meta["params"], "peak_rss": 0}
+    else:
+        print("building the index …", flush=True)
+        build = _run(BUILD, {"config": str(config), "type": "item", "kind": args.kind, "metric": args.metric,
+                             "nlist": args.nlist, "nprobe": args.nprobe})
     print("exact and indexed queries …", flush=True)
     return _neighbour_figures(config, "item", args, build, table_bytes)
 
@@ -419,6 +432,8 @@ def main() -> None:
     parser.add_argument("--predict-queries", type=int, default=1000)
     parser.add_argument("--predict-nprobes", default="16,64,256", help="fb15k-237: nprobe values of the forced IVF")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument("--reuse-index", action="store_true",
+                        help="synthetic: search the index a previous run built (no build figures)")
     parser.add_argument("--peers-venv", default=None, help="libraries: the side venv (default ROOT/peers-venv)")
     args = parser.parse_args()
     import torch

@@ -130,10 +130,11 @@ def info(
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from pbgio.cli.support import console as make_console
+
+    console = make_console()
     if "config" in summary:
         console.print(f"config {summary['config']}: dimension {summary['dimension']}, "
                       f"{'dynamic' if summary['dynamic_relations'] else 'static'} relations")
@@ -201,7 +202,8 @@ def neighbors(
         help="Names of the entities whose neighbours to find (one or more; or --names-file).", show_default=False)
     ] = None,
     entity_type: Annotated[str | None, typer.Option(
-        "--type", "-t", help="The entity type of the names (required).", show_default=False)] = None,
+        "--type", "-t", help="The entity type of the names (default: the config's only type).",
+        show_default=False)] = None,
     k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Neighbours per name.")] = 10,
     metric: Annotated[NeighborMetric, typer.Option(
         "--metric", help="cos: cosine of the vectors; dot: their inner product.")] = NeighborMetric.cos,
@@ -233,10 +235,8 @@ def neighbors(
     """Nearest neighbours of entities among the trained embeddings of their type (cos or dot): exact,
     or through the version's index with --index."""
     from pbgio.errors import MissingArtifactError, MissingLibraryError
-    from pbgio.neighbors import format_neighbors, nearest_neighbors
+    from pbgio.neighbors import NeighborsError, format_neighbors, nearest_neighbors
 
-    if entity_type is None:
-        raise _usage_error("give the entity type of the names: --type TYPE")
     if (nprobe is not None or candidates is not None) and not index:
         raise _usage_error("--nprobe and --candidates apply to --index searches")
     wanted = list(names or [])
@@ -244,7 +244,7 @@ def neighbors(
         wanted += _read_names(names_file)
     if not wanted:
         raise _usage_error("give one or more names, or --names-file")
-    with exit_codes(usage=(MissingArtifactError, MissingLibraryError), on_interrupt=lambda: None):
+    with exit_codes(usage=(MissingArtifactError, MissingLibraryError, NeighborsError), on_interrupt=lambda: None):
         found = nearest_neighbors(config, entity_type, wanted, k=k, metric=metric.value, include_self=include_self,
                                   add_global=not no_global, device=device, version=version, checkpoint=checkpoint,
                                   base=base, index=index, nprobe=nprobe, candidates=candidates)
@@ -252,9 +252,10 @@ def neighbors(
         typer.echo(json.dumps([f.to_dict() for f in found], indent=2))
         return
     first = found[0]
-    stderr_console().print(f"{k} nearest {entity_type!r} entities by {metric.value} among {first.candidates:,} "
-                           f"({'' if first.searched == 'exact' else f'searched: {first.searched}; '}checkpoint version "
-                           f"{first.version})", soft_wrap=True, markup=False)
+    how = "" if first.searched == "exact" else f"searched: {first.searched}; "
+    stderr_console().print(f"{k} nearest {first.entity_type!r} entities by {metric.value} among "
+                           f"{first.candidates:,} ({how}checkpoint version {first.version})", soft_wrap=True,
+                           markup=False)
     typer.echo(format_neighbors(found))
 
 

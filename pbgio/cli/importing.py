@@ -47,6 +47,10 @@ Inputs = Annotated[list[str], typer.Argument(
 Delimiter = Annotated[str, typer.Option(
     "--delimiter", "-d", help="Field delimiter of text files: one character, or tab, comma, space, "
     "semicolon, pipe, whitespace (runs of blanks, as the original).")]
+Quote = Annotated[str, typer.Option(
+    "--quote", help="Quote character of text files: a field it quotes may hold the delimiter and doubled quotes "
+    "(RFC 4180, as CSV writers quote); 'none': every delimiter splits; 'auto': \" except for tab-separated "
+    "text (TSV has no quoting).")]
 Header = Annotated[bool, typer.Option(
     "--header/--no-header", help="Text files start with a header line (columns may then be given by name).")]
 LhsCol = Annotated[str, typer.Option(
@@ -91,6 +95,7 @@ def import_edges(
     config: Config,
     inputs: Inputs,
     delimiter: Delimiter = "tab",
+    quote: Quote = "auto",
     header: Header = False,
     lhs_col: LhsCol = "0",
     rel_col: RelCol = "1",
@@ -130,7 +135,7 @@ def import_edges(
         options = InputOptions(
             delimiter=parse_delimiter(delimiter), header=header, lhs_col=lhs, rel_col=parse_column(rel_col),
             rhs_col=rhs, weight_col=parse_column(weight_col), feature_separator=feature_separator,
-            file_format=input_format.value)
+            file_format=input_format.value, quote=None if quote.lower() == "none" else quote)
         if not append:
             given = [flag for flag, on in (("--dry-run", dry_run), ("--edge-path", edge_path is not None)) if on]
             if given:

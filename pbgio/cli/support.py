@@ -21,11 +21,27 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-def stderr_console() -> Any:
-    """A rich console on stderr (no syntax highlighting of paths and numbers)."""
+UNWRAPPED_WIDTH = 100_000
+"""The width of a console that is not a terminal: lines keep their length (logs, CI, pipes)."""
+
+
+def console(*, stderr: bool = False) -> Any:
+    """A rich console (no syntax highlighting of paths and numbers). On a terminal, text wraps
+    at its width; elsewhere nothing is wrapped, so a log or a pipe gets whole lines (rich would
+    otherwise wrap at 80 columns, mid-word in table titles)."""
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = stream.isatty()
+    return Console(stderr=stderr, highlight=False, width=None if terminal else UNWRAPPED_WIDTH,
+                   soft_wrap=not terminal)
+
+
+def stderr_console() -> Any:
+    """:func:`console` on stderr."""
+    return console(stderr=True)
 
 
 def print_error(message: str) -> None:

@@ -298,9 +298,9 @@ def count_inputs(items: list[InputFile], plan: ImportPlan, report: ImportReport,
         item.report.rows, item.report.malformed = counts.rows, counts.malformed
         item.report.problems = [Problem(str(item.source.path), line, msg, item.source.unit)
                                 for line, msg in counts.problems]
-        if counts.malformed and on_error == "fail":
-            line, msg = counts.problems[0]
-            raise item.source.problem(line, msg, count=counts.malformed)
+        if counts.malformed and on_error == "fail":  # every problem kept (the first 20), one per line
+            (line, msg), *others = counts.problems
+            raise item.source.problem(line, msg, count=counts.malformed, others=others)
         if counts.rows == 0:
             empty = item.source.problem(item.source.first_line,
                                         "expected edges, found none (the file is empty)")

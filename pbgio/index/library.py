@@ -9,6 +9,7 @@ Every index searches by inner product: ``cos`` indexes hold unit rows and take u
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ LIBRARY = "faiss"
 IVF_TRAIN_PER_LIST = 64
 """Rows sampled per inverted list to train the IVF quantizer (FAISS asks for at least 39)."""
 IVF_MIN_TRAIN = 10_000
+READ_BLOCK = 1 << 24
+"""Bytes handed to FAISS at a time while it reads an index."""
 MAX_NLIST = 65536
 """IVF lists: 4·√rows (FAISS's guidance is 4·√n to 16·√n), at most this many. On 10M planted-cluster
 rows of d100, √n lists (3,162) needed nprobe 64 for recall@10 0.95 (20 ms a query); 4·√n lists
@@ -104,8 +107,10 @@ def serialize(index: Any) -> NDArray[np.uint8]:
     return np.asarray(faiss_module().serialize_index(index), dtype=np.uint8)
 
 
-def deserialize(payload: NDArray[np.uint8]) -> Any:
-    return faiss_module().deserialize_index(payload)
+def read(next_bytes: Callable[[int], bytes]) -> Any:
+    """The index whose serialized bytes ``next_bytes(n)`` gives in order, read a block at a time."""
+    faiss = faiss_module()
+    return faiss.read_index(faiss.PyCallbackIOReader(next_bytes, READ_BLOCK))
 
 
 def row_count(index: Any) -> int:

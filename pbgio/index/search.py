@@ -36,7 +36,7 @@ from pbgio.config import ConfigSchema
 from pbgio.errors import MissingArtifactError, PbgioError, StaleIndexError
 from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.index import library
-from pbgio.index_file import IndexMeta, TypeRows, read_index_meta, read_index_payload
+from pbgio.index_file import IndexMeta, TypeRows, load_index_payload, read_index_meta
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import TopK, VectorScorer
@@ -203,9 +203,11 @@ def load_index(source: ExportSource, entity_type: str, *, nprobe: int | None = N
     fingerprint = rows.fingerprint() if counts == meta.partition_rows else None
     raise_first([checks.stale(shown, dataclasses.asdict(meta), counts, rows.dimension, fingerprint)],
                 StaleIndexError)
-    payload = read_index_payload(path, meta)
-    index = library.deserialize(payload)
-    del payload
+    try:
+        index = load_index_payload(path, meta, library.read)
+    except (RuntimeError, MemoryError) as exc:  # intact by its digest, yet not an index FAISS can read
+        raise_first([checks.unloadable(shown, f"expected a {meta.library} index, found bytes it cannot read "
+                                              f"({str(exc).strip().splitlines()[-1][:200]})")])
     if library.row_count(index) != meta.rows or library.dimension(index) != meta.dimension:
         raise_first([checks.unloadable(shown, f"expected an index of {meta.rows:,} rows of dimension "
                                               f"{meta.dimension}, found {library.row_count(index):,} of "

@@ -22,7 +22,7 @@ from pbgio.checks import optimizer as optimizer_rules
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import attr_str, byte_dataset_file, check_written, format_version, link_name, open_h5
-from pbgio.index_file import TypeRows, meta_problem, payload_digest
+from pbgio.index_file import TypeRows, dataset_digest, meta_problem
 from pbgio.optimizer_state import read_state
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
@@ -418,7 +418,7 @@ def _check_index(ctx: Context, file: AnyPath, f: h5py.File, etype: str, version:
     ds = f[PAYLOAD_DATASET]
     if not _written(ctx, file, ds):
         return
-    ctx.add(index_rules.damaged(shown, fields, payload_digest(np.asarray(ds[()], np.uint8)), ds.shape[0]))
+    ctx.add(index_rules.damaged(shown, fields, dataset_digest(ds), ds.shape[0]))
     if cfg is None or etype not in cfg.entities:
         return
     rows = TypeRows(cfg, CheckpointDir(file.parent), version, etype, add_global=meta.add_global)
