@@ -253,12 +253,13 @@ def predict(
         "--triples", help="File of lhs, rel, rhs names, one triple a line (- for stdin), separated by --delimiter: "
         "print each triple with its score, in order, as TSV with a header (instead of --lhs/--rel/--rhs).")] = None,
     delimiter: Annotated[str, typer.Option(
-        "--delimiter", help="What separates the fields of --triples: tab, comma, semicolon, pipe, space, "
-        "whitespace or one character; fields may be quoted as CSV writers quote them (as pbgio import reads them)."
-    )] = "tab",
+        "--delimiter", help="What separates the fields of --triples and --queries: tab, comma, semicolon, pipe, "
+        "space, whitespace or one character; fields may be quoted as CSV writers quote them (as pbgio import "
+        "reads them).")] = "tab",
     queries: Annotated[str | None, typer.Option(
-        "--queries", help="TSV file of top-k queries (- for stdin), one per line: lhs<TAB>rel<TAB> ranks rhs "
-        "candidates, <TAB>rel<TAB>rhs ranks lhs ones; answered with one loaded model (and index).")] = None,
+        "--queries", help="File of top-k queries (- for stdin), one per line, separated by --delimiter: lhs, rel "
+        "and an empty rhs rank rhs candidates (lhs<TAB>rel<TAB>), an empty lhs, rel and rhs rank lhs ones; "
+        "answered with one loaded model (and index); TSV output with a header.")] = None,
     index: Annotated[bool, typer.Option(
         "--index", help="Top-k through the candidate type's index (pbgio index build): the query is moved "
         "through the relation's operator, the index proposes candidates, the model scores them exactly. Where "
@@ -292,8 +293,15 @@ def predict(
     if index and (triples is not None or (lhs is not None and rhs is not None)):
         print_error("--index applies to top-k queries (--lhs or --rhs, or --queries), not to scoring triples")
         raise typer.Exit(EXIT_USAGE)
+    from pbgio.importers.fields import parse_delimiter
+
+    try:
+        separator = parse_delimiter(delimiter)
+    except ValueError as exc:
+        print_error(f"--delimiter: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
     if queries is not None:
-        _predict_batch(config, queries, k=k, filter_paths=filter_paths or [], index=index, nprobe=nprobe,
+        _predict_batch(config, queries, separator, k=k, filter_paths=filter_paths or [], index=index, nprobe=nprobe,
                        candidates=candidates, param=param, version=version, device=device, base=base,
                        as_json=as_json)
         return
@@ -310,14 +318,8 @@ def predict(
             raise typer.Exit(EXIT_USAGE) from None
     from pbgio.cli.support import stderr_console
     from pbgio.errors import MissingArtifactError
-    from pbgio.importers.read import parse_delimiter
     from pbgtrain import predict as pred
 
-    try:
-        separator = parse_delimiter(delimiter)
-    except ValueError as exc:
-        print_error(f"--delimiter: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
     parsed = None
     if triples is not None:
         with exit_codes(usage=(MissingArtifactError,)):  # a missing input is a usage error, as for embed
@@ -349,15 +351,16 @@ def predict(
         typer.echo(table)
 
 
-def _predict_batch(config: str, source: str, *, k: int, filter_paths: list[str], index: bool, nprobe: int | None,
-                   candidates: int | None, param: list[str] | None, version: int | None, device: str | None,
-                   base: str | None, as_json: bool) -> None:
+def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_paths: list[str], index: bool,
+                   nprobe: int | None, candidates: int | None, param: list[str] | None, version: int | None,
+                   device: str | None, base: str | None, as_json: bool) -> None:
     """``predict --queries``: every top-k query of a file, from one loaded model (and index)."""
     from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgtrain import predict as pred
 
     with exit_codes(usage=(MissingArtifactError,)):
-        parsed = pred.parse_queries(sys.stdin.read(), "<stdin>") if source == "-" else pred.read_queries(source)
+        parsed = (pred.parse_queries(sys.stdin.read(), "<stdin>", separator) if source == "-"
+                  else pred.read_queries(source, separator))
     run = _load(config, param, base)
     with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
         filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths]

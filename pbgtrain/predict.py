@@ -536,28 +536,34 @@ class Query(NamedTuple):
     where: str = ""
 
 
-def parse_queries(text: str, source: str = "<queries>") -> list[Query]:
-    """Top-k queries from TSV text: ``lhs<TAB>rel<TAB>`` ranks rhs candidates, ``<TAB>rel<TAB>rhs``
-    lhs ones (blank lines skipped).
+def parse_queries(text: str, source: str = "<queries>", delimiter: str = "\t",
+                  quote: str | None = "auto") -> list[Query]:
+    """Top-k queries from delimited text (split as :func:`parse_triples` splits): ``lhs, rel,``
+    (an empty rhs) ranks rhs candidates, ``, rel, rhs`` lhs ones (blank lines skipped).
 
     >>> parse_queries("ann\\tlikes\\t\\n\\tlikes\\tbob\\n", "q.tsv")[1]
     Query(lhs=None, rel='likes', rhs='bob', where='q.tsv:2')
+    >>> parse_queries('"alga, red",causes,\\n', "q.csv", ",")[0][:3]
+    ('alga, red', 'causes', None)
     """
+    quote = default_quote(delimiter) if quote == "auto" else quote
     queries = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        fields = line.split("\t")
-        if len(fields) != 3 or not fields[1] or bool(fields[0]) == bool(fields[2]):
-            raise InputError(source, number, "expected lhs<TAB>rel<TAB> (rank rhs candidates) or <TAB>rel<TAB>rhs "
-                                             f"(rank lhs candidates), found {len(fields)} field(s): {line[:80]!r}")
+        fields = split_fields(line, delimiter, quote)
+        if fields is None or len(fields) != 3 or not fields[1] or bool(fields[0]) == bool(fields[2]):
+            shown = "whitespace" if delimiter == WHITESPACE else repr(delimiter)
+            raise InputError(source, number, f"expected lhs, rel and an empty rhs (rank rhs candidates) or an empty "
+                                             f"lhs, rel and rhs (rank lhs candidates), separated by {shown}, found "
+                                             f"{line[:80]!r}")
         queries.append(Query(fields[0] or None, fields[1], fields[2] or None, f"{source}:{number}"))
     return queries
 
 
-def read_queries(path: str | Path) -> list[Query]:
-    """The top-k queries of a UTF-8 TSV file, a path or URL (:func:`parse_queries`)."""
-    return parse_queries(_read_text(path, "queries file"), str(path))
+def read_queries(path: str | Path, delimiter: str = "\t", quote: str | None = "auto") -> list[Query]:
+    """The top-k queries of a UTF-8 text file, a path or URL (:func:`parse_queries`)."""
+    return parse_queries(_read_text(path, "queries file"), str(path), delimiter, quote)
 
 
 def format_rankings(rankings: Sequence[Ranking]) -> str:

@@ -372,3 +372,13 @@ def test_round_trip_a_flat_index_answers_as_the_exact_scan(tmp_path_factory: pyt
     for got, top in zip(found, scan.tops, strict=True):
         assert [(p, o) for _, p, o in got] == [(p, o) for _, p, o in top.items()]
         assert [s for s, _, _ in got] == pytest.approx([s for s, _, _ in top.items()], rel=1e-5, abs=1e-6)
+
+
+def test_without_faiss_the_build_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write_layout(tmp_path, small_valid_layout(featurized=False))
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError
+    done = CliRunner().invoke(pbgio_app, ["index", "build", str(config), "--type", "user"])
+    assert done.exit_code == 2
+    assert "not installed" in done.stderr and "pip install 'pbg[ann]'" in done.stderr
+    assert not list((tmp_path / "checkpoint").glob("index_*"))
+    assert validate_path(config).ok  # a checkpoint without an index is complete
