@@ -69,11 +69,25 @@ class IndexMeta:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    def searched(self, params: dict[str, int] | None = None) -> str:
+        """Library, kind and parameters (``params``: those a search uses, default the stored ones)."""
+        shown = ", ".join(f"{k} {v}" for k, v in sorted((self.params if params is None else params).items()))
+        return f"{self.library} {self.kind}{f' ({shown})' if shown else ''}"
+
     def describe(self) -> str:
         """One line: kind, parameters, rows, metric, version."""
-        params = ", ".join(f"{k} {v}" for k, v in sorted(self.params.items()))
-        return (f"{self.library} {self.kind}{f' ({params})' if params else ''} index of {self.rows:,} "
-                f"{self.entity_type!r} rows by {self.metric}, checkpoint version {self.version}")
+        return (f"{self.searched()} index of {self.rows:,} {self.entity_type!r} rows by {self.metric}, checkpoint "
+                f"version {self.version}")
+
+
+def stale_issue(config: ConfigSchema, checkpoint: CheckpointDir, version: int, meta: IndexMeta,
+                file: str) -> Issue | None:
+    """``index-stale`` unless ``meta`` matches the tables of ``version`` (rows per partition,
+    dimension, fingerprint); reading those tables may raise their own format errors."""
+    rows = TypeRows(config, checkpoint, version, meta.entity_type, add_global=meta.add_global)
+    counts = rows.partition_rows()
+    fingerprint = rows.fingerprint() if counts == meta.partition_rows else None
+    return checks.stale(file, asdict(meta), counts, rows.dimension, fingerprint)
 
 
 def payload_digest(payload: NDArray[np.uint8]) -> str:

@@ -31,7 +31,7 @@ a triple, a file of triples), their names, filters and output forms; the scan it
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -510,21 +510,30 @@ def parse_triples(text: str, source: str = "<triples>", delimiter: str = "\t",
     >>> parse_triples('"alga, red",causes,virus\\n', "t.csv", ",")[0][:3]
     ('alga, red', 'causes', 'virus')
     """
-    quote = default_quote(delimiter) if quote == "auto" else quote
     triples = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = split_fields(line, delimiter, quote)
-        shown = "whitespace" if delimiter == WHITESPACE else repr(delimiter)
+    for number, line, fields, shown in _delimited_lines(text, delimiter, quote):
         if fields is None:
-            raise InputError(source, number, f"expected each quoted field to end with {quote} followed by {shown} or "
-                                             f"the end of the line, found {line[:80]!r}")
+            raise InputError(source, number, f"expected each quoted field to end with {_quote(delimiter, quote)} "
+                                             f"followed by {shown} or the end of the line, found {line[:80]!r}")
         if len(fields) != 3 or not all(fields):
             raise InputError(source, number, f"expected 3 non-empty fields lhs, rel, rhs separated by {shown}, "
                                              f"found {len(fields)} field(s): {line[:80]!r}")
         triples.append(Triple(fields[0], fields[1], fields[2], f"{source}:{number}"))
     return triples
+
+
+def _quote(delimiter: str, quote: str | None) -> str | None:
+    return default_quote(delimiter) if quote == "auto" else quote
+
+
+def _delimited_lines(text: str, delimiter: str, quote: str | None) -> Iterator[tuple[int, str, list[str] | None, str]]:
+    """``(line number, line, its fields or None when its quoting is malformed, how the delimiter is
+    named)`` of each non-blank line, split as ``pbgio import`` splits."""
+    quote = _quote(delimiter, quote)
+    shown = "whitespace" if delimiter == WHITESPACE else repr(delimiter)
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            yield number, line, split_fields(line, delimiter, quote), shown
 
 
 class Query(NamedTuple):
@@ -546,14 +555,9 @@ def parse_queries(text: str, source: str = "<queries>", delimiter: str = "\t",
     >>> parse_queries('"alga, red",causes,\\n', "q.csv", ",")[0][:3]
     ('alga, red', 'causes', None)
     """
-    quote = default_quote(delimiter) if quote == "auto" else quote
     queries = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = split_fields(line, delimiter, quote)
+    for number, line, fields, shown in _delimited_lines(text, delimiter, quote):
         if fields is None or len(fields) != 3 or not fields[1] or bool(fields[0]) == bool(fields[2]):
-            shown = "whitespace" if delimiter == WHITESPACE else repr(delimiter)
             raise InputError(source, number, f"expected lhs, rel and an empty rhs (rank rhs candidates) or an empty "
                                              f"lhs, rel and rhs (rank lhs candidates), separated by {shown}, found "
                                              f"{line[:80]!r}")

@@ -123,8 +123,8 @@ def _build(source: ExportSource, entity_type: str, kind: str, metric: str, add_g
         raise IndexBuildError(f"{entity_type!r} has no rows in checkpoint version {source.version}: nothing to index")
     if kind == "auto":
         kind = "flat" if total <= FLAT_MAX_ROWS else "ivf"
-    params = {**library.default_params(kind, total), **{k: v for k, v in overrides.items()
-                                                        if k in library.default_params(kind, total)}}
+    defaults = library.default_params(kind, total)
+    params = {**defaults, **{k: v for k, v in overrides.items() if k in defaults}}
     if kind == "ivf":
         params["nlist"] = min(params["nlist"], total)
         params["nprobe"] = min(params["nprobe"], params["nlist"])

@@ -36,7 +36,7 @@ from pbgio.config import ConfigSchema
 from pbgio.errors import MissingArtifactError, PbgioError, StaleIndexError
 from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.index import library
-from pbgio.index_file import IndexMeta, TypeRows, load_index_payload, read_index_meta
+from pbgio.index_file import IndexMeta, TypeRows, load_index_payload, read_index_meta, stale_issue
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import TopK, VectorScorer
@@ -80,8 +80,7 @@ class EmbeddingIndex:
         return self.meta.metric
 
     def describe(self) -> str:
-        params = ", ".join(f"{k} {v}" for k, v in sorted(self.params.items()))
-        return f"{self.meta.library} {self.meta.kind}{f' ({params})' if params else ''}"
+        return self.meta.searched(self.params)
 
     def __enter__(self) -> EmbeddingIndex:
         return self
@@ -198,11 +197,7 @@ def load_index(source: ExportSource, entity_type: str, *, nprobe: int | None = N
     types = {name: e.featurized for name, e in source.config.entities.items()}
     raise_first([checks.entity_type(shown, dataclasses.asdict(meta), types),
                  checks.name_mismatch(shown, entity_type, source.version, dataclasses.asdict(meta))])
-    rows = TypeRows(source.config, source.checkpoint, source.version, entity_type, add_global=meta.add_global)
-    counts = rows.partition_rows()
-    fingerprint = rows.fingerprint() if counts == meta.partition_rows else None
-    raise_first([checks.stale(shown, dataclasses.asdict(meta), counts, rows.dimension, fingerprint)],
-                StaleIndexError)
+    raise_first([stale_issue(source.config, source.checkpoint, source.version, meta, shown)], StaleIndexError)
     try:
         index = load_index_payload(path, meta, library.read)
     except (RuntimeError, MemoryError) as exc:  # intact by its digest, yet not an index FAISS can read
@@ -221,6 +216,7 @@ def load_index(source: ExportSource, entity_type: str, *, nprobe: int | None = N
                 raise IndexSearchError(f"{name} applies to {'ivf' if name == 'nprobe' else 'hnsw'} indexes; this "
                                        f"one is {meta.kind}")
             params[name] = value
+    rows = TypeRows(source.config, source.checkpoint, source.version, entity_type, add_global=meta.add_global)
     return EmbeddingIndex(source, path, meta, index, rows, params)
 
 

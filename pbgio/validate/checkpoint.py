@@ -3,6 +3,7 @@ rules: :mod:`pbgio.checks.checkpoint` and :mod:`pbgio.checks.optimizer`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from pbgio.checks import optimizer as optimizer_rules
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import attr_str, byte_dataset_file, check_written, format_version, link_name, open_h5
-from pbgio.index_file import TypeRows, dataset_digest, meta_problem
+from pbgio.index_file import dataset_digest, meta_problem, stale_issue
 from pbgio.optimizer_state import read_state
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
@@ -421,10 +422,5 @@ def _check_index(ctx: Context, file: AnyPath, f: h5py.File, etype: str, version:
     ctx.add(index_rules.damaged(shown, fields, dataset_digest(ds), ds.shape[0]))
     if cfg is None or etype not in cfg.entities:
         return
-    rows = TypeRows(cfg, CheckpointDir(file.parent), version, etype, add_global=meta.add_global)
-    try:
-        counts = rows.partition_rows()
-        fingerprint = rows.fingerprint() if counts == meta.partition_rows else None
-    except (FormatError, MissingArtifactError):
-        return  # the version's own files are reported by their rules
-    ctx.add(index_rules.stale(shown, fields, counts, rows.dimension, fingerprint))
+    with contextlib.suppress(FormatError, MissingArtifactError):  # the version's own files have their rules
+        ctx.add(stale_issue(cfg, CheckpointDir(file.parent), version, meta, shown))
