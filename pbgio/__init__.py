@@ -4,7 +4,7 @@ Read, write and validate every on-disk artifact of a PBG layout::
 
     >>> import pbgio
     >>> sorted(pbgio.__all__)[:4]
-    ['BucketWriter', 'CheckpointDir', 'ConfigError', 'ConfigSchema']
+    ['BucketWriter', 'CheckpointDir', 'CheckpointVersion', 'ConfigError']
 
 The public API (what tools built on pbgio, pbgtrain among them, may import):
 
@@ -17,7 +17,7 @@ The public API (what tools built on pbgio, pbgtrain among them, may import):
   :mod:`pbgio.errors` (the error tree);
 - :mod:`pbgio.storage` (paths, URLs, atomic writes; the package itself, not its modules),
   :mod:`pbgio.interrupts` and :mod:`pbgio.progress` (Ctrl-C and progress bars for long work),
-  :mod:`pbgio.cli.support` (exit codes and messages shared by every pbg command line);
+  :mod:`pbgio.console` (exit codes and messages shared by every pbg command line);
 - the tools: :mod:`pbgio.importers`, :mod:`pbgio.exporters`, :mod:`pbgio.legacy`,
   :mod:`pbgio.neighbors`, :mod:`pbgio.info`, :mod:`pbgio.example`;
 - :mod:`pbgio.testing` (hypothesis strategies and mutators for your own tests).
@@ -66,8 +66,13 @@ if TYPE_CHECKING:
         Report,
         UnknownNameError,
         UnsafePickleError,
+        UsageError,
         VersionError,
     )
+    from pbgio.layout import CheckpointVersion as CheckpointVersion
+    from pbgio.layout import Layout as Layout
+    from pbgio.layout import open_checkpoint as open_checkpoint
+    from pbgio.validate import validate_layout as validate_layout
     from pbgio.validate import validate_path
 
 __all__, _export = lazy_exports("pbgio", {
@@ -80,8 +85,10 @@ __all__, _export = lazy_exports("pbgio", {
                        "read_relation_names", "write_dynamic_rel_count", "write_entity_count",
                        "write_entity_names", "write_relation_names"],
     "pbgio.errors": ["ConfigError", "CorruptFileError", "FormatError", "Issue", "MissingArtifactError",
-                     "PbgioError", "Report", "UnknownNameError", "UnsafePickleError", "VersionError"],
-    "pbgio.validate": ["validate_path"],
+                     "PbgioError", "Report", "UnknownNameError", "UnsafePickleError", "UsageError",
+                     "VersionError"],
+    "pbgio.layout": ["CheckpointVersion", "Layout", "open_checkpoint"],
+    "pbgio.validate": ["validate_layout", "validate_path"],
 })
 
 

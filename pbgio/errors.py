@@ -173,6 +173,12 @@ class MissingArtifactError(PbgioError, FileNotFoundError):
             super().__init__(f"{path}: expected the {what}, found {found} [{rule}]")
 
 
+class UsageError(PbgioError, ValueError):
+    """An option or argument a command cannot run with (a device that is not here, an unknown entity
+    type to freeze, a negative number of minutes …); the message starts with the option. The
+    command lines print it and exit 2; called from Python, the same message is raised."""
+
+
 class CheckpointInUseError(PbgioError):
     """A checkpoint directory another process is writing (``pbgtrain fit`` holds its lock).
 
@@ -332,6 +338,19 @@ class OutputError(PbgioError):
         if self.path.startswith(prefix):
             return OutputError(os.path.join(str(final), self.path[len(prefix):]), self.cause)
         return self
+
+
+class Notice(UserWarning):
+    """One line a library call says about what it did, when that differs from what its arguments
+    may suggest; not an error. pbg's command lines print it on stderr as ``{label}: message``
+    (:func:`pbgio.console.exit_codes`); called from Python, it is a warning of this category."""
+
+    label = "note"
+
+
+class StoredSettingsNote(Notice):
+    """A checkpoint was read with the settings it was trained with (its ``config.json``), where the
+    config passed describes the stored model otherwise (:meth:`pbgio.layout.Layout.open_checkpoint`)."""
 
 
 def os_error_code(exc: BaseException) -> int | None:

@@ -10,31 +10,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pbgio import storage
 from pbgio.checkpoint import CheckpointDir
-from pbgio.config import ConfigSchema, load_config
 from pbgio.edges import bucket_length, iter_buckets
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import MissingArtifactError, PbgioError
+from pbgio.layout import Layout, find_config
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.validate import _find_config, infer_base
 
 
-def summarize(location: AnyPath | str, *, base: AnyPath | None = None) -> dict[str, Any]:
-    """A JSON-able summary of a config's layout, or of a single artifact directory (a path or URL)."""
+def summarize(location: AnyPath | str, *, base: AnyPath | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """A JSON-able summary of a config's layout (its ``overrides`` applied), or of a single artifact
+    directory (a path or URL)."""
     path = storage.resolve(location)
     with storage.remote_errors(path, "path to summarize"):
         if not path.exists():
             raise MissingArtifactError(storage.display(path), "path to summarize", found=storage.link_problem(path))
-    config_path = path if path.is_file() else _find_config(path)
+    config_path = path if path.is_file() else find_config(path)
     if config_path is None:
         return _summarize_dir(path)
-    cfg = load_config(config_path)
-    base = base if base is not None else infer_base(config_path, cfg)
-    return _summarize_config(cfg, config_path, base)
+    return _summarize_config(Layout.load(config_path, base=base, overrides=overrides))
 
 
 def _safe(fn: Any, *args: Any) -> Any:
@@ -44,10 +43,10 @@ def _safe(fn: Any, *args: Any) -> Any:
         return None
 
 
-def _summarize_config(cfg: ConfigSchema, config_path: AnyPath, base: AnyPath) -> dict[str, Any]:
-    entity_path = storage.resolve(cfg.entity_path, base)
+def _summarize_config(layout: Layout) -> dict[str, Any]:
+    cfg, entity_path = layout.config, layout.entity_path
     summary: dict[str, Any] = {
-        "config": storage.display(config_path),
+        "config": layout.source,
         "dimension": cfg.dimension,
         "dynamic_relations": cfg.dynamic_relations,
         "entities": {
@@ -64,8 +63,8 @@ def _summarize_config(cfg: ConfigSchema, config_path: AnyPath, base: AnyPath) ->
     }
     if cfg.dynamic_relations:
         summary["dynamic_rel_count"] = _safe(read_dynamic_rel_count, entity_path)
-    summary["edge_paths"] = [_summarize_edges(storage.resolve(p, base)) for p in cfg.edge_paths]
-    summary["checkpoint"] = _summarize_checkpoint(storage.resolve(cfg.checkpoint_path, base))
+    summary["edge_paths"] = [_summarize_edges(p) for p in layout.edge_paths]
+    summary["checkpoint"] = _summarize_checkpoint(layout.checkpoint_path)
     return summary
 
 

@@ -37,8 +37,8 @@ from pbgio.checkpoint import read_committed
 from pbgio.checks.entities import names_count
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, PbgioError
-from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -97,7 +97,7 @@ def format_neighbors(results: Sequence[Neighbors]) -> str:
 
 
 def nearest_neighbors(
-    config: ConfigSchema | str | AnyPath,
+    config: Layout | ConfigSchema | str | AnyPath,
     entity_type: str | None,
     names: Sequence[str],
     *,
@@ -132,7 +132,7 @@ def nearest_neighbors(
         raise NeighborsError(f"expected a sequence of names, found the string {names!r} (write [{names!r}])")
     if not names:
         raise NeighborsError("expected at least one query name, found none")
-    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
     if entity_type is None:
         types = sorted(source.config.entities)
         if len(types) != 1:
@@ -187,7 +187,7 @@ def indexed_neighbors(index: EmbeddingIndex, names: Sequence[str], *, k: int = 1
             for name, best in zip(names, found, strict=True)]
 
 
-def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int, metric: Metric,
+def _neighbors(source: CheckpointVersion, entity_type: str, names: list[str], k: int, metric: Metric,
                include_self: bool, add_global: bool, device: str) -> list[Neighbors]:
     cfg = source.config
     num_parts = cfg.num_partitions(entity_type)
@@ -231,7 +231,7 @@ def _neighbors(source: ExportSource, entity_type: str, names: list[str], k: int,
             for name, best in zip(names, found, strict=True)]
 
 
-def _more_names_than_rows(source: ExportSource, entity_type: str, part: int, rows: int) -> FormatError:
+def _more_names_than_rows(source: CheckpointVersion, entity_type: str, part: int, rows: int) -> FormatError:
     path = source.entity_path / naming.entity_names_file(entity_type, part)
     embeddings = source.checkpoint.embeddings_path(entity_type, part, source.version)
     return FormatError(names_count(str(path), rows, None, f"the rows of {embeddings}"))  # type: ignore[arg-type]

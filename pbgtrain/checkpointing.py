@@ -31,7 +31,7 @@ refused: warm start a new ``checkpoint_path`` from it with ``init_path``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,51 +45,41 @@ from pbgio.checkpoint import (
     plan_checkpoint,
 )
 from pbgio.checks import raise_first
-from pbgio.checks.checkpoint import config_mismatch, embeddings_shape, param_names, param_shape
+from pbgio.checks.checkpoint import embeddings_shape, param_names, param_shape
 from pbgio.config import ConfigSchema
 from pbgio.errors import ConfigError
+from pbgio.layout import Layout
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import private_to_public, public_to_private
-from pbgio.storage import AnyPath
 from pbgtrain.model.tables import EntityTable
-from pbgtrain.training.batching import IterationStep, stable_seed
-
-PartitionKey = tuple[str, int]
-
-
-class WrittenPartitions(Protocol):
-    """The partitions written into one version being built: a set, or the store of a distributed run
-    (where any trainer may have written them)."""
-
-    def add(self, key: PartitionKey) -> None: ...
-
-    def __contains__(self, key: object) -> bool: ...
+from pbgtrain.plan.batching import IterationStep, stable_seed
+from pbgtrain.plan.buckets import PartitionKey, WrittenPartitions
 
 
-def written_here(version: int) -> WrittenPartitions:
-    """The partitions this process wrote into ``version`` (a single process: a set)."""
+def nothing_written(version: int) -> WrittenPartitions:
+    """The partitions written into a version a single process starts building: none yet."""
     return set()
 
 
 class TrainingCheckpoint:
     """Reads and writes the partitions and the model of one training run."""
 
-    def __init__(self, path: AnyPath, config: ConfigSchema, *, init_path: AnyPath | None = None, seed: int = 0,
-                 device: torch.device | str = "cpu", counts: Mapping[PartitionKey, int] | None = None,
-                 written: Callable[[int], WrittenPartitions] = written_here) -> None:
-        self.dir = CheckpointDir(path)
-        self.init = CheckpointDir(init_path) if init_path is not None else None
-        self.config = config
+    def __init__(self, layout: Layout, *, seed: int = 0, device: torch.device | str = "cpu",
+                 counts: Mapping[PartitionKey, int] | None = None,
+                 written: Callable[[int], WrittenPartitions] = nothing_written) -> None:
+        self.dir = CheckpointDir(layout.checkpoint_path)
+        self.init = CheckpointDir(layout.init_path) if layout.init_path is not None else None
+        self.config = layout.config
         self.seed = seed
         self.device = torch.device(device)
         self.counts = dict(counts) if counts is not None else None  # entity counts, to grow carried-over tables
         self.committed = self.dir.read_version()
         # Partitions already in version committed + 1 (in a distributed run: by any trainer); a new
-        # tracker for each version, from ``written`` (the run's coordinator says which kind).
+        # tracker for each version, from ``written`` (the run's scheduler says which kind).
         self._written_in = written
         self.written = written(self.committed + 1)
         if self.committed > 0:
-            check_same_model(self.dir, config)
+            layout.check_resumable(self.dir)  # the same model, and the same plan of edge paths
 
     # ---- partitions
     def load(self, entity_type: str, part: int, count: int, device: torch.device | str | None = None) -> EntityTable:
@@ -174,6 +164,22 @@ class TrainingCheckpoint:
         """Whether a model read from ``directory`` may hold fewer dynamic relations than the layout
         (it is init_path's: relations may have been appended since)."""
         return directory is self.init and self.config.dynamic_relations
+
+    def restore_model(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                      relation_lr: float) -> None:
+        """The model and its Adagrad state from :meth:`model_source` (nothing: a fresh model);
+        dynamic operators of fewer relations, from init_path, grow."""
+        source = self.model_source()
+        if source is None:
+            return
+        directory, version = source
+        state = directory.read_model(version)
+        path = str(directory.model_path(version))
+        grow = self.may_grow(directory)
+        load_model_params(model, state.params, path, grow=grow)
+        if optimizer is not None:
+            shapes = stored_param_shapes(model, optimizer, state.params) if grow else None
+            self.restore_optimizer(optimizer, state, path, relation_lr, shapes)
 
     @staticmethod
     def restore_optimizer(optimizer: torch.optim.Optimizer, state: ModelState, source: str, lr: float,
@@ -294,19 +300,6 @@ def chunk_average(lines: list[StatsLine]) -> dict[str, Any] | None:
     return {"count": count, "metrics": metrics}
 
 
-def check_same_model(directory: CheckpointDir, config: ConfigSchema) -> None:
-    """Refuse to resume a checkpoint written for a different model."""
-    try:
-        saved = directory.read_config().to_dict()
-    except Exception:  # an unreadable config.json is reported by the validator, not here
-        return
-    current = config.to_dict()
-    path = str(directory.path / "config.json")
-    differ = config_mismatch(path, saved, current, "the checkpoint being resumed", resume=True)
-    if differ:
-        raise ConfigError(path, differ)
-
-
 def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], source: str, *,
                       grow: bool = False) -> None:
     """Load checkpoint parameters (public names, as in ``model.vN.h5``) into ``model``, on its device;
@@ -329,6 +322,17 @@ def load_model_params(model: torch.nn.Module, params: dict[str, np.ndarray], sou
         raise_first([param_shape(source, private_to_public(key) or key, tuple(value.shape), want,
                                  source="the config and the layout")])
     model.load_state_dict({k: v.to(own[k].device) for k, v in loaded.items()})
+
+
+def model_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """The model's parameters under their public checkpoint names (as in ``model.vN.h5``)."""
+    params = {}
+    for key, value in model.state_dict().items():
+        public = private_to_public(key)
+        if public is None:
+            raise RuntimeError(f"model state key {key!r} has no public checkpoint name")
+        params[public] = value.detach().cpu().numpy()
+    return params
 
 
 def stored_param_shapes(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

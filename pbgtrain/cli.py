@@ -15,8 +15,11 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.cli.support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
+from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
+from pbgio.options import RELATIVE_TO_CONFIG, AsJson, BaseOption, ConfigArg, NoProgress, Overrides, VersionOption
+from pbgio.options import DeviceOption as Device
 from pbgio.progress import progress_wanted
+from pbgtrain.choices import OperatorInit, PrecisionChoice
 
 app = typer.Typer(
     name="pbgtrain",
@@ -27,29 +30,13 @@ app = typer.Typer(
 )
 
 
-CONFIG_HELP = ("The run config: a .json file, or the original's Python config (.py), which is executed "
-               "(in a subprocess) to obtain the config from its get_torchbiggraph_config(); the relative "
-               "paths of a .py config resolve against the current directory, as in the original.")
-ConfigArg = Annotated[str, typer.Argument(help=CONFIG_HELP + " A path or an fsspec URL (s3://…, gs://…, hdfs://…).")]
-Overrides = Annotated[list[str] | None, typer.Option(
-    "-p", "--param", help="Override a config key, e.g. -p num_epochs=5 -p relations.0.operator=diagonal "
-    "(lists split on commas; for a .py config, applied as the original applies them). Repeatable.")]
-Device = Annotated[str | None, typer.Option(
-    "--device", help="torch device to train on: cpu, cuda, cuda:1 … (default: cuda when the config sets "
-    "num_gpus=1, else cpu).")]
-BaseOption = Annotated[str | None, typer.Option(
-    "--base", help="Directory relative paths in the config resolve against (default: the config's directory; "
-    "for a .py config, the current directory).")]
-PrecisionOption = Annotated[str | None, typer.Option(
+PrecisionOption = Annotated[PrecisionChoice | None, typer.Option(
     "--precision", help="Matrix products in fp32 (the reference), tf32 (CUDA tensor cores) or bf16; embeddings "
     "and optimizer state stay float32 (default: bf16 on a GPU when the config sets half_precision, else fp32).")]
-NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
-
-
-
 
 
 def _load(config: str, overrides: list[str] | None, base: str | None) -> Any:
+    """The run's :class:`pbgio.layout.Layout` (a bad config exits 1 with every problem)."""
     from pbgio import storage
     from pbgtrain.config import load_run_config
 
@@ -69,11 +56,11 @@ def fit(
         "free memory less a quarter; 0 on a CPU, where only the current bucket's partitions are in memory). "
         "Single-process runs only.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of initialization, shuffling and sampling.")] = 0,
-    operator_init: Annotated[str, typer.Option(
-        "--operator-init", metavar="identity|random", help="How a fresh run's relation operators start: as the "
+    operator_init: Annotated[OperatorInit, typer.Option(
+        "--operator-init", help="How a fresh run's relation operators start: as the "
         "identity (the original's), or drawn from init_scale · N(0, 1) like the entities, which spares models of "
         "symmetric relations (WN18RR) epochs of scoring each entity highest against itself. Operators read from "
-        "the checkpoint or init_path replace them either way; pbgtrain's own option.")] = "identity",
+        "the checkpoint or init_path replace them either way; pbgtrain's own option.")] = OperatorInit.identity,
     compile_step: Annotated[bool, typer.Option(
         "--compile", help="Fuse the step's elementwise passes (softmax loss, violators) with torch.compile: "
         "Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, once.")] = False,
@@ -100,11 +87,10 @@ def fit(
         "--valid", metavar="PATH", help="Validation edge path: every --eval-every epochs (and at the end) rank its "
         "edges against all entities (filtered by --filter), keep the best version in CHECKPOINT_PATH/best/, and "
         "with --patience stop early. Records go to training_stats.json (pbgtrain's key); single-process runs."
-        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
+        + RELATIVE_TO_CONFIG)] = None,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", metavar="PATH", help="With --valid: edge path of known edges left out of the candidates "
-        "(default: the config's edge_paths and the --valid path). Repeatable."
-        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
+        "(default: the config's edge_paths and the --valid path). Repeatable." + RELATIVE_TO_CONFIG)] = None,
     eval_every: Annotated[int, typer.Option(
         "--eval-every", metavar="N", help="With --valid: evaluate after every N-th epoch.")] = 1,
     patience: Annotated[int | None, typer.Option(
@@ -122,47 +108,28 @@ def fit(
     Distributed: run it once per trainer, with --rank R (num_machines and distributed_init_method from
     the config) or under torchrun (torchrun --nproc-per-node K -m pbgtrain fit cfg.json).
     """
-    from pbgio.errors import MissingArtifactError
-    from pbgtrain.train import FitOptions
+    from pbgio.errors import CheckpointInUseError
+    from pbgtrain.train import FitOptions, ValidationOptions
     from pbgtrain.train import fit as run_fit
-    from pbgtrain.training.options import frozen_types_problem, operator_init_problem
-    from pbgtrain.validation import ValidationOptions
 
-    run = _load(config, param, base)
-    frozen = frozenset(freeze or ())
-    problem = frozen_types_problem(run.config, frozen)
-    if problem is not None:
-        print_error(f"--freeze: {problem}")
+    layout = _load(config, param, base)
+    if valid is None and (filter_paths or patience is not None or lr_decay is not None):
+        print_error("--filter, --patience and --lr-decay go with --valid PATH (the validation edge path)")
         raise typer.Exit(EXIT_USAGE)
-    problem = operator_init_problem(operator_init)
-    if problem is not None:
-        print_error(f"--operator-init: {problem}")
-        raise typer.Exit(EXIT_USAGE)
-    validation = None
-    if valid is not None:
-        with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
-            given = [str(run.existing_layout_dir(p, o)) for p, o in [(valid, "--valid"),
-                                                                     *((f, "--filter") for f in filter_paths or [])]]
-        validation = ValidationOptions(given[0], tuple(given[1:]), eval_every, patience, lr_decay, lr_patience)
-        problem = validation.problem()
-    elif filter_paths or patience is not None or lr_decay is not None:
-        problem = "--filter, --patience and --lr-decay go with --valid PATH (the validation edge path)"
-    if problem is not None:
-        print_error(problem)
-        raise typer.Exit(EXIT_USAGE)
+    validation = None if valid is None else ValidationOptions(valid, tuple(filter_paths or ()), eval_every, patience,
+                                                              lr_decay, lr_patience)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
-                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout, precision=precision,
-                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozen,
-                         validation=validation, operator_init=operator_init)
+                         max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout,
+                         precision=None if precision is None else precision.value,
+                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozenset(freeze or ()),
+                         validation=validation, operator_init=operator_init.value)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()
     try:
-        from pbgio.errors import CheckpointInUseError
-
-        with exit_codes(usage=(CheckpointInUseError,), on_interrupt=lambda: _interrupted_fit(run)):
-            result = run_fit(run, options)
+        with exit_codes(usage=(CheckpointInUseError,), on_interrupt=lambda: _interrupted_fit(layout)):
+            result = run_fit(layout, options)
     except typer.Exit as stop:
         if distributed:  # leave now: a lost peer can leave gloo's threads waiting at interpreter exit
             sys.stdout.flush()
@@ -186,10 +153,10 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def _interrupted_fit(run: Any) -> None:
+def _interrupted_fit(layout: Any) -> None:
     from pbgio.checkpoint import CheckpointDir
 
-    version = CheckpointDir(run.checkpoint_path).read_version()
+    version = CheckpointDir(layout.checkpoint_path).read_version()
     print_error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
                 "command to resume from it")
 
@@ -200,37 +167,36 @@ def evaluate(
     param: Overrides = None,
     edges: Annotated[list[str] | None, typer.Option(
         "--edges", help="Edge directory to evaluate (default: the config's edge_paths). Repeatable."
-        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")
-    ] = None,
+        + RELATIVE_TO_CONFIG)] = None,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", help="Edge directory whose edges are known true and are not counted as better-ranked "
-        "(filtered ranking). Repeatable."
-        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
+        "(filtered ranking). Repeatable." + RELATIVE_TO_CONFIG)] = None,
     all_entities: Annotated[bool, typer.Option(
         "--all-entities", help="Rank against every entity of the partition instead of the config's "
         "eval_num_batch_negs + eval_num_uniform_negs sampled candidates (implied by --filter).")] = False,
-    version: Annotated[int | None, typer.Option(help="Checkpoint version (default: the committed one).")] = None,
+    version: VersionOption = None,
     device: Device = None,
     seed: Annotated[int, typer.Option(help="Seed of sampled candidates.")] = 0,
     base: BaseOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON on stdout.")] = False,
+    as_json: AsJson = False,
     no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
     from pbgio.errors import MissingArtifactError
     from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint, trained_on
 
-    run = _load(config, param, base)
+    layout = _load(config, param, base)
     with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
-        edge_paths = None if edges is None else [run.existing_layout_dir(e, "--edges") for e in edges]
-        filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths or []]
+        edge_paths = None if edges is None else [layout.existing_dir(e, "--edges") for e in edges]
+        filters = [layout.existing_dir(f, "--filter") for f in filter_paths or []]
     options = EvalOptions(edge_paths=edge_paths, filter_paths=filters, all_entities=all_entities or bool(filters),
                           version=version, device=device, seed=seed, interactive=progress_wanted(no_progress))
-    for path in trained_on(run, options.edge_paths):
-        typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
-                   "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
     with exit_codes(on_interrupt=lambda: None):
-        result = evaluate_checkpoint(run, options)
+        opened = layout.open_checkpoint(version, model=True)  # a missing checkpoint stops here, before warnings
+        for path in trained_on(opened, options.edge_paths):
+            typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
+                       "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
+        result = evaluate_checkpoint(layout, options)
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
 
 
@@ -247,8 +213,7 @@ def predict(
     k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Candidates to list.")] = 10,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", help="Edge directory whose edges are known true: candidates forming one with the query are "
-        "left out (filtered ranking). Repeatable."
-        " Relative to the config's folder, like its edge_paths (./PATH: the current directory).")] = None,
+        "left out (filtered ranking). Repeatable." + RELATIVE_TO_CONFIG)] = None,
     triples: Annotated[str | None, typer.Option(
         "--triples", help="File of lhs, rel, rhs names, one triple a line (- for stdin), separated by --delimiter: "
         "print each triple with its score, in order, as TSV with a header (instead of --lhs/--rel/--rhs).")] = None,
@@ -270,10 +235,10 @@ def predict(
         "--candidates", min=1, help="With --index: candidates the index proposes, scored exactly (default 100).")
     ] = None,
     param: Overrides = None,
-    version: Annotated[int | None, typer.Option(help="Checkpoint version (default: the committed one).")] = None,
+    version: VersionOption = None,
     device: Device = None,
     base: BaseOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Score by name: the top-k entities for (entity, relation), a triple's ranks, or the scores of triples.
 
@@ -293,7 +258,7 @@ def predict(
     if index and (triples is not None or (lhs is not None and rhs is not None)):
         print_error("--index applies to top-k queries (--lhs or --rhs, or --queries), not to scoring triples")
         raise typer.Exit(EXIT_USAGE)
-    from pbgio.importers.fields import parse_delimiter
+    from pbgio.fields import parse_delimiter
 
     try:
         separator = parse_delimiter(delimiter)
@@ -316,7 +281,7 @@ def predict(
         except UnicodeDecodeError as exc:
             print_error(f"<stdin>: cannot read it as UTF-8 text ({exc})")
             raise typer.Exit(EXIT_USAGE) from None
-    from pbgio.cli.support import stderr_console
+    from pbgio.console import stderr_console
     from pbgio.errors import MissingArtifactError
     from pbgtrain import predict as pred
 
@@ -325,19 +290,19 @@ def predict(
         with exit_codes(usage=(MissingArtifactError,)):  # a missing input is a usage error, as for embed
             parsed = (pred.parse_triples(text, "<stdin>", separator) if text is not None
                       else pred.read_triples(triples, separator))
-    run = _load(config, param, base)
+    layout = _load(config, param, base)
     with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
-        filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths or []]
+        filters = [layout.existing_dir(f, "--filter") for f in filter_paths or []]
     result: Any
     with exit_codes(on_interrupt=lambda: None):
         if parsed is not None:
-            result = pred.score_triples(run, parsed, version=version, device=device)
+            result = pred.score_triples(layout, parsed, version=version, device=device)
         elif lhs is not None and rhs is not None:
             assert rel is not None
-            result = pred.rank_triple(run, lhs, rel, rhs, filter_paths=filters, version=version, device=device)
+            result = pred.rank_triple(layout, lhs, rel, rhs, filter_paths=filters, version=version, device=device)
         else:
             assert rel is not None
-            result = pred.top_k(run, lhs=lhs, rel=rel, rhs=rhs, k=k, filter_paths=filters, version=version,
+            result = pred.top_k(layout, lhs=lhs, rel=rel, rhs=rhs, k=k, filter_paths=filters, version=version,
                                 device=device, index=index, nprobe=nprobe, candidates=candidates)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
@@ -361,12 +326,12 @@ def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_p
     with exit_codes(usage=(MissingArtifactError,)):
         parsed = (pred.parse_queries(sys.stdin.read(), "<stdin>", separator) if source == "-"
                   else pred.read_queries(source, separator))
-    run = _load(config, param, base)
+    layout = _load(config, param, base)
     with exit_codes(usage=(MissingArtifactError,)):  # layout parts: relative to the config's folder
-        filters = [run.existing_layout_dir(f, "--filter") for f in filter_paths]
+        filters = [layout.existing_dir(f, "--filter") for f in filter_paths]
     results = []
     with exit_codes(usage=(MissingArtifactError, MissingLibraryError), on_interrupt=lambda: None), \
-            pred.Predictor(run, version=version, device=device, index=index, nprobe=nprobe,
+            pred.Predictor(layout, version=version, device=device, index=index, nprobe=nprobe,
                            candidates=candidates) as predictor:
         for query in parsed:
             results.append(predictor.top_k(rel=query.rel, lhs=query.lhs, rhs=query.rhs, k=k, filter_paths=filters))
@@ -378,7 +343,8 @@ def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_p
 
 @app.command("config")
 def show_config(
-    config: Annotated[str | None, typer.Argument(help=f"{CONFIG_HELP} Omit it with --schema.")] = None,
+    config: Annotated[str | None, typer.Argument(help="The run config (.json or the original's .py); omit it with "
+                                                 "--schema.")] = None,
     param: Overrides = None,
     schema: Annotated[bool, typer.Option("--schema", help="Print the config's JSON Schema instead.")] = False,
 ) -> None:
@@ -413,11 +379,11 @@ def report(
     from pbgio import storage
     from pbgtrain.report import load_report, require_matplotlib, write_report
 
-    run = _load(config, param, base)
+    layout = _load(config, param, base)
     targets = [storage.resolve(output), *([] if html is None else [storage.resolve(html)])]
     with exit_codes(on_interrupt=lambda: None):
         require_matplotlib()
-        training = load_report(run)
+        training = load_report(layout)
         write_report(training, *targets)
     typer.echo(training.summary())
     for target in targets:

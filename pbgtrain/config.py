@@ -1,37 +1,30 @@
 """The run config as the trainer sees it: loading, ``-p key=value`` overrides, support checks.
 
-The schema itself is :class:`pbgio.config.ConfigSchema`. This module adds what only the
-trainer needs: dotted overrides (as the original's ``-p``), the resolution of relative paths,
-and the rule that no key is silently ignored. Every key either changes the trainer's
-behaviour or, when set to a value this trainer cannot honour (distributed training, half
-precision), is rejected with a message saying why. The rules of featurized types (seed 002:
-same-batch negatives only) are pbgio config rules, checked when the config is parsed.
+The schema itself is :class:`pbgio.config.ConfigSchema`, and a config with its ``-p`` overrides
+and the folder its paths resolve against is a :class:`pbgio.layout.Layout`. This module adds
+what only the trainer needs: the rule that no key is silently ignored. Every key either changes
+the trainer's behaviour or, when set to a value this trainer cannot honour (partition servers,
+several GPUs), is rejected with a message saying why. The rules of featurized types (same-batch
+negatives only) are pbgio config rules, checked when the config is parsed.
 
->>> raw = {"entities": {"e": {"num_partitions": 1}}, "relations": [{"name": "r", "lhs": "e", "rhs": "e"}],
-...        "dimension": 8, "entity_path": "data", "edge_paths": ["data/train"], "checkpoint_path": "model"}
->>> cfg = apply_overrides(raw, ["num_epochs=3", "relations.0.operator=translation", "edge_paths=a,b"])
->>> cfg.num_epochs, cfg.relations[0].operator, cfg.edge_paths
-(3, 'translation', ['a', 'b'])
->>> unsupported_settings(cfg.model_copy(update={"num_partition_servers": 2}))  # doctest: +ELLIPSIS
+>>> from pbgio.example import example_config
+>>> layout = load_run_config(example_config(), ["num_epochs=3", "relations.0.operator=complex_diagonal"])
+>>> layout.config.num_epochs, layout.config.relations[0].operator
+(3, 'complex_diagonal')
+>>> unsupported_settings(layout.config.model_copy(update={"num_partition_servers": 2}))  # doctest: +ELLIPSIS
 ['num_partition_servers=2: pbgtrain runs no partition servers; partitions move through the ...']
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pbgio import storage
 from pbgio.checks.config import schema_issue
-from pbgio.config import ConfigSchema, parse_config, read_config_json
-from pbgio.errors import ConfigError, MissingArtifactError
-from pbgio.python_config import config_from_python, is_python_config, override_config_dict
+from pbgio.config import ConfigSchema
+from pbgio.errors import ConfigError
+from pbgio.layout import Layout
 from pbgio.storage import AnyPath
-from pbgio.validate import infer_base
-
-MAX_EDGES_PER_CHUNK_DEFAULT = 1_000_000_000
 
 # Keys that tune the original's partition servers, which pbgtrain does not run (partitions move
 # through the checkpoint directory): any value but the default is refused, saying so.
@@ -91,113 +84,18 @@ KEY_EFFECTS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """A validated config and the directory its relative paths resolve against."""
-
-    config: ConfigSchema
-    base: AnyPath
-    source: str
-
-    def path(self, location: str) -> AnyPath:
-        """A location of the config (a path or URL), relative ones against :attr:`base`."""
-        return storage.resolve(location, self.base)
-
-    @property
-    def entity_path(self) -> AnyPath:
-        return self.path(self.config.entity_path)
-
-    @property
-    def edge_paths(self) -> list[AnyPath]:
-        return [self.path(p) for p in self.config.edge_paths]
-
-    @property
-    def checkpoint_path(self) -> AnyPath:
-        return self.path(self.config.checkpoint_path)
-
-    @property
-    def init_path(self) -> AnyPath | None:
-        return None if self.config.init_path is None else self.path(self.config.init_path)
-
-    def layout_path(self, text: str) -> AnyPath:
-        """A part of the layout named on the command line (``--edges``, ``--filter``, ``--valid``).
-
-        The one rule, as for the config's own paths: a relative path is relative to the config's
-        folder (:attr:`base`), whatever the current directory; one that starts with ``./`` or
-        ``../`` is relative to the current directory; absolute paths and URLs are taken as
-        written. The result is absolute, so messages name the place in full.
-
-        >>> run = RunConfig(None, Path("/work/demo"), "cfg.json")  # type: ignore[arg-type]
-        >>> str(run.layout_path("edges/test")), str(run.layout_path("/data/test"))
-        ('/work/demo/edges/test', '/data/test')
-        >>> run.layout_path("./edges/test") == Path.cwd() / "edges" / "test"
-        True
-        """
-        if is_here(text):
-            return storage.absolute(storage.resolve(text))
-        return storage.absolute(self.path(text))
-
-    def existing_layout_dir(self, text: str, option: str) -> AnyPath:
-        """:meth:`layout_path` of a directory that must exist; a missing one is a
-        :class:`~pbgio.errors.MissingArtifactError` naming it in full, and the rule, with the
-        directory the current directory would give when that one exists."""
-        path = self.layout_path(text)
-        with storage.remote_errors(path, f"{option} directory"):
-            exists = path.is_dir()
-        if exists:
-            return path
-        what = f"{option} directory"
-        if is_here(text) or storage.is_remote(path) or Path(text).is_absolute():
-            raise MissingArtifactError(storage.display(path), what)
-        found = f"nothing (a relative path is relative to the config's folder, {storage.display(self.base)})"
-        here = storage.absolute(storage.resolve(text))
-        if not storage.is_remote(here) and here.is_dir():
-            found += f"; from the current directory it is {here}: write ./{text} to name that one"
-        raise MissingArtifactError(storage.display(path), what, found=found)
-
-
-def is_here(text: str) -> bool:
-    """Whether a command-line path says "relative to the current directory" (``./…``, ``../…``).
-
-    >>> [is_here(t) for t in ("./a", "../a", ".", "a/b", "/a", "s3://b/a")]
-    [True, True, True, False, False, False]
+def load_run_config(path: str | AnyPath | ConfigSchema, overrides: Sequence[str] = (),
+                    base: AnyPath | None = None) -> Layout:
+    """The layout of a run config (:meth:`pbgio.layout.Layout.load`: a JSON file, the original's
+    Python config, or a config in memory; ``overrides`` applied; relative paths against ``base``,
+    by default the config file's folder, the current directory for a ``.py`` config), checked
+    for settings this trainer cannot honour (:func:`unsupported_settings`).
     """
-    return text in (".", "..") or text.startswith(("./", "../", ".\\", "..\\"))
-
-
-def load_run_config(path: str | AnyPath, overrides: Sequence[str] = (), base: AnyPath | None = None) -> RunConfig:
-    """Read a config, apply overrides, check that the trainer supports every setting.
-
-    A JSON config's relative paths resolve against ``base``, by default the config file's
-    directory (the directory holding ``checkpoint_path`` for a checkpoint's own ``config.json``),
-    as ``pbgio validate`` resolves them.
-
-    A ``.py`` file is the original's Python config: it is executed in a subprocess to obtain
-    the dict of its ``get_torchbiggraph_config()`` (:mod:`pbgio.python_config`), the overrides apply
-    as the original applies them, and relative paths resolve against ``base``, by default the
-    current directory, as the original resolves them.
-    """
-    location = storage.resolve(path)
-    source = storage.display(location)
-    default_base: AnyPath
-    if is_python_config(location.name):
-        cfg = config_from_python(storage.local_path(str(location)), overrides)
-        default_base = Path.cwd()
-    else:
-        cfg = apply_overrides(read_config_json(location), overrides, source=source)
-        default_base = infer_base(location, cfg)
-    problems = unsupported_settings(cfg)
+    layout = Layout.load(path, base=base, overrides=overrides)
+    problems = unsupported_settings(layout.config)
     if problems:
-        raise ConfigError(source, [schema_issue(source, None, p) for p in problems])
-    return RunConfig(cfg, base if base is not None else default_base, source)
-
-
-def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "<config>") -> ConfigSchema:
-    """The config with ``key.path=value`` overrides applied as the original applies them
-    (:func:`pbgio.python_config.override_config_dict`), validated once at the end."""
-    if not isinstance(raw, dict):
-        return parse_config(raw, source)
-    return parse_config(override_config_dict(raw, overrides, source), source)
+        raise ConfigError(layout.source, [schema_issue(layout.source, None, p) for p in problems])
+    return layout
 
 
 def unsupported_settings(cfg: ConfigSchema) -> list[str]:

@@ -26,25 +26,24 @@ from typing import Any
 import torch
 
 from pbgio import storage
-from pbgio.checkpoint import CheckpointDir, read_committed
+from pbgio.checkpoint import read_committed
 from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
 from pbgio.edges import read_bucket
-from pbgio.entities import read_dynamic_rel_count, read_entity_count
-from pbgio.errors import ConfigError, MissingArtifactError, PbgioError
+from pbgio.errors import ConfigError
+from pbgio.layout import CheckpointVersion, Layout, stored_config
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgtrain.checkpointing import load_model_params
-from pbgtrain.config import RunConfig
+from pbgtrain.checkpoint_reader import CheckpointReader
 from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
 from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step
+from pbgtrain.plan.batching import stable_seed
+from pbgtrain.plan.buckets import Bucket, PartitionLayout, all_buckets, bucket_limits
 from pbgtrain.ranking import all_entities_batch, eval_ranks_every_entity, rank_all_entities
-from pbgtrain.training.batching import stable_seed
-from pbgtrain.training.buckets import Bucket, PartitionLayout, all_buckets, bucket_limits
 from pbgtrain.training.device import resolve_device
 from pbgtrain.training.records import add_negative_scores
 
-__all__ = ["CheckpointReader", "EvalOptions", "EvalResult", "all_entities_batch", "check_featurized_evaluation",
+__all__ = ["EvalOptions", "EvalResult", "all_entities_batch", "check_featurized_evaluation",
            "evaluate_checkpoint", "trained_on"]
 
 @dataclass(frozen=True)
@@ -74,88 +73,58 @@ class EvalResult:
                 **self.metrics.to_dict()}
 
 
-class CheckpointReader:
-    """Read-only access to one version's model and partitions."""
-
-    def __init__(self, run: RunConfig, version: int | None, device: torch.device) -> None:
-        self.run = run
-        self.dir = CheckpointDir(run.checkpoint_path)
-        self.version = self.dir.read_version() if version is None else version
-        if self.version == 0 and not self.dir.model_path(0).is_file():
-            raise MissingArtifactError(str(self.dir.path), "committed checkpoint (train first with pbgtrain fit)")
-        self.device = device
-        cfg = run.config
-        num_dynamic = read_dynamic_rel_count(run.entity_path) if cfg.dynamic_relations else None
-        self.model = EmbeddingModel.from_config(cfg, num_dynamic).to(device)
-        state = self.dir.read_model(self.version)
-        load_model_params(self.model, state.params, str(self.dir.model_path(self.version)))
-        self.model.eval()
-        self.counts = {(etype, part): read_entity_count(run.entity_path, etype, part)
-                       for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
-        self._tables: dict[tuple[str, int], EntityTable] = {}
-
-    def table(self, entity_type: str, part: int) -> EntityTable:
-        key = (entity_type, part)
-        if key not in self._tables:
-            state = self.dir.read_embeddings(entity_type, part, self.version)
-            self._tables[key] = EntityTable(torch.from_numpy(state.embeddings).to(self.device),
-                                            entity_type=entity_type, partition=part)
-        return self._tables[key]
-
-    def keep_only(self, keys: set[tuple[str, int]]) -> None:
-        for key in list(self._tables):
-            if key not in keys:
-                del self._tables[key]
-
-
-def trained_on(run: RunConfig, edge_dirs: list[AnyPath] | None = None) -> list[str]:
+def trained_on(opened: CheckpointVersion, edge_dirs: list[AnyPath] | None = None) -> list[str]:
     """The edge paths among ``edge_dirs`` (default: the config's, what ``evaluate_checkpoint``
-    evaluates without ``edge_paths``) that the model trained on: their figures are not held-out
-    figures. What it trained on is the checkpoint's ``config.json`` (the config of the run, its
-    ``-p`` overrides included); before any checkpoint, the config's ``edge_paths``.
+    evaluates without ``edge_paths``) that the model of ``opened`` trained on: their figures are
+    not held-out figures. What it trained on is the checkpoint's ``config.json`` (the config of the
+    run, its ``-p`` overrides included); without one, the config's ``edge_paths``.
 
     >>> from pathlib import Path
+    >>> from pbgio.checkpoint import CheckpointDir
     >>> from pbgio.example import example_config
-    >>> run = RunConfig(example_config(), Path("/srv/ex"), "/srv/ex/config.json")
-    >>> trained_on(run, [Path("/srv/ex/edges/test")]), trained_on(run, [Path("/srv/ex/edges/../edges/train")])
+    >>> from pbgio.layout import Layout
+    >>> opened = CheckpointVersion(Layout(example_config(), Path("/srv/ex")), CheckpointDir("/srv/ex/ckpt"), 0)
+    >>> trained_on(opened, [Path("/srv/ex/edges/test")]), trained_on(opened, [Path("/srv/ex/edges/../edges/train")])
     ([], ['/srv/ex/edges/train'])
     """
-    try:
-        trained_paths = CheckpointDir(run.checkpoint_path).read_config().edge_paths
-    except (PbgioError, OSError):  # no checkpoint yet (or none readable: eval says why)
-        trained_paths = run.config.edge_paths
-    trained = {storage.display(storage.absolute(run.path(p))) for p in trained_paths}
-    evaluated = [storage.display(storage.absolute(p)) for p in (run.edge_paths if edge_dirs is None else edge_dirs)]
+    layout = opened.layout
+    stored = stored_config(opened.checkpoint)
+    trained_paths = (stored or layout.config).edge_paths
+    trained = {storage.display(storage.absolute(layout.path(p))) for p in trained_paths}
+    evaluated = [storage.display(storage.absolute(p)) for p in (layout.edge_paths if edge_dirs is None else edge_dirs)]
     return [p for p in evaluated if p in trained]
 
 
-def evaluate_checkpoint(run: RunConfig, options: EvalOptions | None = None) -> EvalResult:
+def evaluate_checkpoint(layout: Layout, options: EvalOptions | None = None) -> EvalResult:
     """Metrics of a checkpoint version on edge paths (default: the config's ``edge_paths``).
 
-    Without ``options.version``, the committed version, all of it even while ``pbgtrain fit``
-    commits newer ones: when a commit removes one of its files meanwhile, evaluation starts over
-    on the new committed version (:func:`pbgio.checkpoint.read_committed`).
+    The version is read as what it is (:meth:`pbgio.layout.Layout.open_checkpoint`: the settings
+    it was trained with). Without ``options.version``, the committed version, all of it even while
+    ``pbgtrain fit`` commits newer ones: when a commit removes one of its files meanwhile,
+    evaluation starts over on the new committed version (:func:`pbgio.checkpoint.read_committed`).
     """
     options = options or EvalOptions()
-    return read_committed(CheckpointDir(run.checkpoint_path),
-                          lambda version: _evaluate(run, replace(options, version=version)), options.version)
+    opened = layout.open_checkpoint(options.version, model=True)
+    return read_committed(opened.checkpoint,
+                          lambda version: _evaluate(opened.at(version), replace(options, version=version)),
+                          options.version)
 
 
-def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
-    cfg = run.config
+def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
+    layout, cfg = opened.layout, opened.config
     started = time.perf_counter()
     torch.set_num_threads(cfg.workers or os.cpu_count() or 1)
-    device = resolve_device(options.device, run)
-    reader = CheckpointReader(run, options.version, device)
-    edge_dirs = options.edge_paths or run.edge_paths
+    device = resolve_device(options.device, layout)
+    reader = CheckpointReader(opened, device)
+    edge_dirs = options.edge_paths or layout.edge_paths
     all_entities = options.all_entities or bool(options.filter_paths)
-    check_featurized_evaluation(run, reader.model.spec, all_entities)
+    check_featurized_evaluation(layout, reader.model.spec, all_entities)
     all_entities = all_entities or eval_ranks_every_entity(reader.model.spec, cfg.batch_size, reader.counts.values())
-    protocol = _protocol(run, reader, all_entities, options)
+    protocol = _protocol(opened, reader, all_entities, options)
     total = RankingAccumulator(protocol, seed=options.seed)
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
     nl, nr = cfg.bucket_grid()
-    layout = PartitionLayout.from_config(cfg)
+    partitions = PartitionLayout.from_config(cfg)
     for edge_dir in edge_dirs:
         for bucket in all_buckets(nl, nr):
             path = edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs)
@@ -164,8 +133,8 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
                 continue
             check_bounds(edges, path, first_row=0,
                          **bucket_limits(cfg, reader.counts, bucket, reader.model.spec.num_dynamic_rels))
-            needed = {(r.lhs, layout.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
-                     {(r.rhs, layout.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
+            needed = {(r.lhs, partitions.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
+                     {(r.rhs, partitions.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
             reader.keep_only(needed)
             tensors = BucketEdges.from_bucket(edges, device, str(path))
             filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
@@ -173,8 +142,8 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
                 (r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
             for r, sel in groups:
                 relation = cfg.relations[r]
-                lhs_t = reader.table(relation.lhs, layout.partition_of(relation.lhs, bucket, "lhs"))
-                rhs_t = reader.table(relation.rhs, layout.partition_of(relation.rhs, bucket, "rhs"))
+                lhs_t = reader.table(relation.lhs, partitions.partition_of(relation.lhs, bucket, "lhs"))
+                rhs_t = reader.table(relation.rhs, partitions.partition_of(relation.rhs, bucket, "rhs"))
                 if all_entities:
                     rank_all_entities(total, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
                               tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
@@ -185,8 +154,9 @@ def _evaluate(run: RunConfig, options: EvalOptions) -> EvalResult:
     return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started)
 
 
-def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, options: EvalOptions) -> EvalProtocol:
-    cfg = run.config
+def _protocol(opened: CheckpointVersion, reader: CheckpointReader, all_entities: bool,
+              options: EvalOptions) -> EvalProtocol:
+    cfg = opened.config
     sides = tuple(s for s in SIDES if not getattr(cfg, f"disable_{s}_negs"))
     if not all_entities:
         neg = reader.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
@@ -194,8 +164,7 @@ def _protocol(run: RunConfig, reader: CheckpointReader, all_entities: bool, opti
         if neg.num_uniform_negs and reader.model.spec.featurized:
             return replace(sampled, candidates=f"{sampled.candidates} (featurized sides: batch negatives only)")
         return sampled
-    counts = sorted({read_entity_count(run.entity_path, t, p) for t, e in cfg.entities.items()
-                     for p in range(e.num_partitions)})
+    counts = sorted(set(reader.counts.values()))
     size = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}"
     partitioned = any(e.num_partitions > 1 for e in cfg.entities.values())
     protocol = EvalProtocol.all_entities(0, filtered=bool(options.filter_paths), sides=sides,
@@ -226,11 +195,11 @@ def _rank_sampled(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityT
         acc.add_loss(result.loss, result.count)
 
 
-def check_featurized_evaluation(run: RunConfig, spec: ModelSpec, all_entities: bool) -> None:
+def check_featurized_evaluation(layout: Layout, spec: ModelSpec, all_entities: bool) -> None:
     """Featurized entities have no table to rank against (seed 002): refuse ranking against all
     entities, naming the option to drop (sampled evaluation is checked with the config)."""
     featurized = sorted(spec.featurized)
     if not featurized:
         return
     if all_entities:
-        raise ConfigError(run.source, [featurized_ranking(run.source, featurized, "--all-entities")])
+        raise ConfigError(layout.source, [featurized_ranking(layout.source, featurized, "--all-entities")])

@@ -53,7 +53,7 @@ class RichReporter(Reporter):
         super().__init__(verbose=verbose)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from pbgio.cli.support import stderr_console
+        from pbgio.console import stderr_console
 
         self.console = stderr_console()
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -40,14 +40,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from pbgio.errors import MissingArtifactError, PbgioError
+from pbgio.errors import PbgioError
 from pbgio.spec.stats import EXTRA_KEY
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+    from pbgio.layout import Layout
     from pbgio.storage import AnyPath
-    from pbgtrain.config import RunConfig
 
 INSTALL_HINT = "pip install 'pbg[report]'"
 
@@ -288,23 +288,24 @@ class TrainingReport:
         return ", ".join(parts)
 
 
-def load_report(run: RunConfig) -> TrainingReport:
-    """The report of ``run``: its checkpoint's stats and config (the config given when the
-    checkpoint has none yet). Raises :class:`NoStatsError` when no iteration has been trained."""
+def load_report(layout: Layout) -> TrainingReport:
+    """The report of ``layout``'s checkpoint: its stats and the config it was trained with (the
+    config given when the checkpoint has none yet). Raises :class:`NoStatsError` when no iteration
+    has been trained."""
     from pbgio import storage
     from pbgio.checkpoint import CheckpointDir
+    from pbgio.layout import stored_config
     from pbgio.spec import naming
 
-    ckpt = CheckpointDir(run.checkpoint_path)
+    ckpt = CheckpointDir(layout.checkpoint_path)
     records = ckpt.read_stats()
-    lhs, rhs = run.config.bucket_grid()
+    stored = stored_config(ckpt)  # stats are appended before the first commit writes config.json
+    config, source = (layout.config, layout.source) if stored is None else \
+        (stored, storage.display(ckpt.path / naming.CONFIG_JSON))
+    lhs, rhs = config.bucket_grid()
     points = iteration_points(records, lhs * rhs)
     if not points:
-        raise NoStatsError(storage.display(ckpt.path / naming.TRAINING_STATS), run.source)
-    try:
-        config, source = ckpt.read_config(), storage.display(ckpt.path / naming.CONFIG_JSON)
-    except MissingArtifactError:  # stats are appended before the first commit writes config.json
-        config, source = run.config, run.source
+        raise NoStatsError(storage.display(ckpt.path / naming.TRAINING_STATS), layout.source)
     return TrainingReport(storage.display(ckpt.path), tuple(points), eval_protocol(records), config.to_json(),
                           source)
 

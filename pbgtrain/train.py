@@ -3,7 +3,7 @@
 :func:`fit` joins the run (alone, or as one trainer of a distributed run:
 :mod:`pbgtrain.distributed`), takes the checkpoint lock, validates the layout, builds the
 :class:`~pbgtrain.training.trainer.Trainer` and then walks the iteration plan (epoch → edge path → edge
-chunk, see :class:`~pbgtrain.training.batching.IterationPlan`): each iteration is trained and committed by
+chunk, see :class:`~pbgtrain.plan.batching.IterationPlan`): each iteration is trained and committed by
 the trainer (:meth:`~pbgtrain.training.trainer.Trainer.run_iteration`), then the *stop rules* are asked
 whether to stop there, and the run's :class:`~pbgtrain.training.coordinator.Coordinator` makes every
 process agree. Parallelism: in each process, torch's intra-op threads (``workers``, default the
@@ -35,24 +35,27 @@ from pbgio import interrupts, storage
 from pbgio.checkpoint import remove_superseded, remove_uncommitted
 from pbgio.config import semantic_issues
 from pbgio.edges import bucket_length
-from pbgio.errors import FormatError, Issue
+from pbgio.errors import FormatError, Issue, UsageError
+from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.storage import LocalCache
-from pbgtrain.config import RunConfig, held_out_named
+from pbgtrain.config import held_out_named
 from pbgtrain.distributed.coordination import joined
 from pbgtrain.model import fused, keep_freed_memory
+from pbgtrain.plan.batching import IterationPlan
+from pbgtrain.plan.buckets import bucket_limits
 from pbgtrain.progress import Reporter
-from pbgtrain.training.batching import IterationPlan
-from pbgtrain.training.buckets import bucket_limits
 from pbgtrain.training.coordinator import Coordinator
-from pbgtrain.training.device import default_threads, option_error, resolve_device, resolve_precision
-from pbgtrain.training.options import frozen_types_problem, remote_bucket_cache
+from pbgtrain.training.device import default_threads
+from pbgtrain.training.fit_plan import FitOptions, FitPlan, ValidationOptions, resolve_fit
 from pbgtrain.training.records import IterationRecord, MovementStats, add_negative_scores, format_metrics
+from pbgtrain.training.residency import GIB
 from pbgtrain.training.trainer import Trainer
-from pbgtrain.validation import ValidationOptions, ValidationRule, checkpoint_evaluator
+from pbgtrain.validation import ValidationRule, checkpoint_evaluator
 
 __all__ = [
     "FitOptions",
+    "FitPlan",
     "FitResult",
     "IterationRecord",
     "MaxIterations",
@@ -60,36 +63,13 @@ __all__ = [
     "MovementStats",
     "StopRule",
     "Trainer",
+    "ValidationOptions",
     "add_negative_scores",
     "bucket_limits",
     "default_threads",
     "fit",
-    "frozen_types_problem",
-    "resolve_device",
-    "resolve_precision",
+    "resolve_fit",
 ]
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """How to run ``fit`` (everything else comes from the config)."""
-
-    device: str | None = None
-    seed: int = 0
-    validate: bool = True
-    interactive: bool = False
-    max_seconds: float | None = None
-    max_iterations: int | None = None
-    rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
-    peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
-    precision: str | None = None  # fp32, tf32 or bf16 (default: bf16 with half_precision, else fp32)
-    partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
-    read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
-    compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
-    remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
-    frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
-    validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
-    operator_init: str = "identity"  # --operator-init: a fresh run's operators, identity or random (OPERATOR_INITS)
 
 
 @dataclass
@@ -172,14 +152,14 @@ class MaxIterations:
         return None
 
 
-def stop_rules(options: FitOptions, started: float, validation: StopRule | None = None) -> list[StopRule]:
-    """The stop rules ``options`` ask for (none: train to the end of the plan); ``validation`` is
+def stop_rules(plan: FitPlan, started: float, validation: StopRule | None = None) -> list[StopRule]:
+    """The stop rules ``plan`` asks for (none: train to the end of the plan); ``validation`` is
     the rule of ``--valid`` (:class:`pbgtrain.validation.ValidationRule`), asked first."""
     rules: list[StopRule] = [] if validation is None else [validation]
-    if options.max_seconds is not None:
-        rules.append(MaxSeconds(options.max_seconds, started))
-    if options.max_iterations is not None:
-        rules.append(MaxIterations(options.max_iterations))
+    if plan.max_seconds is not None:
+        rules.append(MaxSeconds(plan.max_seconds, started))
+    if plan.max_iterations is not None:
+        rules.append(MaxIterations(plan.max_iterations))
     return rules
 
 
@@ -197,107 +177,105 @@ def should_stop(rules: Sequence[StopRule], record: IterationRecord) -> bool:
 # ---- the run
 
 
-def fit(run: RunConfig, options: FitOptions | None = None) -> FitResult:
-    """Train ``run`` from its latest committed checkpoint to the end of the plan (or ``max_seconds``).
+def fit(layout: Layout, options: FitOptions | None = None) -> FitResult:
+    """Train ``layout`` from its latest committed checkpoint to the end of the plan (or ``max_seconds``).
 
-    When this process is one trainer of a distributed run (torchrun's environment, or ``--rank``
-    with ``num_machines`` > 1) it joins the others first; see :mod:`pbgtrain.distributed`.
+    The options are checked first (:func:`pbgtrain.training.fit_plan.resolve_fit`: a bad one is a
+    :class:`~pbgio.errors.UsageError` naming it). When this process is one trainer of a distributed
+    run (torchrun's environment, or ``--rank`` with ``num_machines`` > 1) it joins the others; see
+    :mod:`pbgtrain.distributed`.
     """
-    options = options or FitOptions()
-    with joined(run.config, options) as coordinator:
-        return _fit(run, options, coordinator)
+    plan = resolve_fit(layout, options or FitOptions())
+    with joined(layout.config, rank=plan.rank, peer_timeout=plan.peer_timeout) as coordinator:
+        return _fit(plan, coordinator)
 
 
-def _fit(run: RunConfig, options: FitOptions, coordinator: Coordinator) -> FitResult:
+def _fit(plan: FitPlan, coordinator: Coordinator) -> FitResult:
     """The run, its checkpoint directory locked by the leading process (the single process, or
     rank 0) from before anything is written to the end (:class:`pbgio.storage.CheckpointLock`):
     a second run on it is refused at once."""
-    if not coordinator.leads:
-        return _fit_locked(run, options, coordinator, _no_lock)
-    problem = storage.link_problem(run.checkpoint_path)
+    if plan.validation is not None and not coordinator.placement.single_process:
+        raise UsageError("--valid: validation-driven training runs in a single process; evaluate the checkpoints "
+                         "of a distributed run with pbgtrain eval")
+    if not coordinator.placement.leads:
+        return _fit_locked(plan, coordinator, _no_lock)
+    layout = plan.layout
+    problem = storage.link_problem(layout.checkpoint_path)
     if problem is not None:  # the lock would fail to create the directory (EEXIST)
         from pbgio.checks.layout import path_missing
         from pbgio.errors import ConfigError
 
-        raise ConfigError(run.source, [path_missing(
-            storage.display(run.checkpoint_path),
+        raise ConfigError(layout.source, [path_missing(
+            storage.display(layout.checkpoint_path),
             f"expected the checkpoint_path directory (or nothing, before training), found {problem}",
             "checkpoint_path")])
-    with storage.CheckpointLock(run.checkpoint_path, command="pbgtrain fit") as lock:
-        return _fit_locked(run, options, coordinator, lock.check)
+    with storage.CheckpointLock(layout.checkpoint_path, command="pbgtrain fit") as lock:
+        return _fit_locked(plan, coordinator, lock.check)
 
 
 def _no_lock() -> None:
     """Another process holds the checkpoint lock and checks it."""
 
 
-def _fit_locked(run: RunConfig, options: FitOptions, coordinator: Coordinator,
-                check_lock: Callable[[], None]) -> FitResult:
-    cfg = run.config
-    torch.set_num_threads(default_threads(cfg, coordinator.local_trainers))
+def _fit_locked(plan: FitPlan, coordinator: Coordinator, check_lock: Callable[[], None]) -> FitResult:
+    layout, cfg = plan.layout, plan.layout.config
+    torch.set_num_threads(default_threads(cfg, coordinator.placement.local_trainers))
     keep_freed_memory()
-    # a wrong --device, --precision or --freeze fails before validation
-    resolve_precision(options.precision, run, resolve_device(options.device, run, coordinator.device_index))
-    problem = frozen_types_problem(cfg, options.frozen_types)
-    if problem is not None:
-        raise option_error(run, "--freeze", problem)
-    if options.validation is not None:
-        _check_validation(run, options.validation, coordinator)
-    bucket_cache = remote_bucket_cache(options)
+    bucket_cache = LocalCache(int(plan.remote_cache * GIB))  # local copies of remote edge buckets
     try:
-        if options.validate and coordinator.leads:
-            _validate_inputs(run, bucket_cache)
-        first_bucket_sizes = [bucket_length(run.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
+        if plan.validate and coordinator.placement.leads:
+            _validate_inputs(layout, bucket_cache)
+        first_bucket_sizes = [bucket_length(layout.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
             if cfg.num_edge_chunks is None else []
-        plan = IterationPlan.from_config(cfg, first_bucket_sizes)
+        iterations = IterationPlan.from_config(cfg, first_bucket_sizes)
         coordinator.barrier("validated")
-        fused.use_compiled(options.compile)
-        trainer = Trainer(run, options, coordinator, bucket_cache)
+        fused.use_compiled(plan.compile)
+        trainer = Trainer(plan, coordinator, bucket_cache)
     except BaseException:
         bucket_cache.close()
         raise
     try:
         with interrupts.noticed():
-            return _train_plan(trainer, plan, options, coordinator, check_lock)
+            return _train_plan(trainer, iterations, plan, coordinator, check_lock)
     finally:
         trainer.close()
 
 
-def _validate_inputs(run: RunConfig, bucket_cache: LocalCache) -> None:
+def _validate_inputs(layout: Layout, bucket_cache: LocalCache) -> None:
     """Refuse a layout that does not validate; remote buckets are read whole into ``bucket_cache``,
     where training then finds them."""
-    from pbgio.validate import validate_config
+    from pbgio import validate_layout
 
-    report = validate_config(run.config, base=run.base, source=run.source, cache=bucket_cache)
+    report = validate_layout(layout, cache=bucket_cache)
     errors = [i for i in report.issues if i.severity == "error"]
     if errors:
         shown = "\n".join(f"  {i.rule}: {i.file or ''} {i.dataset or ''}: {i.message}" for i in errors[:10])
         more = f"\n  … and {len(errors) - 10} more (run pbgio validate)" if len(errors) > 10 else ""
-        raise FormatError(Issue(errors[0].rule, "error", run.source, None,
+        raise FormatError(Issue(errors[0].rule, "error", layout.source, None,
                                 f"the layout does not validate ({len(errors)} error(s)); fix it before "
                                 f"training:\n{shown}{more}"))
 
 
-def _train_plan(trainer: Trainer, plan: IterationPlan, options: FitOptions, coordinator: Coordinator,
+def _train_plan(trainer: Trainer, iterations: IterationPlan, plan: FitPlan, coordinator: Coordinator,
                 check_lock: Callable[[], None]) -> FitResult:
     """The plan loop: every iteration still to run, trained and committed, until a stop rule says so."""
     cfg, ckpt = trainer.cfg, trainer.ckpt
-    if coordinator.leads:
+    if coordinator.placement.leads:
         remove_uncommitted(ckpt.dir)
         if ckpt.committed > 0:  # a run killed after its last commit point left the version before
             remove_superseded(ckpt.dir, ckpt.committed)
     coordinator.start(trainer.handle())
     start = ckpt.committed
-    result = FitResult(start, start, len(plan))
-    if start >= len(plan):
+    result = FitResult(start, start, len(iterations))
+    if start >= len(iterations):
         return result
     started = time.perf_counter()
-    with coordinator.progress(options.interactive, len(plan), start, cfg.verbose) as reporter:
-        if coordinator.leads:
+    with coordinator.progress(plan.interactive, len(iterations), start, cfg.verbose) as reporter:
+        if coordinator.placement.leads:
             _log_run_notes(trainer, reporter)
-        validation = None if options.validation is None else _validation_rule(trainer, options, len(plan), reporter)
-        rules = stop_rules(options, started, validation)
-        for step in plan.steps(start):
+        validation = None if plan.validation is None else _validation_rule(trainer, plan, len(iterations), reporter)
+        rules = stop_rules(plan, started, validation)
+        for step in iterations.steps(start):
             check_lock()  # a remote lease lost to another writer stops the run before it commits
             record = trainer.run_iteration(step, reporter)
             result.iterations.append(record)
@@ -308,7 +286,7 @@ def _train_plan(trainer: Trainer, plan: IterationPlan, options: FitOptions, coor
                 f"{record.train.loss / max(record.train.count, 1):.4g}"
                 + (f", held-out {format_metrics(record.eval_after.values())}" if record.eval_after else "")
                 + f" → version {record.version}")
-            stop = should_stop(rules, record) and record.version < len(plan)
+            stop = should_stop(rules, record) and record.version < len(iterations)
             if coordinator.agree_to_stop(record.version, stop):  # every process stops after the same version
                 result.stopped_early = True
                 break
@@ -317,29 +295,10 @@ def _train_plan(trainer: Trainer, plan: IterationPlan, options: FitOptions, coor
     return result
 
 
-def _check_validation(run: RunConfig, validation: ValidationOptions, coordinator: Coordinator) -> None:
-    """Refuse ``--valid`` options that cannot run, before anything is trained."""
-    from pbgtrain.training.coordinator import LocalCoordinator
-
-    problem = validation.problem()
-    if problem is None and not isinstance(coordinator, LocalCoordinator):
-        problem = ("--valid: validation-driven training runs in a single process; evaluate the checkpoints of a "
-                   "distributed run with pbgtrain eval")
-    for path in [validation.edge_path, *validation.filter_paths]:
-        found = storage.found_at(run.path(path))
-        if problem is None and found != "a directory":
-            option = "--valid" if path == validation.edge_path else "--filter"
-            problem = f"{option}: expected an edge path (a directory of edge buckets) at " \
-                      f"{storage.display(run.path(path))}, found {found}"
-    if problem is not None:
-        option, message = problem.split(": ", 1)
-        raise option_error(run, option, message)
-
-
-def _validation_rule(trainer: Trainer, options: FitOptions, plan_length: int, reporter: Reporter) -> ValidationRule:
-    assert options.validation is not None
-    rule = ValidationRule(options.validation, trainer.ckpt.dir, plan_length, trainer.num_buckets,
-                          checkpoint_evaluator(trainer.run, options.validation, options.device, options.seed),
+def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter: Reporter) -> ValidationRule:
+    assert plan.validation is not None
+    rule = ValidationRule(plan.validation, trainer.ckpt.dir, plan_length, trainer.num_buckets,
+                          checkpoint_evaluator(plan.layout, plan.validation, str(trainer.device), plan.seed),
                           trainer.scale_learning_rates, reporter.log)
     rule.resume()
     return rule

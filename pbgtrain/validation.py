@@ -41,48 +41,17 @@ from typing import Any
 
 from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, keep_version
+from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.spec.stats import EXTRA_KEY
 from pbgtrain.checkpointing import iteration_keys
-from pbgtrain.config import RunConfig
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.metrics import RankingMetrics
+from pbgtrain.training.fit_plan import ValidationOptions
 from pbgtrain.training.records import IterationRecord
 
 RECORD_KEY = "validation"
 """The key of a validation line's record under ``training_stats.json``'s ``pbgtrain`` key."""
-
-
-@dataclass(frozen=True)
-class ValidationOptions:
-    """What ``--valid`` and its companions ask for.
-
-    ``edge_path`` and ``filter_paths`` are as written (resolved against the run's base);
-    ``filter_paths`` empty means the config's ``edge_paths`` and the validation path.
-    """
-
-    edge_path: str
-    filter_paths: tuple[str, ...] = ()
-    every: int = 1
-    patience: int | None = None
-    lr_decay: float | None = None
-    lr_patience: int = 1
-
-    def problem(self) -> str | None:
-        """Why these options cannot run, or None.
-
-        >>> ValidationOptions("v", every=0).problem()
-        '--eval-every: expected a number of epochs ≥ 1, found 0'
-        """
-        if self.every < 1:
-            return f"--eval-every: expected a number of epochs ≥ 1, found {self.every}"
-        if self.patience is not None and self.patience < 1:
-            return f"--patience: expected a number of evaluations ≥ 1, found {self.patience}"
-        if self.lr_decay is not None and not 0 < self.lr_decay < 1:
-            return f"--lr-decay: expected a factor between 0 and 1 (exclusive), found {self.lr_decay}"
-        if self.lr_patience < 1:
-            return f"--lr-patience: expected a number of evaluations ≥ 1, found {self.lr_patience}"
-        return None
 
 
 @dataclass
@@ -226,14 +195,14 @@ class ValidationRule:
                 f"kept in {storage.display(self.checkpoint.path / naming.BEST_DIR)}")
 
 
-def checkpoint_evaluator(run: RunConfig, options: ValidationOptions, device: str | None,
+def checkpoint_evaluator(layout: Layout, options: ValidationOptions, device: str | None,
                          seed: int) -> Callable[[int], RankingMetrics]:
     """``evaluate(version)``: the filtered ranking of ``options.edge_path`` by that version."""
-    valid = run.path(options.edge_path)
-    filters = [run.path(p) for p in options.filter_paths] or [*run.edge_paths, valid]
+    valid = layout.path(options.edge_path)
+    filters = [layout.path(p) for p in options.filter_paths] or [*layout.edge_paths, valid]
     eval_options = EvalOptions(edge_paths=[valid], filter_paths=filters, device=device, seed=seed)
 
     def evaluate(version: int) -> RankingMetrics:
-        return evaluate_checkpoint(run, replace(eval_options, version=version)).metrics
+        return evaluate_checkpoint(layout, replace(eval_options, version=version)).metrics
 
     return evaluate

@@ -25,7 +25,7 @@ def invoke(app: typer.Typer, *args: str) -> subprocess.CompletedProcess[str]:
     def exit_at_once(code: int) -> None:
         raise typer.Exit(code)
 
-    with mock.patch("pbgio.cli.support._exit_at_once", exit_at_once):
+    with mock.patch("pbgio.console._exit_at_once", exit_at_once):
         result = CliRunner().invoke(app, list(args))
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception

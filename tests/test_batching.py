@@ -1,4 +1,4 @@
-"""Batch preparation per seed 004 (pbgtrain.training.batching)."""
+"""Batch preparation per seed 004 (pbgtrain.plan.batching)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pbgio.checkpoint import IterationInfo
 from pbgio.config import parse_config
-from pbgtrain.training.batching import (
+from pbgtrain.plan.batching import (
     Batches,
     ChunkKey,
     IterationPlan,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pbgio.checkpoint import CheckpointDir, read_committed
-from pbgio.cli.support import EXIT_USAGE
+from pbgio.console import EXIT_USAGE
 from pbgio.edges import bucket_length
 from pbgio.errors import CheckpointInUseError
 from pbgio.example import TEST_EDGE_PATH, build_example

@@ -23,7 +23,8 @@ from pbgio.cli.commands import app as pbgio_app
 from pbgio.config import CONFIG_KEYS, ConfigSchema
 from pbgio.errors import ConfigError
 from pbgio.example import build_example
-from pbgio.python_config import config_from_python, load_python_config, rebase_paths
+from pbgio.layout import config_from_python, load_python_config
+from pbgio.python_config import rebase_paths
 from pbgio.storage import local_path
 from pbgtrain.cli import app as pbgtrain_app
 from pbgtrain.config import load_run_config

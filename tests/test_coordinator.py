@@ -13,7 +13,7 @@ from pbgtrain import train
 from pbgtrain.checkpointing import StatsLine
 from pbgtrain.config import load_run_config
 from pbgtrain.train import FitOptions
-from pbgtrain.training.batching import IterationStep
+from pbgtrain.plan.batching import IterationStep
 from pbgtrain.training.coordinator import LocalCoordinator, Outcome, TrainerHandle
 
 PLANTED = {"num_nodes": 200, "num_edges": 4000, "num_epochs": 3, "num_edge_chunks": 1, "eval_fraction": 0.05}
@@ -48,7 +48,7 @@ class Recording(LocalCoordinator):
 def test_the_coordinator_commits_and_decides_when_to_stop(tmp_path: Path) -> None:
     config = planted_graph(tmp_path / "graph", num_partitions=2, **PLANTED)
     coordinator = Recording(stop_after=2)
-    result = train._fit(load_run_config(config, ["workers=1"]), FitOptions(), coordinator)
+    result = train._fit(train.resolve_fit(load_run_config(config, ["workers=1"]), FitOptions()), coordinator)
 
     assert coordinator.started is not None and coordinator.started.checkpoint.committed == 2
     assert result.stopped_early and result.final_version == 2 and len(result.iterations) == 2

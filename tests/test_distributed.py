@@ -30,7 +30,7 @@ from pbgtrain.distributed.cluster import Cluster, DistributedError, Launch, reso
 from pbgtrain.distributed.lock_server import LockServerScheduler
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
-from pbgtrain.training.buckets import Bucket, PartitionLayout, Wait, all_buckets, choose_bucket
+from pbgtrain.plan.buckets import Bucket, PartitionLayout, Wait, all_buckets, choose_bucket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distributed_runs import run_trainers, start_torchrun, start_trainers, wait_all

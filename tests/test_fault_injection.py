@@ -220,7 +220,7 @@ def test_import_fault(tmp_path: Path, fault: str, match: str, after: int, names:
 
 @pytest.fixture(scope="module")
 def legacy_layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pbgio.legacy.testing import LegacySpec, write_legacy_layout
+    from pbgio.testing.legacy_layouts import LegacySpec, write_legacy_layout
 
     root = tmp_path_factory.mktemp("legacy") / "legacy"
     write_legacy_layout(root, LegacySpec(seed=7, num_partitions=3, num_users=300, edges_per_bucket=5000))

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import EdgeBucket, FeatureLists, write_bucket
 from pbgio.entities import write_entity_count
-from pbgio.errors import FormatError
+from pbgio.errors import UsageError
 from pbgio.example import build_example
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad
 from pbgio.spec import naming
@@ -152,8 +152,8 @@ def test_a_fresh_run_keeps_the_seeded_initialization_of_a_frozen_type(example: P
     """No checkpoint yet: the frozen unpartitioned type keeps its seeded init (zero Adagrad sums),
     in every version, also when swapped partitions stay in memory and are read ahead."""
     run = load_run_config(example, [*TRAIN, "num_epochs=3", "num_edge_chunks=2"])
-    initial = TrainingCheckpoint(run.checkpoint_path, run.config, seed=4).load("item", 0, 40)
-    users = {key: TrainingCheckpoint(run.checkpoint_path, run.config, seed=4).load(*key, 30) for key in USER_PARTS}
+    initial = TrainingCheckpoint(run, seed=4).load("item", 0, 40)
+    users = {key: TrainingCheckpoint(run, seed=4).load(*key, 30) for key in USER_PARTS}
     for version in range(1, 7):
         fit(run, FitOptions(seed=4, max_iterations=1, frozen_types=frozenset({"item"}), partition_memory=1.0,
                             read_ahead_partitions=True))
@@ -210,7 +210,7 @@ def test_max_norm_and_n3_never_write_into_a_frozen_table(example: Path) -> None:
     """Initial rows have norm ~0.004: max_norm 0.002 clips every looked-up row, in place for the
     trained types, on the looked-up copy for the frozen one."""
     run = load_run_config(example, [*TRAIN, "num_epochs=2", "max_norm=0.002", "regularization_coef=0.1"])
-    seeded = TrainingCheckpoint(run.checkpoint_path, run.config, seed=0)  # before any version exists
+    seeded = TrainingCheckpoint(run, seed=0)  # before any version exists
     initial = {key: seeded.load(*key, 30) for key in USER_PARTS}
     item = seeded.load("item", 0, 40).weights.numpy()
     assert all(float(t.weights.norm(dim=1).min()) > 0.002 for t in initial.values())
@@ -323,7 +323,7 @@ def test_an_unknown_type_is_a_usage_error_naming_the_known_types(example: Path) 
     assert done.exit_code == 2, done.output
     assert "--freeze: unknown entity type 'users'; the config's entity types are 'item', 'user'" in done.output
     assert not (example.parent / "checkpoint").exists()  # refused before anything was written
-    with pytest.raises(FormatError, match="unknown entity type 'users'"):
+    with pytest.raises(UsageError, match="unknown entity type 'users'"):
         fit(load_run_config(example), FitOptions(frozen_types=frozenset({"users"})))
 
 
@@ -334,7 +334,7 @@ def test_nothing_left_to_train_is_refused(example: Path) -> None:
     assert done.exit_code == 2, done.output
     assert "every entity type of the relations is frozen (item, user)" in done.output
     assert "nothing would train" in done.output
-    with pytest.raises(FormatError, match="nothing would train"):
+    with pytest.raises(UsageError, match="nothing would train"):
         fit(load_run_config(example, overrides), FitOptions(frozen_types=frozenset({"user", "item"})))
     # one unfrozen type, or an operator with parameters, is enough
     done = CliRunner().invoke(app, [*args[:-2], "-p", "num_epochs=1", "-p", "workers=1", "--no-progress"])

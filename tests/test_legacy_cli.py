@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from pbgio.cli.converting import convert
-from pbgio.legacy.testing import LegacySpec, write_legacy_layout
+from pbgio.testing.legacy_layouts import LegacySpec, write_legacy_layout
 from pbgio.validate import validate_path
 from tests.cli import pbgio
 

@@ -23,7 +23,7 @@ import torch
 from pbgio.errors import FormatError, UnsafePickleError
 from pbgio.legacy.migrate import migrate, plan_migration
 from pbgio.legacy.pickles import ALLOWED_GLOBALS, _torch_refused_global, inspect_pickle, load_pickle
-from pbgio.legacy.testing import LegacySpec, write_legacy_layout
+from pbgio.testing.legacy_layouts import LegacySpec, write_legacy_layout
 from tests.shared import SAMPLES
 
 CONVERT = (

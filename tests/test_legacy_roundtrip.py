@@ -17,8 +17,8 @@ from pbgio.config import load_config, parse_config
 from pbgio.edges import read_bucket
 from pbgio.entities import read_dynamic_rel_count, read_entity_count, read_entity_names, read_relation_names
 from pbgio.legacy.migrate import migrate
-from pbgio.legacy.plan import PLACEHOLDER_NAME
-from pbgio.legacy.testing import LegacySpec, LegacyTruth, write_legacy_layout
+from pbgio.legacy.planner import PLACEHOLDER_NAME
+from pbgio.testing.legacy_layouts import LegacySpec, LegacyTruth, write_legacy_layout
 from pbgio.validate import validate_path
 
 OPERATORS = ("none", "diagonal", "translation", "linear", "affine", "complex_diagonal")

@@ -17,7 +17,7 @@ from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import read_bucket
 from pbgio.entities import read_entity_count, read_entity_names, read_relation_names
 from pbgio.legacy.migrate import MigrationResult, migrate
-from pbgio.legacy.plan import PLACEHOLDER_NAME
+from pbgio.legacy.planner import PLACEHOLDER_NAME
 from pbgio.validate import validate_path
 from tests.shared import SAMPLES
 

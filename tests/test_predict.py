@@ -274,7 +274,7 @@ def test_top_k_with_dynamic_relations(tmp_path: Path, operator: str) -> None:
 def test_scores_do_not_depend_on_the_block_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = model_layout(tmp_path, operators=("complex_diagonal", "affine"), comparator="cos")
     whole = [top_k(config, lhs=u, rel="follows", k=6) for u in ("user-0-3", "user-1-0")]
-    monkeypatch.setattr(predict, "MAX_BLOCK_ROWS", 2)  # a partition of 5 users in blocks of 2, 2, 1
+    monkeypatch.setattr(predict.scan, "MAX_BLOCK_ROWS", 2)  # a partition of 5 users in blocks of 2, 2, 1
     blocked = [top_k(config, lhs=u, rel="follows", k=6) for u in ("user-0-3", "user-1-0")]
     for a, b in zip(whole, blocked, strict=True):  # the same rows; scores up to BLAS rounding of other shapes
         assert [(p.name, p.partition, p.offset) for p in a.predictions] == \

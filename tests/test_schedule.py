@@ -1,4 +1,4 @@
-"""Bucket orders, the single-machine scheduler and the partition-swap plan (pbgtrain.training.buckets)."""
+"""Bucket orders, the single-machine scheduler and the partition-swap plan (pbgtrain.plan.buckets)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pbgio.config import parse_config
-from pbgtrain.training.buckets import (
+from pbgtrain.plan.buckets import (
     BUCKET_ORDERS,
     Bucket,
     PartitionLayout,

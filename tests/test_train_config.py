@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pbgio.config import CONFIG_KEYS, ConfigSchema
+from pbgio.config import CONFIG_KEYS, ConfigSchema, parse_config
 from pbgio.errors import ConfigError
-from pbgtrain.config import _PARTITION_SERVER_TUNING, KEY_EFFECTS, apply_overrides, load_run_config
+from pbgio.layout import override_config_dict
+from pbgtrain.config import _PARTITION_SERVER_TUNING, KEY_EFFECTS, load_run_config
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "training.md"
 RAW = {"entities": {"e": {"num_partitions": 1}}, "relations": [{"name": "r", "lhs": "e", "rhs": "e"}],
@@ -75,8 +76,8 @@ def test_featurized_types_load_with_same_batch_negatives(tmp_path: Path, uniform
                                     num_uniform_negs=uniform, eval_num_uniform_negs=uniform)))
     assert load_run_config(path).config.entities["e"].featurized
 def test_overrides_reach_nested_keys_lists_and_null() -> None:
-    cfg = apply_overrides(RAW, ["entities.e.num_partitions=3", "relations.0.all_negs=true", "max_norm=null",
-                                "edge_paths=a,b", "lr=0.5"])
+    cfg = parse_config(override_config_dict(RAW, ["entities.e.num_partitions=3", "relations.0.all_negs=true",
+                                                  "max_norm=null", "edge_paths=a,b", "lr=0.5"]))
     assert isinstance(cfg, ConfigSchema)
     assert (cfg.entities["e"].num_partitions, cfg.relations[0].all_negs, cfg.max_norm, cfg.edge_paths, cfg.lr) == \
         (3, True, None, ["a", "b"], 0.5)
@@ -88,4 +89,4 @@ def test_overrides_reach_nested_keys_lists_and_null() -> None:
 ])
 def test_bad_overrides_name_the_problem(override: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        apply_overrides(RAW, [override])
+        parse_config(override_config_dict(RAW, [override]))

@@ -67,13 +67,11 @@ def test_half_precision_in_the_config_selects_bf16_on_a_gpu(tmp_path: Path) -> N
     config = _planted(tmp_path, num_epochs=1, half_precision=True)
     from pbgtrain.training.device import resolve_precision
 
-    run = load_run_config(config)
+    cfg = load_run_config(config).config
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert resolve_precision(None, run, cuda) == "bf16" and resolve_precision("fp32", run, cuda) == "fp32"
-    assert resolve_precision(None, run, cpu) == "fp32"  # as the original, which uses it on CUDA only
-    assert resolve_precision("bf16", run, cpu) == "bf16"
-    with pytest.raises(FormatError, match="--precision: unknown precision 'fp16'"):
-        resolve_precision("fp16", run, cpu)
+    assert resolve_precision(None, cfg, cuda) == "bf16" and resolve_precision("fp32", cfg, cuda) == "fp32"
+    assert resolve_precision(None, cfg, cpu) == "fp32"  # as the original, which uses it on CUDA only
+    assert resolve_precision("bf16", cfg, cpu) == "bf16"
 
 
 def test_an_out_of_range_id_is_a_pbgio_error_naming_file_and_row_even_unvalidated(tmp_path: Path) -> None:
@@ -132,15 +130,19 @@ def test_all_entities_evaluation_is_batched_to_bounded_memory() -> None:
 def test_the_automatic_gpu_budget_leaves_room_for_a_bucket(tmp_path: Path) -> None:
     """What a bucket holds besides the parked partitions (its largest lhs and rhs partitions, and
     the unpartitioned tables) is reserved from the GPU's share before anything is parked."""
+    from pbgtrain.plan.buckets import PartitionLayout
+    from pbgtrain.train import resolve_fit
+    from pbgtrain.training.residency import bucket_bytes
     from pbgtrain.training.trainer import Trainer
 
     config = _planted(tmp_path, partitions=3, num_nodes=601, num_epochs=1)
     run = load_run_config(config)
-    trainer = Trainer(run, FitOptions())
+    trainer = Trainer(resolve_fit(run, FitOptions()))
     try:
         dim = run.config.entity_dimension("node")
-        assert trainer._bucket_bytes() == 2 * 201 * (dim + 1) * 4  # node on both sides; 601 = 201 + 200 + 200
-        assert trainer.cache.budget_bytes == 0  # a CPU keeps the original's bound
+        reserved = bucket_bytes(run.config, PartitionLayout.from_config(run.config), trainer.counts)
+        assert reserved == 2 * 201 * (dim + 1) * 4  # node on both sides; 601 = 201 + 200 + 200
+        assert trainer.partitions.cache.budget_bytes == 0  # a CPU keeps the original's bound
     finally:
         trainer.close()
 
@@ -150,7 +152,7 @@ def test_device_cuda_without_a_gpu_is_one_line(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1)
     done = pbgtrain("fit", str(config), "--device", "cuda", "--no-progress")
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert done.returncode == 2 and len(lines) == 1, done.stderr  # a usage error
     assert "--device cuda" in lines[0] and "no CUDA device" in lines[0] and "--device cpu" in lines[0]
     assert "Traceback" not in done.stderr
 

@@ -37,15 +37,17 @@ def _fit(example: Path, checkpoint: Path, overrides: list[str], validation: Vali
     return fit(run, FitOptions(validation=validation))
 
 
-def _records(checkpoint: Path) -> list[dict]:
+def _records(checkpoint: Path, example: Path) -> list[dict]:
+    """The validation records of a run on the example's ``edges/test`` (recorded as the absolute path
+    the option names: relative paths are relative to the config's folder)."""
     ckpt = CheckpointDir(checkpoint)
-    return validation_records(ckpt.read_stats(), "edges/test", ckpt.read_version())
+    return validation_records(ckpt.read_stats(), str(example / "edges" / "test"), ckpt.read_version())
 
 
 def test_the_best_version_is_kept_and_evaluates_to_its_recorded_mrr(example: Path, tmp_path: Path) -> None:
     checkpoint = tmp_path / "model"
     result = _fit(example, checkpoint, ["num_epochs=5", "lr=0.3"], ValidationOptions("edges/test"))
-    records = _records(checkpoint)
+    records = _records(checkpoint, example)
     assert [r["version"] for r in records] == [1, 2, 3, 4, 5]
     best_so_far = -1.0
     for rec in records:  # each decision follows from the MRRs before it
@@ -77,7 +79,7 @@ def test_an_unchanging_model_stops_after_patience_evaluations(example: Path, tmp
     checkpoint = tmp_path / "model"
     result = _fit(example, checkpoint, ["num_epochs=10", "lr=0"], ValidationOptions("edges/test", patience=2))
     assert result.stopped_early and result.final_version == 3
-    records = _records(checkpoint)
+    records = _records(checkpoint, example)
     assert [r["decision"] for r in records] == [
         "best", "no improvement", "no improvement; stop: 2 evaluation(s) without improvement (patience 2)"]
     assert CheckpointDir(checkpoint / naming.BEST_DIR).read_version() == 1
@@ -87,7 +89,7 @@ def test_an_unchanging_model_stops_after_patience_evaluations(example: Path, tmp
 def test_evaluations_every_n_epochs_and_after_the_last(example: Path, tmp_path: Path) -> None:
     checkpoint = tmp_path / "model"
     _fit(example, checkpoint, ["num_epochs=5"], ValidationOptions("edges/test", every=2))
-    assert [r["version"] for r in _records(checkpoint)] == [2, 4, 5]
+    assert [r["version"] for r in _records(checkpoint, example)] == [2, 4, 5]
 
 
 def test_a_decayed_learning_rate_trains_as_the_same_run_at_that_rate_and_survives_a_resume(
@@ -96,7 +98,7 @@ def test_a_decayed_learning_rate_trains_as_the_same_run_at_that_rate_and_survive
     first = tmp_path / "decayed"
     decay = ValidationOptions("edges/test", lr_decay=0.5)
     _fit(example, first, ["num_epochs=2", "lr=0"], decay)
-    assert [r["lr_scale"] for r in _records(first)] == [1.0, 0.5]
+    assert [r["lr_scale"] for r in _records(first, example)] == [1.0, 0.5]
     plain = tmp_path / "plain"
     shutil.copytree(first, plain)
     entities = load_run_config(example / "config.json").config.entities
@@ -139,4 +141,4 @@ def test_a_run_stopped_by_another_rule_has_its_last_version_evaluated(example: P
     run = load_run_config(example / "config.json", [f"checkpoint_path={checkpoint}", "num_epochs=10"])
     result = fit(run, FitOptions(max_iterations=3, validation=ValidationOptions("edges/test", every=2)))
     assert result.stopped_early and result.final_version == 3
-    assert [r["version"] for r in _records(checkpoint)] == [2, 3]  # due at 2; 3 because the run stops there
+    assert [r["version"] for r in _records(checkpoint, example)] == [2, 3]  # due at 2; 3 because the run stops there

@@ -97,9 +97,9 @@ emit(meta=read_index_meta(Path(ARGS["path"])).to_json())
 QUERIES = r"""
 import numpy as np
 from pbgio.config import load_config
-from pbgio.exporters.common import open_export_source
 from pbgio.index_file import TypeRows
-source = open_export_source(ARGS["config"])
+from pbgio.layout import open_checkpoint
+source = open_checkpoint(ARGS["config"])
 rows = TypeRows(source.config, source.checkpoint, source.version, ARGS["type"], add_global=True)
 counts = rows.partition_rows()
 rng = np.random.default_rng(1)

@@ -475,7 +475,7 @@ class ConvertTarget(Target):
         self.edges_per_bucket = edges_per_bucket
 
     def setup(self, template: Path) -> None:
-        from pbgio.legacy.testing import LegacySpec, write_legacy_layout
+        from pbgio.testing.legacy_layouts import LegacySpec, write_legacy_layout
 
         write_legacy_layout(template / "legacy", LegacySpec(seed=7, num_partitions=3, num_users=300,
                                                             edges_per_bucket=self.edges_per_bucket))

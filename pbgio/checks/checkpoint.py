@@ -77,17 +77,23 @@ def snapshot_broken(file: str | None, *, dangling: object = None, version: int |
 
 
 def config_mismatch(file: str | None, reference: Mapping[str, Any], found: Mapping[str, Any], what: str, *,
-                    dataset: str | None = None, resume: bool = False) -> list[Issue]:
+                    dataset: str | None = None, each_key: bool = False, keys: Sequence[str] = MODEL_DEFINING_KEYS,
+                    fix: str = "use a new checkpoint_path or the same model settings") -> list[Issue]:
     """``checkpoint-config-mismatch``: ``found`` (a config as a dict) agrees with ``reference``,
-    the config of ``what``, on the keys that define the model. One issue for the first key
-    (sorted) that differs; with ``resume`` (a trainer resuming ``what``), one per key, each
-    naming its key."""
-    if resume:
+    the config of ``what``, on ``keys`` (by default those that define the model). One issue for
+    the first key (sorted) that differs; with ``each_key`` (a trainer resuming ``what``, a reader
+    of it), one per key, each naming its key, both values and ``fix``.
+
+    >>> [str(i) for i in config_mismatch("model/config.json", {"dimension": 100}, {"dimension": 200},
+    ...                                  "the checkpoint", each_key=True, keys=("dimension",))]
+    ['model/config.json: dimension: expected dimension as in the checkpoint (100), found 200; use a new \
+checkpoint_path or the same model settings [checkpoint-config-mismatch]']
+    """
+    if each_key:
         return [rule("checkpoint-config-mismatch").issue(
-            file, key, f"expected {key} as in {what} ({reference.get(key)!r}), found {found.get(key)!r}; use a "
-            "new checkpoint_path or the same model settings")
-            for key in MODEL_DEFINING_KEYS if reference.get(key) != found.get(key)]
-    defining = [k for k in _differ(reference, found) if k in MODEL_DEFINING_KEYS]
+            file, key, f"expected {key} as in {what} ({reference.get(key)!r}), found {found.get(key)!r}; {fix}")
+            for key in keys if reference.get(key) != found.get(key)]
+    defining = [k for k in _differ(reference, found) if k in keys]
     if not defining:
         return []
     key = defining[0]

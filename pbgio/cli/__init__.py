@@ -3,10 +3,10 @@
 - :mod:`~pbgio.cli.commands`: the Typer ``app`` and ``main`` (``pbgio validate``, ``info``, ``example`` …).
 - :mod:`~pbgio.cli.importing`, :mod:`~pbgio.cli.exporting`, :mod:`~pbgio.cli.converting`:
   ``pbgio import``, ``pbgio export``, ``pbgio convert``.
-- :mod:`~pbgio.cli.support`: exit codes, error printing, JSON output and tables, shared with
+- :mod:`~pbgio.console`: exit codes, error printing, JSON output and tables, shared with
   ``pbgtrain``'s command line.
 
-The console script is ``pbgio.cli:main``, exported lazily: importing ``pbgio.cli.support``
+The console script is ``pbgio.cli:main``, exported lazily: importing ``pbgio.console``
 does not import the app and its commands.
 """
 

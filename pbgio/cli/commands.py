@@ -15,7 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.cli.support import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.options import AsJson, BaseOption, CheckpointOption, ConfigArg, NoProgress, Overrides, VersionOption
 from pbgio.progress import progress_wanted
 
 app = typer.Typer(
@@ -25,14 +26,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
-
-
-BaseOption = Annotated[
-    str | None,
-    typer.Option("--base", help="Directory that relative paths in the config resolve against "
-                 "(default: the config's directory; for a checkpoint's config.json, the directory "
-                 "holding checkpoint_path)."),
-]
 
 
 def _version_callback(value: bool) -> None:
@@ -63,9 +56,10 @@ def _usage_error(message: str) -> typer.Exit:
 def validate(
     path: Annotated[str, typer.Argument(help="A config .json, a layout/checkpoint directory, or one .h5 file: "
                                       "a path or an fsspec URL (s3://…, gs://…, hdfs://…).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
+    as_json: AsJson = False,
+    param: Overrides = None,
     base: BaseOption = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    no_progress: NoProgress = False,
     max_issues: Annotated[int, typer.Option(help="Issues shown in the human report.")] = 50,
 ) -> None:
     """Check every rule of the format; report all problems (exit 0 valid, 1 invalid)."""
@@ -78,8 +72,8 @@ def validate(
     console = stderr_console()
     with exit_codes(usage=(MissingArtifactError,)):
         base_path = None if base is None else storage.resolve(base)
-        report = (_validate_with_progress(path, base_path) if progress_wanted(no_progress)
-                  else validate_path(path, base=base_path))
+        report = (_validate_with_progress(path, base_path, param or []) if progress_wanted(no_progress)
+                  else validate_path(path, base=base_path, overrides=param or []))
     if as_json:
         typer.echo(report.to_json())
     else:
@@ -95,7 +89,7 @@ def validate(
     raise typer.Exit(report.exit_code)
 
 
-def _validate_with_progress(path: str, base: Any) -> Any:
+def _validate_with_progress(path: str, base: Any, overrides: list[str]) -> Any:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
     from pbgio.validate import validate_path
@@ -107,13 +101,14 @@ def _validate_with_progress(path: str, base: Any) -> Any:
         def on_bucket(name: str, size: int) -> None:
             progress.update(task, description=f"checking {name}", advance=size)
 
-        return validate_path(path, base=base, on_bucket=on_bucket)
+        return validate_path(path, base=base, on_bucket=on_bucket, overrides=overrides)
 
 
 @app.command()
 def info(
     path: Annotated[str, typer.Argument(help="A config .json or an artifact directory (a path or an fsspec URL).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    as_json: AsJson = False,
+    param: Overrides = None,
     base: BaseOption = None,
 ) -> None:
     """Summarize a layout: types, partitions, counts, buckets, edges, checkpoint versions."""
@@ -122,7 +117,7 @@ def info(
     from pbgio.info import summarize
 
     with exit_codes(usage=(MissingArtifactError,), on_interrupt=lambda: None):
-        summary = summarize(path, base=None if base is None else storage.resolve(base))
+        summary = summarize(path, base=None if base is None else storage.resolve(base), overrides=param or [])
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
@@ -132,7 +127,7 @@ def info(
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from pbgio.cli.support import console as make_console
+    from pbgio.console import console as make_console
 
     console = make_console()
     if "config" in summary:
@@ -197,7 +192,7 @@ class NeighborMetric(str, enum.Enum):
 
 @app.command()
 def neighbors(
-    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
+    config: ConfigArg,
     names: Annotated[list[str] | None, typer.Argument(
         help="Names of the entities whose neighbours to find (one or more; or --names-file).", show_default=False)
     ] = None,
@@ -214,12 +209,11 @@ def neighbors(
     no_global: Annotated[bool, typer.Option(
         "--no-global", help="Compare the stored rows, without the type's global embedding (added by default when "
         "global_emb is true, as pbgio export adds it).")] = False,
-    version: Annotated[int | None, typer.Option(
-        "--version", help="Checkpoint version (default: the committed one).")] = None,
-    checkpoint: Annotated[str | None, typer.Option(
-        "--checkpoint", help="Checkpoint directory (default: the config's checkpoint_path).")] = None,
+    version: VersionOption = None,
+    checkpoint: CheckpointOption = None,
+    param: Overrides = None,
     base: BaseOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the neighbours as JSON on stdout.")] = False,
+    as_json: AsJson = False,
     names_file: Annotated[str | None, typer.Option(
         "--names-file", help="Text file of names, one per line (- for stdin), answered together (with --index, "
         "the index is loaded once).")] = None,
@@ -235,6 +229,7 @@ def neighbors(
     """Nearest neighbours of entities among the trained embeddings of their type (cos or dot): exact,
     or through the version's index with --index."""
     from pbgio.errors import MissingArtifactError, MissingLibraryError
+    from pbgio.layout import Layout
     from pbgio.neighbors import NeighborsError, format_neighbors, nearest_neighbors
 
     if (nprobe is not None or candidates is not None) and not index:
@@ -245,9 +240,10 @@ def neighbors(
     if not wanted:
         raise _usage_error("give one or more names, or --names-file")
     with exit_codes(usage=(MissingArtifactError, MissingLibraryError, NeighborsError), on_interrupt=lambda: None):
-        found = nearest_neighbors(config, entity_type, wanted, k=k, metric=metric.value, include_self=include_self,
+        layout = Layout.load(config, base=base, overrides=param or [])
+        found = nearest_neighbors(layout, entity_type, wanted, k=k, metric=metric.value, include_self=include_self,
                                   add_global=not no_global, device=device, version=version, checkpoint=checkpoint,
-                                  base=base, index=index, nprobe=nprobe, candidates=candidates)
+                                  index=index, nprobe=nprobe, candidates=candidates)
     if as_json:
         typer.echo(json.dumps([f.to_dict() for f in found], indent=2))
         return
@@ -307,7 +303,8 @@ def config_from_py(
         if not target.parent.is_dir():
             raise _usage_error(f"{target.parent}: no such directory")
     with exit_codes(note=" (nothing was written)"):
-        from pbgio.python_config import config_from_python, rebase_paths
+        from pbgio.layout import config_from_python
+        from pbgio.python_config import rebase_paths
 
         cfg = config_from_python(source, param or [], timeout=timeout)
         if target is None:

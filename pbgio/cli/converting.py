@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pbgio.cli.support import exit_codes, stderr_console
+from pbgio.console import exit_codes, stderr_console
 from pbgio.progress import progress_wanted
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ from typing import Annotated
 
 import typer
 
-from pbgio.cli.support import EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.console import EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.options import AsJson, BaseOption, CheckpointOption, ConfigArg, NoProgress, Overrides, VersionOption
 from pbgio.progress import progress_wanted
 
 
@@ -57,37 +58,29 @@ RelationsOutput = Annotated[Path | None, typer.Option(
     "--relations-output", "--relation-types-output", help="Relation operator parameters output file.")]
 RelationsFormat = Annotated[RelationFormat, typer.Option("--relations-format",
                                                          help="Relation parameters format.")]
-Version = Annotated[int | None, typer.Option(
-    "--version", help="Checkpoint version (default: the committed one).")]
 EntityTypes = Annotated[list[str] | None, typer.Option(
     "--entity-type", "-t", help="Export this entity type (repeatable; default: all).")]
 NoGlobal = Annotated[bool, typer.Option(
     "--no-global", help="Do not add the global embedding of each type (the original adds it when global_emb "
     "is true).")]
-Layout = Annotated[ParquetLayout, typer.Option(
+ParquetLayoutOption = Annotated[ParquetLayout, typer.Option(
     "--parquet-layout", help="Parquet values: one fixed-size list column, or one column per dimension.")]
-Checkpoint = Annotated[str | None, typer.Option(
-    "--checkpoint", help="Checkpoint directory (default: the config's checkpoint_path).")]
-Base = Annotated[str | None, typer.Option(
-    "--base", help="Directory that relative paths in the config resolve against (default: the config's "
-    "directory).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace existing output files.")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the export report as JSON on stdout.")]
-NoProgress = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
 
 
 def export(
-    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
+    config: ConfigArg,
     output: Output = None,
     fmt: Format = EmbeddingFormat.tsv,
     relations_output: RelationsOutput = None,
     relations_format: RelationsFormat = RelationFormat.tsv,
-    version: Version = None,
+    version: VersionOption = None,
     entity_type: EntityTypes = None,
     no_global: NoGlobal = False,
-    parquet_layout: Layout = ParquetLayout.list,
-    checkpoint: Checkpoint = None,
-    base: Base = None,
+    parquet_layout: ParquetLayoutOption = ParquetLayout.list,
+    checkpoint: CheckpointOption = None,
+    param: Overrides = None,
+    base: BaseOption = None,
     overwrite: Overwrite = False,
     as_json: AsJson = False,
     no_progress: NoProgress = False,
@@ -97,6 +90,7 @@ def export(
 
     from pbgio.exporters.embeddings import export_embeddings
     from pbgio.exporters.relations import export_relations
+    from pbgio.layout import Layout
     from pbgio.progress import Progress, RichProgress
     from pbgio.storage import atomic
 
@@ -106,18 +100,19 @@ def export(
     console = stderr_console()
     reports = []
     with exit_codes(usage=_usage_errors()), atomic.together():  # every output, or none
+        layout = Layout.load(config, base=base, overrides=param or [])
         if output is not None:
             bars: contextlib.AbstractContextManager[Progress] = (
                 RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
             with bars as progress:
                 reports.append(export_embeddings(
-                    config, output, fmt=fmt.value, version=version, entity_types=entity_type or None,
+                    layout, output, fmt=fmt.value, version=version, entity_types=entity_type or None,
                     add_global=not no_global, parquet_layout=parquet_layout.value, checkpoint=checkpoint,
-                    base=base, overwrite=overwrite, progress=progress))
+                    overwrite=overwrite, progress=progress))
         if relations_output is not None:
             reports.append(export_relations(
-                config, relations_output, fmt=relations_format.value, version=version, checkpoint=checkpoint,
-                base=base, overwrite=overwrite))
+                layout, relations_output, fmt=relations_format.value, version=version, checkpoint=checkpoint,
+                overwrite=overwrite))
     for report in reports:
         console.print(escape(report.summary()), soft_wrap=True)
         for path in report.outputs:
@@ -132,7 +127,7 @@ class UnknownFeatures(str, enum.Enum):
 
 
 def embed(
-    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
+    config: ConfigArg,
     bags: Annotated[Path, typer.Argument(help="Text file of bags, one per line: features separated by "
                                               "--feature-separator.")],
     entity_type: Annotated[str, typer.Option("--type", "-t", help="The featurized entity type.")],
@@ -146,15 +141,17 @@ def embed(
         "--offsets", help="Features are row offsets within the partition (integers), not names: for layouts "
         "without a names file.")] = False,
     partition: Annotated[int, typer.Option(help="Partition whose features the bags use.")] = 0,
-    version: Version = None,
+    version: VersionOption = None,
     no_global: NoGlobal = False,
-    checkpoint: Checkpoint = None,
-    base: Base = None,
+    checkpoint: CheckpointOption = None,
+    param: Overrides = None,
+    base: BaseOption = None,
     overwrite: Overwrite = False,
 ) -> None:
     """Embed new bags of features (e.g. unseen documents) of a featurized type: the mean of their features."""
     from pbgio.errors import InputError
     from pbgio.exporters.bags import BagError, embed_bags, write_bag_tsv
+    from pbgio.layout import Layout
 
     try:
         lines = bags.read_text(encoding="utf-8").splitlines()
@@ -162,6 +159,7 @@ def embed(
         print_error(f"{bags}: cannot read it as UTF-8 text ({exc})")
         raise typer.Exit(EXIT_USAGE) from None
     with exit_codes(usage=_usage_errors()):
+        layout = Layout.load(config, base=base, overrides=param or [])
         parsed: list[list[str] | list[int]] = []
         for number, line in enumerate(lines, 1):
             features = [f for f in (line.split(feature_separator) if feature_separator else line.split()) if f]
@@ -169,8 +167,8 @@ def embed(
                 raise InputError(str(bags), number, "expected at least one feature, found an empty line")
             parsed.append(_offsets(features, str(bags), number) if offsets else features)
         try:
-            vectors = embed_bags(config, entity_type, parsed, version=version, partition=partition,
-                                 add_global=not no_global, unknown=unknown.value, checkpoint=checkpoint, base=base)
+            vectors = embed_bags(layout, entity_type, parsed, version=version, partition=partition,
+                                 add_global=not no_global, unknown=unknown.value, checkpoint=checkpoint)
         except BagError as exc:
             raise InputError(str(bags), exc.bag + 1, exc.reason) from None
         if output == "-":

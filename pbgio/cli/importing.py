@@ -22,7 +22,8 @@ from typing import Annotated
 
 import typer
 
-from pbgio.cli.support import EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.console import EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.options import AsJson, BaseOption, ConfigArg, NoProgress, Overrides
 from pbgio.progress import progress_wanted
 
 
@@ -39,8 +40,6 @@ class InputFormat(str, enum.Enum):
 
 
 
-Config = Annotated[str, typer.Argument(
-    help="The run config (.json); the layout goes to its entity_path and edge_paths (paths or fsspec URLs).")]
 Inputs = Annotated[list[str], typer.Argument(
     help="Edge-list files (TSV, CSV, text, Parquet): one per edge path in the config's order (e.g. train "
     "valid test), or any number for a config with one edge path.")]
@@ -76,9 +75,6 @@ OnErrorOption = Annotated[OnError, typer.Option(
     "them).")]
 Overwrite = Annotated[bool, typer.Option(
     "--overwrite", help="Replace a layout already in the output directories.")]
-Base = Annotated[str | None, typer.Option(
-    "--base", help="Directory that relative paths in the config resolve against (default: the config's "
-    "directory).")]
 Append = Annotated[bool, typer.Option(
     "--append", help="Add the edges to the existing layout of the config: known entities keep their partition and "
     "offset, new ones are appended to the smallest partitions, new dynamic relations get new ids.")]
@@ -87,12 +83,10 @@ DryRun = Annotated[bool, typer.Option(
 EdgePath = Annotated[str | None, typer.Option(
     "--edge-path", help="With --append: every input goes to this edge path of the config (as written there); the "
     "others are left as they are.")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the import report as JSON on stdout.")]
-NoProgress = Annotated[bool, typer.Option("--no-progress", help="No progress bars.")]
 
 
 def import_edges(
-    config: Config,
+    config: ConfigArg,
     inputs: Inputs,
     delimiter: Delimiter = "tab",
     quote: Quote = "auto",
@@ -111,20 +105,24 @@ def import_edges(
     append: Append = False,
     dry_run: DryRun = False,
     edge_path: EdgePath = None,
-    base: Base = None,
+    param: Overrides = None,
+    base: BaseOption = None,
     as_json: AsJson = False,
     no_progress: NoProgress = False,
 ) -> None:
-    """Import edge lists into a PBG layout: dictionaries, partitions, every bucket (--append: into an existing one)."""
+    """Import edge lists into a PBG layout: dictionaries, partitions, every bucket (--append: into an existing one).
+
+    The layout goes to the config's entity_path and edge_paths (paths or fsspec URLs).
+    """
     from rich.markup import escape
 
-    from pbgio import storage
     from pbgio.errors import MissingArtifactError
     from pbgio.importers.append import append_edge_lists
     from pbgio.importers.importer import import_edge_lists
     from pbgio.importers.plan import ImportSetupError
     from pbgio.importers.read import InputOptions, parse_column, parse_delimiter
     from pbgio.importers.write import LayoutExistsError
+    from pbgio.layout import Layout
     from pbgio.progress import Progress, RichProgress
 
     console = stderr_console()
@@ -154,16 +152,15 @@ def import_edges(
                     on_interrupt=lambda: console.print(f"interrupted{note}")):
         bars: contextlib.AbstractContextManager[Progress] = (
             RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
+        layout = Layout.load(config, base=base, overrides=param or [])
         with bars as progress:
             if append:
                 report = append_edge_lists(
-                    config, list(inputs), edge_path=edge_path, options=options, seed=seed,
-                    base=None if base is None else storage.resolve(base), on_error=on_error.value,
+                    layout, list(inputs), edge_path=edge_path, options=options, seed=seed, on_error=on_error.value,
                     dry_run=dry_run, progress=progress)
             else:
                 report = import_edge_lists(
-                    config, list(inputs), options=options, seed=seed,
-                    base=None if base is None else storage.resolve(base),
+                    layout, list(inputs), options=options, seed=seed,
                     entity_min_count=entity_min_count, relation_min_count=relation_min_count,
                     on_error=on_error.value, overwrite=overwrite,
                     progress=progress)

@@ -10,8 +10,9 @@ from typing import Annotated
 
 import typer
 
-from pbgio.cli.exporting import Base, Checkpoint, NoGlobal, NoProgress, Version
-from pbgio.cli.support import exit_codes, stderr_console
+from pbgio.cli.exporting import NoGlobal
+from pbgio.console import exit_codes, stderr_console
+from pbgio.options import AsJson, BaseOption, CheckpointOption, ConfigArg, NoProgress, Overrides, VersionOption
 from pbgio.progress import progress_wanted
 from pbgio.spec.index import KINDS, METRICS
 
@@ -26,7 +27,7 @@ IndexMetric = enum.Enum("IndexMetric", {name: name for name in METRICS}, type=st
 
 @index_app.command("build")
 def build(
-    config: Annotated[str, typer.Argument(help="The run config (.json) of the trained model (a path or URL).")],
+    config: ConfigArg,
     entity_type: Annotated[str, typer.Option("--type", "-t", help="The entity type to index.")],
     kind: Annotated[IndexKind, typer.Option(
         "--kind", help="auto: flat (exact) up to 100,000 rows, ivf above; hnsw: a graph (slower to build).")
@@ -40,10 +41,11 @@ def build(
     ef_search: Annotated[int | None, typer.Option(
         "--ef-search", min=1, help="hnsw: search breadth by default (default 128).")] = None,
     no_global: NoGlobal = False,
-    version: Version = None,
-    checkpoint: Checkpoint = None,
-    base: Base = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print what was built as JSON on stdout.")] = False,
+    version: VersionOption = None,
+    checkpoint: CheckpointOption = None,
+    param: Overrides = None,
+    base: BaseOption = None,
+    as_json: AsJson = False,
     no_progress: NoProgress = False,
 ) -> None:
     """Build the index of one entity type for a checkpoint version (default: the committed one).
@@ -55,15 +57,17 @@ def build(
 
     from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgio.index import build_index
+    from pbgio.layout import Layout
     from pbgio.progress import Progress, RichProgress
 
     bars: contextlib.AbstractContextManager[Progress] = (
         RichProgress() if progress_wanted(no_progress) else contextlib.nullcontext(Progress()))
     with exit_codes(usage=(MissingArtifactError, MissingLibraryError), note=" (no index was written)"), \
             bars as progress:
-        built = build_index(config, entity_type, kind=kind.value, metric=None if metric is None else metric.value,
+        layout = Layout.load(config, base=base, overrides=param or [])
+        built = build_index(layout, entity_type, kind=kind.value, metric=None if metric is None else metric.value,
                             add_global=not no_global, nlist=nlist, nprobe=nprobe, m=m, ef_search=ef_search,
-                            version=version, checkpoint=checkpoint, base=base, progress=progress)
+                            version=version, checkpoint=checkpoint, progress=progress)
     stderr_console().print(escape(built.summary()), soft_wrap=True)
     if as_json:
         typer.echo(json.dumps({"path": str(built.path), "bytes": built.bytes, "seconds": round(built.seconds, 3),

@@ -24,8 +24,9 @@ from numpy.typing import NDArray
 
 from pbgio.config import ConfigSchema
 from pbgio.errors import MissingArtifactError
-from pbgio.exporters.common import ExportError, ExportSource, consistent_version, open_export_source
+from pbgio.exporters.common import ExportError, consistent_version
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings, partition_names
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 
@@ -48,7 +49,7 @@ class BagError(ExportError):
 
 @consistent_version
 def embed_bags(
-    config: ConfigSchema | str | AnyPath,
+    config: Layout | ConfigSchema | str | AnyPath,
     entity_type: str,
     bags: Sequence[Sequence[Feature]],
     *,
@@ -70,7 +71,7 @@ def embed_bags(
     """
     if unknown not in ("error", "ignore"):
         raise ExportError(f"expected unknown='error' or 'ignore', found {unknown!r}")
-    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
     cfg = source.config
     if entity_type not in cfg.entities:
         raise ExportError(f"expected an entity type of the config {sorted(cfg.entities)}, found {entity_type!r}")
@@ -101,7 +102,7 @@ def _means(rows: Floats, ids: Ints, counts: Ints, shift: Floats | None, entity_t
     return means
 
 
-def _bag_ids(source: ExportSource, entity_type: str, partition: int, bags: Sequence[Sequence[Feature]],
+def _bag_ids(source: CheckpointVersion, entity_type: str, partition: int, bags: Sequence[Sequence[Feature]],
              num_features: int, unknown: Unknown) -> tuple[Ints, Ints]:
     """Row offsets of every bag's features, flattened, and each bag's feature count.
 
@@ -147,7 +148,7 @@ def _bag_ids(source: ExportSource, entity_type: str, partition: int, bags: Seque
     return np.asarray(ids, dtype=np.int64), counts
 
 
-def _name_index(source: ExportSource, entity_type: str, partition: int, num_features: int, bag: int,
+def _name_index(source: CheckpointVersion, entity_type: str, partition: int, num_features: int, bag: int,
                 feature: str) -> dict[str, int]:
     """Row of each feature name of the partition's names file; ``bag`` and ``feature`` are the
     first to need it (named when there is no names file)."""

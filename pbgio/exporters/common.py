@@ -1,8 +1,9 @@
 """What every export needs: the checkpoint version to read, safe output files, a report.
 
-Relative config paths resolve like ``pbgio validate`` resolves them (against the
-config file's directory, or the directory holding ``checkpoint_path`` for a
-checkpoint's own ``config.json``). The version is the committed one unless given.
+The config is a :class:`pbgio.layout.Layout` (or a file or schema it is loaded from), and
+the version is read as what it is (:func:`pbgio.layout.open_checkpoint`: a ``--checkpoint``
+relative to the config's folder, the stored model's own settings). The version is the
+committed one unless given.
 Outputs are written atomically (temp file, fsync, rename) and never replace an
 existing file unless asked to.
 
@@ -21,11 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast
 
-from pbgio import storage
 from pbgio.checkpoint import CheckpointDir, read_committed
-from pbgio.config import ConfigSchema, load_config
 from pbgio.errors import PbgioError
-from pbgio.storage import AnyPath, atomic
+from pbgio.layout import Layout
+from pbgio.storage import atomic
 
 
 class ExportError(PbgioError, ValueError):
@@ -34,36 +34,6 @@ class ExportError(PbgioError, ValueError):
 
 class OutputExistsError(PbgioError, FileExistsError):
     """An output file exists and overwriting was not asked for."""
-
-
-@dataclass(frozen=True)
-class ExportSource:
-    config: ConfigSchema
-    entity_path: AnyPath
-    checkpoint: CheckpointDir
-    version: int
-
-
-def open_export_source(config: ConfigSchema | str | AnyPath, *, base: str | AnyPath | None = None,
-                       checkpoint: str | AnyPath | None = None, version: int | None = None) -> ExportSource:
-    """The config, its entity directory, the checkpoint directory and the version to export."""
-    base = None if base is None else storage.resolve(base)
-    if isinstance(config, ConfigSchema):
-        cfg = config
-        base = base if base is not None else Path.cwd()
-    else:
-        from pbgio.validate import infer_base
-
-        cfg = load_config(config)
-        base = base if base is not None else infer_base(storage.resolve(config), cfg)
-    ckpt = CheckpointDir(checkpoint if checkpoint is not None else storage.resolve(cfg.checkpoint_path, base))
-    with storage.remote_errors(ckpt.path, "checkpoint directory"):
-        found = ckpt.path.is_dir()
-    if not found:
-        raise ExportError(f"{storage.display(ckpt.path)}: expected a checkpoint directory, found none "
-                          "(train first, or pass --checkpoint)")
-    chosen = ckpt.read_version() if version is None else version
-    return ExportSource(cfg, storage.resolve(cfg.entity_path, base), ckpt, chosen)
 
 
 @dataclass
@@ -100,10 +70,10 @@ def consistent_version(export: Callable[P, T]) -> Callable[P, T]:
             if kwargs.get("version") is not None:
                 return export(*args, **kwargs)
             config = args[0] if args else kwargs["config"]
-            source = open_export_source(cast(Any, config), base=cast(Any, kwargs.get("base")),
-                                        checkpoint=cast(Any, kwargs.get("checkpoint")))
+            layout = Layout.of(cast(Any, config), base=cast(Any, kwargs.get("base")))
+            checkpoint = CheckpointDir(layout.with_checkpoint(cast(Any, kwargs.get("checkpoint"))).checkpoint_path)
             return cast(T, read_committed(
-                source.checkpoint, lambda version: cast(Any, export)(*args, **{**kwargs, "version": version})))
+                checkpoint, lambda version: cast(Any, export)(*args, **{**kwargs, "version": version})))
 
     return run
 

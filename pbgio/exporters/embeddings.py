@@ -39,12 +39,11 @@ from pbgio.entities import iter_entity_names, read_entity_count, write_name_list
 from pbgio.exporters.common import (
     ExportError,
     ExportReport,
-    ExportSource,
     check_free,
     consistent_version,
-    open_export_source,
     output_file,
 )
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.progress import Progress
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import global_embedding_name
@@ -59,7 +58,7 @@ Floats = NDArray[np.float32]
 
 @consistent_version
 def export_embeddings(
-    config: ConfigSchema | str | AnyPath,
+    config: Layout | ConfigSchema | str | AnyPath,
     output: str | Path,
     *,
     fmt: EmbeddingFormat = "tsv",
@@ -78,7 +77,7 @@ def export_embeddings(
         raise ExportError(f"expected a format among {FORMATS}, found {fmt!r}")
     if parquet_layout not in ("list", "columns"):
         raise ExportError(f"expected parquet_layout 'list' or 'columns', found {parquet_layout!r}")
-    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
     cfg = source.config
     types = list(entity_types) if entity_types else list(cfg.entities)
     unknown = [t for t in types if t not in cfg.entities]
@@ -115,7 +114,7 @@ def export_embeddings(
     return report
 
 
-def global_embeddings(source: ExportSource, types: list[str]) -> dict[str, Floats]:
+def global_embeddings(source: CheckpointVersion, types: list[str]) -> dict[str, Floats]:
     """The global embedding of each of ``types`` in the model file of the exported version."""
     model = source.checkpoint.read_model(source.version)
     found = {}
@@ -129,7 +128,7 @@ def global_embeddings(source: ExportSource, types: list[str]) -> dict[str, Float
     return found
 
 
-def _partitions(source: ExportSource, entity_type: str, shift: Floats | None,
+def _partitions(source: CheckpointVersion, entity_type: str, shift: Floats | None,
                 progress: Progress) -> Iterator[tuple[pl.Series, Floats]]:
     """Names and rows of each partition, global embedding added when ``shift`` is given."""
     for part in range(source.config.num_partitions(entity_type)):
@@ -139,7 +138,7 @@ def _partitions(source: ExportSource, entity_type: str, shift: Floats | None,
         progress.advance()
 
 
-def partition_names(source: ExportSource, entity_type: str, part: int, num_rows: int) -> pl.Series:
+def partition_names(source: CheckpointVersion, entity_type: str, part: int, num_rows: int) -> pl.Series:
     """The names of a partition's ``num_rows`` checkpoint rows (``entity_names_{type}_{part}.json``),
     streamed into a string column (a few bytes a name over their UTF-8, not a list of objects)."""
     chunks: list[pl.Series] = []
@@ -158,7 +157,7 @@ def partition_names(source: ExportSource, entity_type: str, part: int, num_rows:
     return names
 
 
-def _unencodable(source: ExportSource, entity_type: str, part: int, row: int, chunk: list[str]) -> ExportError:
+def _unencodable(source: CheckpointVersion, entity_type: str, part: int, row: int, chunk: list[str]) -> ExportError:
     """A name that is no Unicode text (a lone surrogate, which JSON's \\u escapes can spell)."""
     for offset, name in enumerate(chunk):
         try:
@@ -181,7 +180,7 @@ def add_global_embedding(values: Floats, shift: Floats | None, entity_type: str)
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
-def _check_tsv_names(names: pl.Series, source: ExportSource, entity_type: str, part: int) -> None:
+def _check_tsv_names(names: pl.Series, source: CheckpointVersion, entity_type: str, part: int) -> None:
     rows = names.str.contains(r"[\t\n\r]").arg_true()
     if len(rows):
         path = source.entity_path / naming.entity_names_file(entity_type, part)
@@ -247,7 +246,7 @@ def _write_parquet(path: Path, parts: Iterator[tuple[pl.Series, Floats]], dimens
     return rows
 
 
-def _write_npy(path: Path, names_path: Path, source: ExportSource, entity_type: str,
+def _write_npy(path: Path, names_path: Path, source: CheckpointVersion, entity_type: str,
                parts: Iterator[tuple[pl.Series, Floats]], overwrite: bool) -> int:
     """A (count, dim) float32 .npy filled partition by partition, and the names beside it."""
     from numpy.lib.format import open_memmap

@@ -30,11 +30,10 @@ from pbgio.entities import read_relation_names
 from pbgio.exporters.common import (
     ExportError,
     ExportReport,
-    ExportSource,
     consistent_version,
-    open_export_source,
     output_file,
 )
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec.checkpoint import OPERATORS, operator_param_name
 from pbgio.storage import AnyPath
 
@@ -51,7 +50,7 @@ class RelationParameter:
     values: NDArray[np.float32]
 
 
-def relation_parameters(source: ExportSource) -> list[RelationParameter]:
+def relation_parameters(source: CheckpointVersion) -> list[RelationParameter]:
     """Every operator parameter of every relation, per relation and side."""
     cfg = source.config
     params = source.checkpoint.read_model(source.version).params
@@ -90,7 +89,7 @@ def relation_parameters(source: ExportSource) -> list[RelationParameter]:
 
 @consistent_version
 def export_relations(
-    config: ConfigSchema | str | AnyPath,
+    config: Layout | ConfigSchema | str | AnyPath,
     output: str | Path,
     *,
     fmt: RelationFormat = "tsv",
@@ -103,7 +102,7 @@ def export_relations(
     started = time.perf_counter()
     if fmt not in ("tsv", "json"):
         raise ExportError(f"expected a relation format among ('tsv', 'json'), found {fmt!r}")
-    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version, model=True)
     records = relation_parameters(source)
     output = Path(output)
     with output_file(output, overwrite) as tmp:
@@ -130,7 +129,7 @@ def _tsv_line(record: RelationParameter) -> str:
     return "\t".join(fields) + "\n"
 
 
-def _relations(source: ExportSource) -> list[tuple[str, str]]:
+def _relations(source: CheckpointVersion) -> list[tuple[str, str]]:
     """(name, operator) of every relation id."""
     cfg = source.config
     if cfg.dynamic_relations:
@@ -138,7 +137,7 @@ def _relations(source: ExportSource) -> list[tuple[str, str]]:
     return [(r.name, r.operator) for r in cfg.relations]
 
 
-def _json(source: ExportSource, records: list[RelationParameter]) -> dict[str, Any]:
+def _json(source: CheckpointVersion, records: list[RelationParameter]) -> dict[str, Any]:
     relations: list[dict[str, Any]] = [{"id": i, "name": name, "operator": op, "parameters": {}}
                  for i, (name, op) in enumerate(_relations(source))]
     for r in records:

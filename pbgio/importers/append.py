@@ -86,7 +86,6 @@ from pbgio.importers.importer import (
     check_reachable,
     count_inputs,
     input_sets,
-    load_import_config,
     write_edges,
     write_entities,
 )
@@ -97,6 +96,7 @@ from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, chec
 from pbgio.importers.read import InputOptions, open_source
 from pbgio.importers.summary import AppendInfo, FileReport, ImportReport
 from pbgio.importers.write import Staging, interrupted_commits, layout_files
+from pbgio.layout import IN_MEMORY, Layout
 from pbgio.progress import Progress
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -155,7 +155,7 @@ class _Grown:
 
 
 def append_edge_lists(
-    config: ConfigSchema | PathLike,
+    config: Layout | ConfigSchema | PathLike,
     inputs: Sequence[PathLike | Sequence[PathLike]],
     *,
     edge_path: str | None = None,
@@ -182,7 +182,8 @@ def append_edge_lists(
     progress = progress or Progress()
     if on_error not in ("fail", "skip"):
         raise ImportSetupError(f"on_error is 'fail' or 'skip', got {on_error!r}")
-    cfg, config_name, base = load_import_config(config, base)
+    layout = Layout.of(config, base=base)
+    cfg, config_name, base = layout.config, layout.file_name, layout.base
     featurized = cfg.featurized_types()
     if featurized:
         shown = ", ".join(map(repr, featurized))
@@ -305,9 +306,9 @@ def _check_layout(cfg: ConfigSchema, config_name: str | None, base: AnyPath, ent
     present = [i for i, d in enumerate(edge_dirs)
                if i not in receiving or any(naming.parse_bucket_file(p.name) for p in layout_files(d))]
     checked = cfg.model_copy(update={"edge_paths": [cfg.edge_paths[i] for i in present]})
-    from pbgio.validate import validate_config
+    from pbgio.validate import validate_layout
 
-    validation = validate_config(checked, base=base, source=config_name or "<config>", checkpoints=False)
+    validation = validate_layout(Layout(checked, base, config_name or IN_MEMORY), checkpoints=False)
     validation.raise_if_errors()
     for entity_type, entity in cfg.entities.items():
         for part in range(entity.num_partitions):

@@ -49,7 +49,7 @@ from typing import Literal
 import polars as pl
 
 from pbgio import storage
-from pbgio.config import ConfigSchema, load_config
+from pbgio.config import ConfigSchema
 from pbgio.entities import (
     write_dynamic_rel_count,
     write_entity_count,
@@ -62,6 +62,7 @@ from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, chec
 from pbgio.importers.read import WHITESPACE, InputOptions, Source, open_source
 from pbgio.importers.summary import FileReport, ImportReport, Problem
 from pbgio.importers.write import BucketSink, RemoteTargets, Staging
+from pbgio.layout import Layout
 from pbgio.progress import Progress
 from pbgio.storage import AnyPath
 
@@ -81,7 +82,7 @@ class InputFile:
 
 
 def import_edge_lists(
-    config: ConfigSchema | PathLike,
+    config: Layout | ConfigSchema | PathLike,
     inputs: Sequence[PathLike | Sequence[PathLike]],
     *,
     options: InputOptions | None = None,
@@ -111,7 +112,8 @@ def import_edge_lists(
         raise ImportSetupError(f"on_error is 'fail' or 'skip', got {on_error!r}")
     if entity_min_count < 0 or relation_min_count < 0:
         raise ImportSetupError("minimum counts are non-negative")
-    cfg, config_name, base = load_import_config(config, base)
+    layout = Layout.of(config, base=base)
+    cfg, config_name, base = layout.config, layout.file_name, layout.base
     plan = ImportPlan.build(cfg, has_rel_column=options.rel_col is not None,
                             feature_separator=options.feature_separator)
     if (options.delimiter == WHITESPACE and any(plan.featurized(t) for t in plan.types)
@@ -140,18 +142,6 @@ def import_edge_lists(
         item.edge_path = report_edge_path(item.edge_path, remote)
     report.seconds = time.perf_counter() - started
     return report
-
-
-def load_import_config(config: ConfigSchema | PathLike,
-                       base: AnyPath | None) -> tuple[ConfigSchema, str | None, AnyPath]:
-    """The config, its name for reports (None for a :class:`ConfigSchema`) and the directory its
-    relative paths resolve against (``base``, else the config file's, else the current one)."""
-    if isinstance(config, ConfigSchema):
-        return config, None, base if base is not None else Path.cwd()
-    from pbgio.validate import infer_base
-
-    cfg = load_config(config)
-    return cfg, storage.display(config), base if base is not None else infer_base(storage.resolve(config), cfg)
 
 
 def check_reachable(key: str, target: AnyPath) -> None:

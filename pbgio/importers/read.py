@@ -50,7 +50,7 @@ from typing import Any, Literal, NamedTuple
 import polars as pl
 
 from pbgio.errors import InputError, MissingArtifactError
-from pbgio.importers.fields import (
+from pbgio.fields import (
     QUOTE,
     WHITESPACE,
     default_quote,

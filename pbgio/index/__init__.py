@@ -18,8 +18,8 @@ faiss flat index of 9 'user' rows by cos, checkpoint version 1
 """
 
 from pbgio.index.build import BuiltIndex, IndexBuildError, build_index
-from pbgio.index.search import EmbeddingIndex, IndexSearchError, open_index
+from pbgio.index.search import DEFAULT_CANDIDATES, EmbeddingIndex, IndexSearchError, open_index
 from pbgio.index_file import IndexMeta, read_index_meta
 
-__all__ = ["BuiltIndex", "EmbeddingIndex", "IndexBuildError", "IndexMeta", "IndexSearchError", "build_index",
-           "open_index", "read_index_meta"]
+__all__ = ["DEFAULT_CANDIDATES", "BuiltIndex", "EmbeddingIndex", "IndexBuildError", "IndexMeta", "IndexSearchError",
+           "build_index", "open_index", "read_index_meta"]

@@ -26,9 +26,9 @@ import numpy as np
 from pbgio.checkpoint import read_committed
 from pbgio.config import ConfigSchema
 from pbgio.errors import PbgioError
-from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.index import library
 from pbgio.index_file import IndexMeta, TypeRows, write_index_file
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.progress import Progress
 from pbgio.spec import naming
 from pbgio.spec.index import KINDS, METRICS, fingerprint_offsets
@@ -63,7 +63,7 @@ def default_metric(config: ConfigSchema) -> str:
 
 
 def build_index(
-    config: ConfigSchema | str | AnyPath,
+    config: Layout | ConfigSchema | str | AnyPath,
     entity_type: str,
     *,
     kind: str = "auto",
@@ -91,7 +91,7 @@ def build_index(
     >>> built.path.name, built.meta.kind, built.meta.partition_rows
     ('index_user.v1.h5', 'flat', [5, 4])
     """
-    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
     cfg = source.config
     if entity_type not in cfg.entities:
         raise IndexBuildError(f"expected an entity type of the config {sorted(cfg.entities)}, found {entity_type!r}")
@@ -109,11 +109,11 @@ def build_index(
     overrides = {k: v for k, v in (("nlist", nlist), ("nprobe", nprobe), ("m", m), ("ef_search", ef_search))
                  if v is not None}
     return read_committed(source.checkpoint, lambda v: _build(
-        ExportSource(cfg, source.entity_path, source.checkpoint, v), entity_type, kind, metric, add_global,
+        source.at(v), entity_type, kind, metric, add_global,
         overrides, progress or Progress()), version)
 
 
-def _build(source: ExportSource, entity_type: str, kind: str, metric: str, add_global: bool,
+def _build(source: CheckpointVersion, entity_type: str, kind: str, metric: str, add_global: bool,
            overrides: dict[str, int], progress: Progress) -> BuiltIndex:
     started = time.perf_counter()
     rows = TypeRows(source.config, source.checkpoint, source.version, entity_type, add_global=add_global)

@@ -34,9 +34,9 @@ from pbgio.checks import index as checks
 from pbgio.checks import raise_first
 from pbgio.config import ConfigSchema
 from pbgio.errors import MissingArtifactError, PbgioError, StaleIndexError
-from pbgio.exporters.common import ExportSource, open_export_source
 from pbgio.index import library
 from pbgio.index_file import IndexMeta, TypeRows, load_index_payload, read_index_meta, stale_issue
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import TopK, VectorScorer
@@ -57,7 +57,7 @@ class IndexSearchError(PbgioError, ValueError):
 class EmbeddingIndex:
     """A loaded index of one entity type's rows of one checkpoint version (a context manager)."""
 
-    def __init__(self, source: ExportSource, path: AnyPath, meta: IndexMeta, index: Any, rows: TypeRows,
+    def __init__(self, source: CheckpointVersion, path: AnyPath, meta: IndexMeta, index: Any, rows: TypeRows,
                  params: dict[str, int]) -> None:
         self.source = source
         self.path = path
@@ -164,7 +164,7 @@ class EmbeddingIndex:
 
 
 def open_index(
-    config: ConfigSchema | str | AnyPath,
+    config: Layout | ConfigSchema | str | AnyPath,
     entity_type: str,
     *,
     version: int | None = None,
@@ -181,11 +181,11 @@ def open_index(
     (:class:`~pbgio.errors.StaleIndexError`), a damaged payload. ``nprobe``/``ef_search``
     override the defaults the index was built with.
     """
-    source = open_export_source(config, base=base, checkpoint=checkpoint, version=version)
+    source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
     return load_index(source, entity_type, nprobe=nprobe, ef_search=ef_search)
 
 
-def load_index(source: ExportSource, entity_type: str, *, nprobe: int | None = None,
+def load_index(source: CheckpointVersion, entity_type: str, *, nprobe: int | None = None,
                ef_search: int | None = None) -> EmbeddingIndex:
     """:func:`open_index` for a checkpoint version already located (config, entity directory,
     checkpoint directory, version)."""
@@ -220,7 +220,7 @@ def load_index(source: ExportSource, entity_type: str, *, nprobe: int | None = N
     return EmbeddingIndex(source, path, meta, index, rows, params)
 
 
-def _missing(source: ExportSource, entity_type: str, path: AnyPath) -> PbgioError:
+def _missing(source: CheckpointVersion, entity_type: str, path: AnyPath) -> PbgioError:
     others = sorted(p.name for p in source.checkpoint.path.iterdir()
                     if (parsed := naming.parse_versioned_file(p.name)) and parsed[0] == "index"
                     and parsed[1] == entity_type)

@@ -1,12 +1,18 @@
 """Migrate a legacy layout into a new directory, all or nothing.
 
->>> from pbgio.legacy.testing import LegacySpec, write_legacy_layout
->>> import tempfile, pathlib
+The smallest legacy layout, two 1-based entity count files, becomes two 0-based ones
+(a whole run, with its METADATA config, checkpoint and buckets, migrates the same way):
+
+>>> import tempfile, pathlib, torch
 >>> work = pathlib.Path(tempfile.mkdtemp())
->>> _ = write_legacy_layout(work / "old", LegacySpec(seed=1))
+>>> (work / "old").mkdir()
+>>> torch.save(5, work / "old" / "entity_count_user_1.pt")
+>>> torch.save(4, work / "old" / "entity_count_user_2.pt")
 >>> result = migrate(work / "old", work / "new")
->>> result.ok, (work / "new" / "config.json").is_file()
-(True, True)
+>>> result.ok, sorted(p.name for p in (work / "new").iterdir())
+(True, ['entity_count_user_0.txt', 'entity_count_user_1.txt'])
+>>> (work / "new" / "entity_count_user_0.txt").read_text().strip()
+'5'
 >>> migrate(work / "old", work / "new")
 Traceback (most recent call last):
 ...
@@ -35,7 +41,8 @@ from pathlib import Path
 
 from pbgio import interrupts
 from pbgio.errors import OutputError, PbgioError, Report
-from pbgio.legacy.plan import MigrationPlan, MigrationStep, plan_migration
+from pbgio.legacy.plan import MigrationPlan, MigrationStep
+from pbgio.legacy.planner import plan_migration
 from pbgio.storage import atomic, local_path
 from pbgio.storage.lock import process_alive
 

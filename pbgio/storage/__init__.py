@@ -15,6 +15,7 @@ pbgtrain use these names, not the modules behind them):
 
 from __future__ import annotations
 
+from pbgio.console import redact
 from pbgio.storage.atomic import copy_file, copy_tree, together, write_bytes, write_text
 from pbgio.storage.lock import CheckpointLock, Holder, holder_of
 from pbgio.storage.paths import (
@@ -39,7 +40,6 @@ from pbgio.storage.paths import (
     link_problem,
     local_path,
     open_binary,
-    redact,
     relocated,
     remote_errors,
     remote_path,

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Union
 
 from typing_extensions import TypeIs
 
+from pbgio.console import redact
 from pbgio.errors import MissingArtifactError, PbgioError
 
 if TYPE_CHECKING:
@@ -56,10 +57,6 @@ AnyPath = Union[Path, "UPath"]
 """A local path or a remote one (both speak the pathlib API)."""
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]+)://")
-_USERINFO_RE = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]+://)[^/\s@'\"]+@")
-_SECRET_PARAM_RE = re.compile(
-    r"(?P<key>[?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|token|"
-    r"access_token|secret|password|key|sas)=)[^&\s'\"]*", re.IGNORECASE)
 LOCAL_SCHEMES = frozenset({"file", "local"})
 REMOTE_EXTRA = "pip install 'pbg[remote]'"
 TIMEOUT_ENV = "PBG_STORAGE_TIMEOUT"
@@ -86,12 +83,6 @@ class StorageError(PbgioError):
 
 class UnsupportedStorageError(StorageError):
     """A URL whose scheme fsspec does not know, or whose implementation is not installed."""
-
-
-def redact(text: str) -> str:
-    """``text`` with the user info of URLs and secret query parameters replaced by ``***``."""
-    text = _USERINFO_RE.sub(lambda m: f"{m['scheme']}***@", text)
-    return _SECRET_PARAM_RE.sub(lambda m: f"{m['key']}***", text)
 
 
 def scheme_of(location: str) -> str | None:

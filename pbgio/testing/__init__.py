@@ -9,6 +9,8 @@
   breaking exactly that rule in a written valid layout.
 - :mod:`pbgio.testing.edgelists`: a layout's edges read back as names (the inverse of
   ``pbgio import``), for round-trip tests.
+- :mod:`pbgio.testing.legacy_layouts`: random legacy (.pt era) layouts written as the 2019
+  code did, with what migrating them must give (needs torch).
 
 Only :mod:`~pbgio.testing.strategies` imports hypothesis; import it explicitly.
 """

@@ -22,9 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from pbgio import storage
-from pbgio.config import ConfigSchema, load_config
+from pbgio.config import ConfigSchema
 from pbgio.edges import read_bucket
 from pbgio.entities import read_entity_names, read_relation_names
+from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 
@@ -33,11 +34,8 @@ Edge = tuple[Any, str, Any, float | None]
 
 def layout_edges(config_path: AnyPath, base: AnyPath | None = None) -> dict[str, list[Edge]]:
     """Every edge of every edge path (keyed as written in the config), as names."""
-    from pbgio.validate import infer_base
-
-    cfg = load_config(config_path)
-    base = base if base is not None else infer_base(storage.resolve(config_path), cfg)
-    return edges_as_names(cfg, base)
+    layout = Layout.load(config_path, base=base)
+    return edges_as_names(layout.config, layout.base)
 
 
 def edges_as_names(cfg: ConfigSchema, base: AnyPath) -> dict[str, list[Edge]]:

@@ -1,4 +1,4 @@
-"""Fuzz targets and mutators for every pbgio reader that takes a user's file (issue 15).
+"""Fuzz targets and mutators for every pbgio reader that takes a user's file (guide: docs/guides/fuzzing.md).
 
 The contract every reader keeps, whatever the bytes: it returns, or raises a
 :class:`~pbgio.errors.PbgioError`. No other exception, no hang, no allocation driven by a size
@@ -443,8 +443,8 @@ def _pickle_seeds(dest: Path, add: Callable[[str, bytes], None], samples: Path |
     import numpy as np
     import torch
 
-    from pbgio.legacy.testing import LegacySpec, write_legacy_layout
     from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad
+    from pbgio.testing.legacy_layouts import LegacySpec, write_legacy_layout
 
     for i, spec in enumerate([LegacySpec(), LegacySpec(zip_container=True, camel=False, index_base=0,
                                                        dynamic="count", num_partitions=1)]):

@@ -12,7 +12,7 @@ What a path is taken to be:
   ``checkpoint_path`` and ``init_path`` are validated together, with every
   cross-file rule. Relative paths resolve against ``base``, by default the
   config's directory, or, for the ``config.json`` inside a checkpoint
-  directory, the directory that holds ``checkpoint_path``.
+  directory, the directory that holds ``checkpoint_path`` (:class:`pbgio.layout.Layout`).
 - a directory holding a ``config.json`` (a checkpoint directory, or a project
   folder): as above.
 - a directory with entity files, buckets or checkpoint files only: that artifact,
@@ -28,15 +28,16 @@ in :mod:`pbgio.checks`, which readers and validator share.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pbgio import storage
-from pbgio.checks import layout
+from pbgio.checks import layout as layout_rules
 from pbgio.checks.config import key_case_issues, semantic_issues
-from pbgio.config import ConfigSchema, parse_config, read_config_json
+from pbgio.config import read_config_json
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, Report
 from pbgio.formats.h5 import format_version, open_h5
+from pbgio.layout import Layout, find_config
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.validate.checkpoint import check_checkpoint_dir, check_checkpoint_file
@@ -51,8 +52,9 @@ LEGACY_SEARCH_DEPTH = 3
 
 
 def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
-                  on_bucket: ProgressCallback | None = None) -> Report:
-    """Validate whatever ``location`` (a path or URL) is (see the module doc) and return the full report."""
+                  on_bucket: ProgressCallback | None = None, overrides: Sequence[str] = ()) -> Report:
+    """Validate whatever ``location`` (a path or URL) is (see the module doc) and return the full
+    report; a config's ``overrides`` (``-p key=value``) apply as every command applies them."""
     path = storage.resolve(location)
     with storage.remote_errors(path, "path to validate"):
         if not path.exists():
@@ -62,7 +64,7 @@ def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
     ctx = Context(report, root=root)
     if path.is_file():
         if path.suffix == ".json":
-            _validate_config_file(ctx, path, base, on_bucket)
+            _validate_config_file(ctx, path, base, on_bucket, overrides)
         else:
             _validate_file(ctx, path)
         return report
@@ -71,23 +73,14 @@ def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
         report.kind = "legacy"
         what = ("a bucket without format_version" if legacy[0].suffix == ".h5"
                 else "a file of the legacy .pt layout")
-        ctx.add(layout.legacy_layout(ctx.display(legacy[0]), str(path), what))
+        ctx.add(layout_rules.legacy_layout(ctx.display(legacy[0]), str(path), what))
         return report
-    config = _find_config(path)
+    config = find_config(path)
     if config is not None:
-        _validate_config_file(ctx, config, base, on_bucket)
+        _validate_config_file(ctx, config, base, on_bucket, overrides)
     else:
         _validate_dir(ctx, path, on_bucket)
     return report
-
-
-def _find_config(path: AnyPath) -> AnyPath | None:
-    """The config.json of a checkpoint or project directory (itself or one level down)."""
-    direct = path / naming.CONFIG_JSON
-    if direct.is_file():
-        return direct
-    below = [p / naming.CONFIG_JSON for p in storage.children(path) if (p / naming.CONFIG_JSON).is_file()]
-    return below[0] if len(below) == 1 else None
 
 
 def _legacy_markers(path: AnyPath, depth: int = LEGACY_SEARCH_DEPTH) -> list[AnyPath]:
@@ -113,50 +106,35 @@ def _has_format_version(bucket: AnyPath) -> bool:
         return True  # unreadable files are reported by the bucket checks, not as legacy
 
 
-def infer_base(config_path: AnyPath, cfg: ConfigSchema) -> AnyPath:
-    """Directory that a config's relative paths resolve against (see the module doc)."""
-    directory: AnyPath = storage.absolute(config_path).parent
-    checkpoint = storage.resolve(cfg.checkpoint_path)
-    if config_path.name == naming.CONFIG_JSON and not storage.is_remote(checkpoint) \
-            and not checkpoint.is_absolute():
-        parts = checkpoint.parts
-        if parts and tuple(directory.parts[-len(parts):]) == parts:
-            for _ in parts:
-                directory = directory.parent
-    return directory
-
-
-def validate_config(cfg: ConfigSchema, *, base: AnyPath, source: str,
-                    on_bucket: ProgressCallback | None = None, cache: storage.LocalCache | None = None,
-                    checkpoints: bool = True) -> Report:
-    """Validate the layout of a config already in memory (e.g. with ``-p`` overrides applied, or
-    from a Python config file); its relative paths resolve against ``base``, and issues about the
-    config itself name ``source``. Remote buckets are read into ``cache`` when one is given.
-    ``checkpoints=False`` checks the entities and buckets only (not ``checkpoint_path`` and
-    ``init_path``)."""
-    report = Report(target=source)
-    ctx = Context(report, root=storage.absolute(base), cache=cache)
-    _validate_layout(ctx, cfg, Path(source), base, on_bucket, checkpoints=checkpoints)
+def validate_layout(layout: Layout, *, on_bucket: ProgressCallback | None = None,
+                    cache: storage.LocalCache | None = None, checkpoints: bool = True) -> Report:
+    """Validate a layout already loaded (e.g. with ``-p`` overrides applied, or from a Python
+    config file); issues about the config itself name its source. Remote buckets are read into
+    ``cache`` when one is given. ``checkpoints=False`` checks the entities and buckets only (not
+    ``checkpoint_path`` and ``init_path``)."""
+    report = Report(target=layout.source)
+    ctx = Context(report, root=storage.absolute(layout.base), cache=cache)
+    _validate_layout(ctx, layout, Path(layout.source), on_bucket, checkpoints=checkpoints)
     return report
 
 
 def _validate_config_file(ctx: Context, config_path: AnyPath, base: AnyPath | None,
-                          on_bucket: ProgressCallback | None) -> None:
+                          on_bucket: ProgressCallback | None, overrides: Sequence[str] = ()) -> None:
     try:
-        raw = read_config_json(config_path)
-        cfg = parse_config(raw, ctx.display(config_path))
+        layout = Layout.load(config_path, base=base, overrides=overrides)
     except ConfigError as exc:
         ctx.report.kind = "config"
         for issue in exc.issues:
             ctx.add_at(issue, config_path)
         return
-    for issue in key_case_issues(raw):
+    for issue in key_case_issues(read_config_json(config_path)):
         ctx.add_at(issue, config_path)
-    _validate_layout(ctx, cfg, config_path, base if base is not None else infer_base(config_path, cfg), on_bucket)
+    _validate_layout(ctx, layout, config_path, on_bucket)
 
 
-def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base: AnyPath,
+def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
                      on_bucket: ProgressCallback | None, *, checkpoints: bool = True) -> None:
+    cfg, base = loaded.config, loaded.base
     ctx.report.kind = "config"
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
@@ -167,13 +145,13 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
     if entity_path.is_dir():
         check_entity_dir(ctx, entity_path)
     else:
-        ctx.add(layout.path_missing(ctx.display(entity_path),
+        ctx.add(layout_rules.path_missing(ctx.display(entity_path),
                                     f"expected the entity_path directory, found {storage.found_at(entity_path)}"))
     lhs_parts, rhs_parts = cfg.bucket_grid()
     for edge_path_str in cfg.edge_paths:
         edge_path = storage.resolve(edge_path_str, base)
         if not edge_path.is_dir():
-            ctx.add(layout.path_missing(ctx.display(edge_path),
+            ctx.add(layout_rules.path_missing(ctx.display(edge_path),
                                         f"expected an edge_paths directory, found {storage.found_at(edge_path)}"))
             continue
         present = {naming.parse_bucket_file(p.name): p for p in storage.children(edge_path)}
@@ -182,13 +160,13 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
             for rhs in range(rhs_parts):
                 bucket = edge_path / naming.bucket_file(lhs, rhs)
                 if (lhs, rhs) not in present:
-                    ctx.add(layout.edge_file_missing(ctx.display(bucket), (lhs, rhs), (lhs_parts, rhs_parts)))
+                    ctx.add(layout_rules.edge_file_missing(ctx.display(bucket), (lhs, rhs), (lhs_parts, rhs_parts)))
                     continue
                 if on_bucket is not None:
                     on_bucket(ctx.display(bucket), storage.file_size(bucket))
                 check_bucket(ctx, bucket, lhs, rhs)
         for key in sorted(k for k in present if k is not None):
-            ctx.add(layout.edge_file_extra(ctx.display(present[key]), key, (lhs_parts, rhs_parts)))
+            ctx.add(layout_rules.edge_file_extra(ctx.display(present[key]), key, (lhs_parts, rhs_parts)))
     if not checkpoints:
         return
     checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
@@ -196,14 +174,14 @@ def _validate_layout(ctx: Context, cfg: ConfigSchema, config_path: AnyPath, base
         check_checkpoint_dir(ctx, checkpoint_path)
     elif not storage.is_remote(checkpoint_path) and (
             storage.link_problem(checkpoint_path) is not None or checkpoint_path.exists()):
-        ctx.add(layout.path_missing(ctx.display(checkpoint_path), "expected the checkpoint_path directory (or "
+        ctx.add(layout_rules.path_missing(ctx.display(checkpoint_path), "expected the checkpoint_path directory (or "
                                     f"nothing, before training), found {storage.found_at(checkpoint_path)}"))
     if cfg.init_path is not None:
         init_path = storage.resolve(cfg.init_path, base)
         if init_path.is_dir():
             check_checkpoint_dir(ctx, init_path, warm_start=True)
         else:
-            ctx.add(layout.path_missing(ctx.display(init_path),
+            ctx.add(layout_rules.path_missing(ctx.display(init_path),
                                         f"expected the init_path directory, found {storage.found_at(init_path)}"))
 
 
@@ -224,7 +202,7 @@ def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | Non
         kinds.append("checkpoint")
         check_checkpoint_dir(ctx, path)
     if not kinds:
-        ctx.add(layout.layout_unrecognized(ctx.display(path), directory=True))
+        ctx.add(layout_rules.layout_unrecognized(ctx.display(path), directory=True))
     ctx.report.kind = "+".join(kinds) or "unknown"
 
 
@@ -240,6 +218,6 @@ def _validate_file(ctx: Context, path: AnyPath) -> None:
         return
     if naming.is_legacy_marker(path.name):
         ctx.report.kind = "legacy"
-        ctx.add(layout.legacy_layout(ctx.display(path)))
+        ctx.add(layout_rules.legacy_layout(ctx.display(path)))
         return
-    ctx.add(layout.layout_unrecognized(ctx.display(path), directory=False))
+    ctx.add(layout_rules.layout_unrecognized(ctx.display(path), directory=False))

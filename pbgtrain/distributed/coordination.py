@@ -1,19 +1,21 @@
 """The distributed :class:`~pbgtrain.training.coordinator.Coordinator`: one trainer of many, from start to commit.
 
-- **Values**: rank 0 leads (validates, holds the checkpoint lock, tidies, writes the run's
+- **Placement**: rank 0 leads (validates, holds the checkpoint lock, tidies, writes the run's
   notes); a bare ``cuda`` is ``cuda:LOCAL_RANK``; the machine's cores are split among its
   trainers; no partition stays in memory once let go; ranks other than 0 wait
   ``hogwild_delay`` before each bucket of the first epoch; stats lines name the rank.
 - **Start**: the ranks check that they see the same checkpoint directory (a probe file from
   rank 0, the same committed version), then agree on the shared state (rank 0's copy).
-- **Buckets** come from the :class:`~pbgtrain.distributed.lock_server.LockServerScheduler`.
+- **Buckets** come from the :class:`~pbgtrain.distributed.lock_server.LockServerScheduler`, which
+  also starts each iteration's shared-state rounds and checks the other trainers while it waits.
 - **Partitions move through the checkpoint directory**, via pbgio: a trainer that lets a
   partition go writes it into the version being built (``v{N+1}``, atomic and fsynced, as a
-  single trainer does when it swaps) and marks it in the store (:class:`StoreWritten`, which
-  the checkpoint asks) before unlocking it; the next holder reads that file. The version being
+  single trainer does when it swaps) and marks it in the store
+  (:class:`~pbgtrain.distributed.lock_server.StoreWritten`, which the checkpoint asks) before
+  unlocking it; the next holder reads that file. The version being
   built needs every trained partition on disk at the end of the iteration anyway, so the write
   is no extra cost in bytes written per iteration beyond what one trainer swapping pays; the
-  bytes each rank saved and loaded are counted (:class:`pbgtrain.training.trainer.MovementStats`).
+  bytes each rank saved and loaded are counted (:class:`pbgtrain.training.records.MovementStats`).
 - **Shared state** (relation parameters, global embeddings, unpartitioned types, their
   optimizer state): :class:`~pbgtrain.distributed.shared.SharedStateSync`. What ``--freeze``
   keeps fixed (frozen types' unpartitioned tables and global embeddings) is agreed on at the
@@ -31,44 +33,26 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from statistics import mean
-from typing import Any, Protocol
+from typing import Any
 
 from pbgio.config import ConfigSchema
-from pbgtrain.checkpointing import PartitionKey, StatsLine, TrainingCheckpoint, WrittenPartitions
+from pbgtrain.checkpointing import StatsLine, TrainingCheckpoint
 from pbgtrain.distributed.cluster import PEER_TIMEOUT_DEFAULT, Cluster, DistributedError, resolve_launch
-from pbgtrain.distributed.lock_server import LockServerScheduler, partition_key_text
+from pbgtrain.distributed.lock_server import LockServerScheduler
 from pbgtrain.distributed.shared import SharedStateSync
 from pbgtrain.model import StepStats
+from pbgtrain.plan.batching import IterationStep
+from pbgtrain.plan.buckets import BucketScheduler, PartitionKey, PartitionLayout
 from pbgtrain.progress import Reporter, make_reporter
-from pbgtrain.training.batching import IterationStep
-from pbgtrain.training.buckets import BucketScheduler, PartitionLayout
-from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
+from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, Placement, TrainerHandle
 
 PROGRESS_PUSH_SECONDS = 0.5
 STATS_LINES_PER_KEY = 500  # a bucket's line is at most a few KB
-
-
-class StoreWritten:
-    """Which partitions are already in ``version`` (being built), for every rank (in the store)."""
-
-    def __init__(self, cluster: Cluster, version: int) -> None:
-        self.cluster = cluster
-        self.version = version
-
-    def _key(self, key: PartitionKey) -> str:
-        return f"written/{self.version}/{partition_key_text(key)}"
-
-    def add(self, key: PartitionKey) -> None:
-        self.cluster.store.set(self._key(key), "1")
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, tuple) and bool(self.cluster.store.check([self._key(key)]))
 
 
 @dataclass(frozen=True)
@@ -80,37 +64,29 @@ class _Started:
 class DistributedCoordinator:
     """One trainer of a distributed run (see the module)."""
 
-    keeps_partitions = False
-
     def __init__(self, cluster: Cluster, config: ConfigSchema) -> None:
         self.cluster = cluster
         rank = cluster.rank
-        self.leads = rank == 0
-        self.device_index: int | None = int(os.environ.get("LOCAL_RANK", "0"))  # one GPU per local trainer
-        self.local_trainers = cluster.local_world_size
-        self.first_epoch_delay = config.hogwild_delay if rank > 0 else 0.0  # as the original: the others start late
-        self.stats_tags: Mapping[str, Any] = {"rank": rank}
-        self.lock = threading.Lock()  # the training step and the shared-state rounds
-        self.scheduler: LockServerScheduler | None = None  # made with the trainer (bucket_scheduler)
+        self.placement = Placement(
+            single_process=False, leads=rank == 0, rank=rank,
+            device_index=int(os.environ.get("LOCAL_RANK", "0")),  # one GPU per local trainer
+            local_trainers=cluster.local_world_size,
+            keeps_partitions=False,  # another trainer may need a partition as soon as it is let go
+            first_epoch_delay=config.hogwild_delay if rank > 0 else 0.0)  # as the original: the others start late
+        self._scheduler: LockServerScheduler | None = None  # made with the trainer (scheduler)
         self._started: _Started | None = None  # what start() was given and made
 
-    @property
-    def shared_update(self) -> AbstractContextManager[Any]:
-        return self.lock
-
-    def written(self, version: int) -> WrittenPartitions:
-        return StoreWritten(self.cluster, version)
-
-    def bucket_scheduler(self, config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
-                         seed: int) -> BucketScheduler:
+    def scheduler(self, config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+                  seed: int) -> BucketScheduler:
         if config.bucket_grid() == (1, 1):
             raise DistributedError("distributed training needs more than one bucket: give an entity type "
                                    "num_partitions > 1 (with one bucket, one trainer would do all the work)")
         rows = {etype: round(mean(counts[(etype, p)] for p in range(entity.num_partitions)))
                 for etype, entity in config.entities.items()}
-        self.scheduler = LockServerScheduler(self.cluster, *config.bucket_grid(), config.bucket_order, layout, rows,
-                                             seed=seed, tree_init=config.distributed_tree_init_order)
-        return self.scheduler
+        self._scheduler = LockServerScheduler(self.cluster, *config.bucket_grid(), config.bucket_order, layout, rows,
+                                              seed=seed, tree_init=config.distributed_tree_init_order,
+                                              on_new_pass=self._iteration_started)
+        return self._scheduler
 
     def barrier(self, name: str) -> None:
         self.cluster.barrier(name)
@@ -121,7 +97,7 @@ class DistributedCoordinator:
         the same types; then make every copy of the shared state rank 0's."""
         cluster, ckpt = self.cluster, trainer.checkpoint
         sync = SharedStateSync(cluster, lambda: trainer.shared_tensors(False), lambda: trainer.shared_tensors(True),
-                               lock=self.lock)
+                               lock=trainer.update_lock)
         self._started = _Started(ckpt, sync)
         if cluster.rank == 0:
             token = secrets.token_hex(8)
@@ -150,10 +126,8 @@ class DistributedCoordinator:
             ckpt.dir.remove_probe()
         sync.agree()
 
-    def waiting(self) -> None:
-        self.cluster.check()
-
-    def iteration_started(self) -> None:
+    def _iteration_started(self) -> None:
+        """Each pass (iteration) starts the shared-state rounds (its scheduler calls this)."""
         self._run().sync.start()
 
     def _run(self) -> _Started:
@@ -209,7 +183,7 @@ class DistributedCoordinator:
     def finish(self, movement: dict[str, Any]) -> list[dict[str, Any]]:
         """Post this rank's traffic; rank 0 returns everyone's (the others: nothing)."""
         cluster, sync = self.cluster, self._run().sync
-        scheduler_waits = self.scheduler.waits if self.scheduler is not None else 0
+        scheduler_waits = self._scheduler.waits if self._scheduler is not None else 0
         mine = {"rank": cluster.rank, **movement, "waits": scheduler_waits, "sync_rounds": sync.rounds,
                 "sync_bytes": sync.bytes_reduced, "sync_seconds": sync.seconds_reducing}
         cluster.publish(f"finished/{cluster.rank}", json.dumps(mine))
@@ -228,28 +202,19 @@ class DistributedCoordinator:
             yield RunWideReporter(reporter, self.cluster)
 
 
-class LaunchOptions(Protocol):
-    """What :func:`joined` reads of the fit options (:class:`pbgtrain.train.FitOptions`)."""
-
-    @property
-    def rank(self) -> int | None: ...
-
-    @property
-    def peer_timeout(self) -> float | None: ...
-
-
 @contextmanager
-def joined(config: ConfigSchema, options: LaunchOptions, env: Mapping[str, str] = os.environ) -> Iterator[Coordinator]:
+def joined(config: ConfigSchema, *, rank: int | None = None, peer_timeout: float | None = None,
+           env: Mapping[str, str] = os.environ) -> Iterator[Coordinator]:
     """The coordinator of this process: a :class:`~pbgtrain.training.coordinator.LocalCoordinator` alone;
     as one trainer of a distributed run (torchrun's environment ``env``, or ``--rank`` with
     ``num_machines`` > 1), a :class:`DistributedCoordinator` of the joined run, which it leaves
     when the body ends (failing together with the others when it raises: :class:`Cluster`)."""
     launch = resolve_launch(num_machines=config.num_machines, init_method=config.distributed_init_method,
-                            rank=options.rank, env=env)
+                            rank=rank, env=env)
     if launch is None:
         yield LocalCoordinator()
         return
-    with Cluster(launch, peer_timeout=options.peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
+    with Cluster(launch, peer_timeout=peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
             cluster.translating_interrupts():
         yield DistributedCoordinator(cluster, config)
         cluster.leave()

@@ -3,7 +3,7 @@
 Every trainer runs the same :class:`LockServerScheduler`; there is no server process. The
 state of pass ``i`` (buckets done, partition locks, partitions initialized) is one JSON value
 under ``sched/{i}``, read and written only while holding the store mutex ``sched/mutex``
-(taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.training.buckets.choose_bucket`.
+(taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.plan.buckets.choose_bucket`.
 
 Passes do not overlap: a trainer starts pass ``i+1`` only after the commit barrier of pass
 ``i``, by which time every trainer has handed back everything.
@@ -17,18 +17,19 @@ is the watchdog's business: every rank stops within the peer timeout.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from pbgtrain.distributed.cluster import Cluster
-from pbgtrain.training.buckets import (
+from pbgtrain.plan.buckets import (
     WAIT,
     Bucket,
     PartitionKey,
     PartitionLayout,
     Wait,
+    WrittenPartitions,
     choose_bucket,
     ordered_buckets,
 )
@@ -46,12 +47,31 @@ def _unkey(text: str) -> PartitionKey:
     return entity_type, int(part)
 
 
+class StoreWritten:
+    """Which partitions are already in ``version`` (being built), for every rank (in the store)."""
+
+    def __init__(self, cluster: Cluster, version: int) -> None:
+        self.cluster = cluster
+        self.version = version
+
+    def _key(self, key: PartitionKey) -> str:
+        return f"written/{self.version}/{partition_key_text(key)}"
+
+    def add(self, key: PartitionKey) -> None:
+        self.cluster.store.set(self._key(key), "1")
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and bool(self.cluster.store.check([self._key(key)]))
+
+
 class LockServerScheduler:
     """Hands out the buckets of each pass to ``cluster.world_size`` trainers (see the module)."""
 
     def __init__(self, cluster: Cluster, nparts_lhs: int, nparts_rhs: int, order: str, layout: PartitionLayout,
-                 rows: Mapping[str, int], *, seed: int = 0, tree_init: bool = True) -> None:
+                 rows: Mapping[str, int], *, seed: int = 0, tree_init: bool = True,
+                 on_new_pass: Callable[[], None] = lambda: None) -> None:
         self.cluster = cluster
+        self.on_new_pass = on_new_pass  # the run's shared-state rounds start with each pass
         self.nparts_lhs, self.nparts_rhs = nparts_lhs, nparts_rhs
         self.order = order
         self.layout = layout
@@ -80,6 +100,7 @@ class LockServerScheduler:
 
     # ---- the protocol
     def new_pass(self, pass_idx: int) -> None:
+        self.on_new_pass()
         self._pass = pass_idx
         rng = np.random.default_rng([self.seed, pass_idx])
         self._order = ordered_buckets(self.order, self.nparts_lhs, self.nparts_rhs, rng)
@@ -110,6 +131,7 @@ class LockServerScheduler:
         got = self._locked(update)
         if isinstance(got, Wait):
             self.waits += 1
+            self.cluster.check()  # while waiting for another trainer's partitions: fail if the run failed elsewhere
             return got
         if got is None:
             return None
@@ -127,6 +149,10 @@ class LockServerScheduler:
 
     def release(self, bucket: Bucket) -> None:
         """Nothing to tell: the bucket is done since it was acquired; its locks stay until handed back."""
+
+    def written(self, version: int) -> WrittenPartitions:
+        """Which partitions any trainer has saved into ``version`` (being built): in the store."""
+        return StoreWritten(self.cluster, version)
 
     def hand_back(self, keys: Iterable[PartitionKey]) -> None:
         """Unlock ``keys`` (they are saved where their next holder reads them)."""

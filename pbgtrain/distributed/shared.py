@@ -31,7 +31,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from datetime import timedelta
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -77,13 +79,14 @@ class SharedStateSync:
     """
 
     def __init__(self, cluster: Cluster, tensors: Callable[[], list[Tensor]],
-                 fixed: Callable[[], list[Tensor]] | None = None, *, lock: threading.Lock | None = None) -> None:
+                 fixed: Callable[[], list[Tensor]] | None = None, *,
+                 lock: AbstractContextManager[Any] | None = None) -> None:
         import torch.distributed as dist
 
         self.cluster = cluster
         self.tensors = tensors
         self.fixed = fixed or list
-        self.lock = lock or threading.Lock()
+        self.lock: AbstractContextManager[Any] = lock or threading.Lock()
         self.period = round_period(sum(t.numel() for t in tensors()))
         timeout = max(cluster.peer_timeout, 30.0) + 2 * self.period  # a round waits for the others' period
         # The rounds' own group: nothing else runs on it.

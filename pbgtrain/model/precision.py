@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-Precision = Literal["fp32", "tf32", "bf16"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "bf16")
+from pbgtrain.choices import PRECISIONS, Precision
+
+__all__ = ["PRECISIONS", "Precision", "check_precision", "full_precision", "precision_scope"]
+
 _LOW = (torch.bfloat16, torch.float16)
 
 

@@ -74,6 +74,12 @@ class EntityTable:
     def device(self) -> torch.device:
         return self.weights.device
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the weights and the Adagrad sums."""
+        return self.weights.numel() * self.weights.element_size() + \
+            self.adagrad_sum.numel() * self.adagrad_sum.element_size()
+
     @torch.no_grad()
     def renorm_(self, ids: Tensor, max_norm: float) -> None:
         """Scale rows ``ids`` whose L2 norm exceeds ``max_norm`` back to it (as embedding max_norm)."""

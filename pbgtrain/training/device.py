@@ -1,7 +1,8 @@
 """Where ``pbgtrain fit`` runs: the device, the numeric precision and the number of threads.
 
 Each is the option given, else the config's, else a default for this machine; a choice that
-cannot run here is a one-line usage error (:func:`option_error`) before anything is read.
+cannot run here is a one-line :class:`~pbgio.errors.UsageError` before anything is read
+(:func:`pbgtrain.training.fit_plan.resolve_fit` asks once, at the entry point).
 """
 
 from __future__ import annotations
@@ -12,31 +13,36 @@ from typing import Any
 import torch
 
 from pbgio.checks.config import schema_issue
-from pbgio.errors import FormatError
-from pbgtrain.config import RunConfig, default_device
+from pbgio.config import ConfigSchema
+from pbgio.errors import ConfigError, UsageError
+from pbgio.layout import Layout
+from pbgtrain.config import default_device
 from pbgtrain.model.precision import Precision, check_precision
 
 
-def option_error(run: RunConfig, where: str, message: str) -> FormatError:
-    """A usage error of a fit option (``where``: the option, or the config key it overrides)."""
-    return FormatError(schema_issue(run.source, where, message))
-
-
-def resolve_device(requested: str | None, run: RunConfig, local_index: int | None = None) -> torch.device:
-    """The device to run on: ``requested`` (``--device``), else the config's (``num_gpus``); a CUDA
-    device that is not usable here is a one-line :class:`ConfigError`. ``local_index``: which GPU
-    a bare ``cuda`` means for this process (one GPU per trainer of a machine in a distributed run)."""
+def resolve_device(requested: str | None, layout: Layout) -> torch.device:
+    """The device to run on: ``requested`` (``--device``), else the config's (``num_gpus``). A
+    device that cannot run here is a :class:`~pbgio.errors.UsageError` for ``--device`` and a
+    :class:`~pbgio.errors.ConfigError` for the config's ``num_gpus``, with the fix. A bare ``cuda``
+    stays bare: :func:`local_device` gives it the GPU of this process."""
     try:
-        device = torch.device(requested or default_device(run.config))
+        device = torch.device(requested or default_device(layout.config))
     except RuntimeError as exc:
-        raise option_error(run, "--device", f"expected cpu, cuda or cuda:N, found {requested!r} ({exc})") from None
+        raise UsageError(f"--device: expected cpu, cuda or cuda:N, found {requested!r} ({exc})") from None
+    why = _cuda_unusable(device) if device.type == "cuda" else None
+    if why and requested:
+        raise UsageError(f"--device {requested}: {why}; train with --device cpu")
+    if why:
+        raise ConfigError(layout.source, [schema_issue(layout.source, f"num_gpus={layout.config.num_gpus}",
+                                                       f"{why}; train with --device cpu")])
+    return device
+
+
+def local_device(device: torch.device, local_index: int | None) -> torch.device:
+    """``device``, a bare ``cuda`` made the GPU ``local_index`` (one GPU per trainer of a machine in
+    a distributed run; None: torch's current one)."""
     if local_index is not None and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_index)
-    if device.type == "cuda":
-        why = _cuda_unusable(device)
-        if why:
-            where = f"--device {requested}" if requested else f"num_gpus={run.config.num_gpus}"
-            raise option_error(run, where, f"{why}; train with --device cpu")
+        return torch.device("cuda", local_index)
     return device
 
 
@@ -52,14 +58,10 @@ def _cuda_unusable(device: torch.device) -> str | None:
     return None
 
 
-def resolve_precision(requested: str | None, run: RunConfig, device: torch.device) -> Precision:
-    """``requested`` (``--precision``), else bf16 on a GPU when the config sets half_precision (on a
-    CPU the original ignores it, and so does this), else fp32."""
-    try:
-        return check_precision(requested or ("bf16" if run.config.half_precision and device.type == "cuda"
-                                             else "fp32"))
-    except ValueError as exc:
-        raise option_error(run, "--precision", str(exc)) from None
+def resolve_precision(requested: str | None, config: ConfigSchema, device: torch.device) -> Precision:
+    """``requested`` (``--precision``, a checked choice), else bf16 on a GPU when the config sets
+    half_precision (on a CPU the original ignores it, and so does this), else fp32."""
+    return check_precision(requested or ("bf16" if config.half_precision and device.type == "cuda" else "fp32"))
 
 
 def default_threads(cfg: Any, local_trainers: int = 1) -> int:

@@ -14,9 +14,8 @@ from pbgio.spec.stats import EXTRA_KEY
 from pbgtrain.checkpointing import iteration_keys
 from pbgtrain.metrics import SIDES, RankingAccumulator, RankingMetrics
 from pbgtrain.model import MASKED_SCORE, EntityTable, StepStats
-from pbgtrain.training.batching import IterationStep
-from pbgtrain.training.buckets import Bucket
-from pbgtrain.training.residency import table_bytes
+from pbgtrain.plan.batching import IterationStep
+from pbgtrain.plan.buckets import Bucket
 
 
 @dataclass
@@ -78,7 +77,7 @@ class MovementStats:
     partitions_read_ahead: int = 0  # of partitions_loaded, those read in the background
 
     def add_table(self, table: EntityTable, saved: bool) -> None:
-        size = table_bytes(table)
+        size = table.nbytes
         if saved:
             self.bytes_saved += size
             self.partitions_saved += 1

@@ -1,4 +1,4 @@
-"""Where partitions live between buckets, and what is read ahead, in a single-process run.
+"""Where partitions live between buckets, and what is read ahead: :class:`PartitionStore`.
 
 The original swaps every partition a bucket no longer needs out to disk and reads the next one
 back. :class:`PartitionCache` keeps swapped-out partitions in memory instead, on the training
@@ -24,24 +24,24 @@ False
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import time
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from pbgtrain.model import EntityTable
-
-PartitionKey = tuple[str, int]
+from pbgio.config import ConfigSchema
+from pbgtrain.checkpointing import TrainingCheckpoint
+from pbgtrain.model import EntityTable, release_freed_memory
+from pbgtrain.plan.batching import IterationStep
+from pbgtrain.plan.buckets import Bucket, BucketScheduler, PartitionKey, PartitionLayout, plan_swap
+from pbgtrain.training.records import MovementStats
 
 GIB = 1 << 30
 DEVICE_HEADROOM = 0.25
 """Share of a GPU's free memory left to the step's working set when the cache budget is automatic."""
-
-
-def table_bytes(table: EntityTable) -> int:
-    return table.weights.numel() * table.weights.element_size() + table.adagrad_sum.numel() * \
-        table.adagrad_sum.element_size()
 
 
 def partition_bytes(count: int, dimension: int) -> int:
@@ -71,7 +71,7 @@ class PartitionCache:
 
     def park(self, key: PartitionKey, table: EntityTable) -> bool:
         """Keep ``table`` if it fits in the budget (True); False: the caller saves it."""
-        size = table_bytes(table)
+        size = table.nbytes
         if self.bytes + size > self.budget_bytes:
             return False
         self._parked[key] = table
@@ -82,7 +82,7 @@ class PartitionCache:
         """The parked table of ``key`` (no longer parked), or None."""
         table = self._parked.pop(key, None)
         if table is not None:
-            self.bytes -= table_bytes(table)
+            self.bytes -= table.nbytes
             self.hits += 1
         return table
 
@@ -134,3 +134,106 @@ def to_device(table: EntityTable, device: torch.device) -> EntityTable:
         return table
     return EntityTable(table.weights.to(device, non_blocking=True), table.adagrad_sum.to(device, non_blocking=True),
                        entity_type=table.entity_type, partition=table.partition)
+
+
+def bucket_bytes(config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int]) -> int:
+    """Device bytes of the most a bucket holds: the largest partition of each type on each side,
+    and the unpartitioned tables."""
+    def largest(etype: str) -> int:
+        return max(partition_bytes(count, config.entity_dimension(t)) for (t, _), count in counts.items()
+                   if t == etype)
+
+    sides = [*layout.lhs_types, *layout.rhs_types, *layout.unpartitioned]
+    return sum(largest(etype) for etype in sides if any(t == etype for t, _ in counts))
+
+
+class PartitionStore:
+    """The partitions of one trainer and every move they make.
+
+    Resident (on the training device): the current bucket's partitions and the unpartitioned
+    types. Swapped out: parked in memory within ``budget_bytes`` (:class:`PartitionCache`; a
+    single process only, a distributed run passes 0) until the commit writes them, else saved at
+    once into the version being built and handed back to the scheduler (another trainer may take
+    them now). Read ahead (``read_ahead``, on a GPU by default): the partitions the next bucket will
+    load from disk, on the :class:`Prefetcher`'s thread, into pinned host memory. Every byte saved
+    and loaded is counted in ``movement``.
+    """
+
+    def __init__(self, checkpoint: TrainingCheckpoint, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+                 device: torch.device, scheduler: BucketScheduler, prefetcher: Prefetcher, movement: MovementStats, *,
+                 budget_bytes: int, read_ahead: bool) -> None:
+        self.ckpt = checkpoint
+        self.layout = layout
+        self.counts = counts
+        self.device = device
+        self.scheduler = scheduler
+        self.prefetcher = prefetcher
+        self.movement = movement
+        self.cache = PartitionCache(budget_bytes)
+        self.read_ahead_partitions = read_ahead
+        self.resident: dict[PartitionKey, EntityTable] = {}
+        self.load_unpartitioned()  # part of the shared state, which the coordinator agrees on at the start
+
+    def table(self, entity_type: str, bucket: Bucket, side: str) -> EntityTable:
+        return self.resident[(entity_type, self.layout.partition_of(entity_type, bucket, side))]
+
+    def swap_to(self, bucket: Bucket | None, step: IterationStep) -> None:
+        """Make exactly ``bucket``'s partitions resident (none for None), plus the unpartitioned
+        types: evicted partitions are parked while the budget allows, else saved into the version
+        being built, and handed back to the scheduler; loads come from the cache, from what was
+        read ahead, or from disk."""
+        started = time.perf_counter()
+        swap = plan_swap(self.resident, bucket, self.layout)
+        for key in swap.evict:
+            table = self.resident.pop(key)
+            if key in self.ckpt.written or not self.cache.park(key, table):
+                self.ckpt.save(key[0], key[1], table, step.info())
+                self.movement.add_table(table, saved=True)
+        self.scheduler.hand_back(swap.evict)
+        if swap.evict and self.device.type == "cpu":
+            release_freed_memory()  # the evicted tables' pages, before the next ones are read
+        for key in swap.load:
+            parked = self.cache.take(key)
+            if parked is not None:
+                self.resident[key] = parked
+                continue
+            ahead = self.prefetcher.take(("partition", step.index, key))
+            loaded = to_device(ahead, self.device) if ahead is not None else \
+                self.ckpt.load(key[0], key[1], self.counts[key])
+            self.movement.add_table(loaded, saved=False)
+            self.movement.partitions_read_ahead += ahead is not None
+            self.resident[key] = loaded
+        self.load_unpartitioned()
+        self.movement.seconds_swapping += time.perf_counter() - started
+
+    def read_ahead(self, upcoming: Bucket, step: IterationStep) -> None:
+        """Start reading the partitions ``upcoming`` will load from disk (those neither resident nor
+        parked), when reading ahead. On a CPU partitions are not read ahead by default: that would
+        hold a bucket's partitions twice, and the original's bound on memory (the current bucket's
+        partitions) is what users partition for."""
+        if not self.read_ahead_partitions:
+            return
+        for key in plan_swap(self.resident, upcoming, self.layout).load:
+            if key not in self.cache:
+                self.prefetcher.submit(("partition", step.index, key), functools.partial(self._read_partition, key))
+
+    def _read_partition(self, key: PartitionKey) -> EntityTable:
+        """A partition read into host memory (page-locked when training on a GPU)."""
+        return pinned(self.ckpt.load(key[0], key[1], self.counts[key], device="cpu"), self.device)
+
+    def load_unpartitioned(self) -> None:
+        for key in self.layout.always_resident():
+            if key not in self.resident and key in self.counts:
+                self.resident[key] = self.ckpt.load(key[0], key[1], self.counts[key])
+
+    def in_memory(self) -> list[tuple[PartitionKey, EntityTable]]:
+        """Every table held, resident or parked: what the commit writes of them."""
+        return [*self.resident.items(), *self.cache.items()]
+
+    def unpartitioned(self, frozen: frozenset[str], want_frozen: bool) -> list[torch.Tensor]:
+        """The unpartitioned tables and their Adagrad sums, of the frozen types or of the others."""
+        tensors = []
+        for key in self.layout.always_resident():
+            if key in self.resident and (key[0] in frozen) == want_frozen:
+                tensors += [self.resident[key].weights, self.resident[key].adagrad_sum]
+        return tensors

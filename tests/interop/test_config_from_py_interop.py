@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from interop_harness import Original, side_env
 
-from pbgio.python_config import config_from_python
+from pbgio.layout import config_from_python
 from tests.test_config_from_py import FB15K_CONFIG, returning
 
 pytestmark = pytest.mark.interop

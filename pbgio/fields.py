@@ -1,13 +1,14 @@
 """How a line of delimited text splits into fields: the delimiter's names, RFC 4180 quoting
 (:func:`split_fields`), and which delimiters are quoted by default (:func:`default_quote`).
-:mod:`pbgio.importers.read` (edge lists) and ``pbgtrain predict --triples`` split lines here.
+:mod:`pbgio.importers.read` (edge lists) and ``pbgtrain predict --triples`` / ``--queries``
+(:func:`delimited_lines`) split lines here.
 """
 
 from __future__ import annotations
 
 import csv
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 WHITESPACE = "whitespace"
@@ -73,6 +74,26 @@ def default_quote(delimiter: str) -> str | None:
     ('"', None, None)
     """
     return None if delimiter in ("\t", WHITESPACE) else QUOTE
+
+
+def quote_for(delimiter: str, quote: str | None) -> str | None:
+    """The quote to split with: ``quote``, or for ``"auto"`` the delimiter's default (:func:`default_quote`)."""
+    return default_quote(delimiter) if quote == "auto" else quote
+
+
+def delimited_lines(text: str, delimiter: str, quote: str | None = "auto"
+                    ) -> Iterator[tuple[int, str, list[str] | None, str]]:
+    """``(line number, line, its fields or None when its quoting is malformed, how the delimiter is
+    named)`` of each non-blank line of ``text``, split as ``pbgio import`` splits.
+
+    >>> [fields for _, _, fields, _ in delimited_lines('a,"b, c"\\n\\nd,e\\n', ",")]
+    [['a', 'b, c'], ['d', 'e']]
+    """
+    quote = quote_for(delimiter, quote)
+    shown = "whitespace" if delimiter == WHITESPACE else repr(delimiter)
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            yield number, line, split_fields(line, delimiter, quote), shown
 
 
 def parse_delimiter(text: str) -> str:

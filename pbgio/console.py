@@ -13,12 +13,30 @@ command's errors to its exit code. Imports only the standard library at import t
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+
+_USERINFO_RE = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]+://)[^/\s@'\"]+@")
+_SECRET_PARAM_RE = re.compile(
+    r"(?P<key>[?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|token|"
+    r"access_token|secret|password|key|sas)=)[^&\s'\"]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the user info of URLs and secret query parameters replaced by ``***``: every
+    message that may name a URL goes through it.
+
+    >>> redact("s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/graph")
+    's3://***@bucket/graph'
+    """
+    text = _USERINFO_RE.sub(lambda m: f"{m['scheme']}***@", text)
+    return _SECRET_PARAM_RE.sub(lambda m: f"{m['key']}***", text)
 
 
 UNWRAPPED_WIDTH = 100_000
@@ -48,8 +66,6 @@ def print_error(message: str) -> None:
     """``error: message`` on stderr, the message printed as is (no rich markup)."""
     from rich.markup import escape
 
-    from pbgio.storage import redact
-
     stderr_console().print(f"[bold red]error:[/] {escape(redact(message))}", soft_wrap=True)
 
 
@@ -58,23 +74,30 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
                on_interrupt: Callable[[], None] | None = None) -> Iterator[None]:
     """Run a command's work, turning its errors into exit codes and one line on stderr.
 
-    ``usage`` exceptions (a missing input, an output in the way) exit :data:`EXIT_USAGE`; any
-    other :class:`~pbgio.errors.PbgioError` exits :data:`EXIT_FAILED`, its message followed by
-    ``note`` (e.g. " (nothing was written)"); Ctrl-C exits :data:`EXIT_INTERRUPTED` after
-    ``on_interrupt`` (by default the line "interrupted").
+    ``usage`` exceptions (a missing input, an output in the way) and every
+    :class:`~pbgio.errors.UsageError` exit :data:`EXIT_USAGE`; any other
+    :class:`~pbgio.errors.PbgioError` exits :data:`EXIT_FAILED`, its message followed by ``note``
+    (e.g. " (nothing was written)"); Ctrl-C exits :data:`EXIT_INTERRUPTED` after ``on_interrupt``
+    (by default the line "interrupted"). What the work says as a :class:`~pbgio.errors.Notice`
+    (a checkpoint read with its own settings …) is printed once, as ``note: …`` on stderr.
     """
     import sys
+    import warnings
 
     import typer
 
-    from pbgio.errors import OutputError, PbgioError
+    from pbgio.errors import Notice, OutputError, PbgioError, UsageError
 
+    usage_errors: tuple[type[BaseException], ...] = (*usage, UsageError)
     previous_hooks = sys.unraisablehook, sys.excepthook
     sys.unraisablehook = _quiet_failed_h5_writes(previous_hooks[0])
     sys.excepthook = _quiet_failed_h5_writes(previous_hooks[1])
     try:
-        yield
-    except usage as exc:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", Notice)
+            warnings.showwarning = _notices_on_stderr(warnings.showwarning)
+            yield
+    except usage_errors as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     except OutputError as exc:
@@ -97,6 +120,27 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         sys.unraisablehook, sys.excepthook = previous_hooks
+
+
+def _notices_on_stderr(previous: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints each distinct :class:`~pbgio.errors.Notice` once as
+    ``{label}: message`` on stderr (and hands other warnings to ``previous``)."""
+    from pbgio.errors import Notice
+
+    shown: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if not issubclass(category, Notice):
+            previous(message, category, *args, **kwargs)
+            return
+        from rich.markup import escape
+
+        text = f"{category.label}: {message}"
+        if text not in shown:
+            shown.add(text)
+            stderr_console().print(escape(text), soft_wrap=True)
+
+    return show
 
 
 def _quiet_failed_h5_writes(previous: Callable[..., object]) -> Callable[..., object]:

@@ -185,6 +185,15 @@ class Wait:
 WAIT = Wait()
 
 
+class WrittenPartitions(Protocol):
+    """The partitions written into one version being built: a set, or the store of a distributed run
+    (where any trainer may have written them)."""
+
+    def add(self, key: PartitionKey) -> None: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+
 class BucketScheduler(Protocol):
     """Hands out the buckets of one pass; the seam between one trainer and many.
 
@@ -193,8 +202,10 @@ class BucketScheduler(Protocol):
     then ``position``), :data:`WAIT`, or None when the pass has none left for this trainer;
     ``release(bucket)`` reports it trained. The partitions of a released bucket stay locked
     by this trainer (so that its next bucket may reuse them) until ``hand_back`` says they
-    are saved where the next holder will read them. ``upcoming()`` is the bucket the next
-    ``acquire`` will return when that is known in advance (to read it ahead), else None.
+    are saved where the next holder will read them; ``written(v)`` tells which partitions are
+    already saved into version ``v`` (being built), by this trainer or another.
+    ``upcoming()`` is the bucket the next ``acquire`` will return when that is known in advance
+    (to read it ahead), else None.
     """
 
     def new_pass(self, pass_idx: int) -> None: ...
@@ -209,6 +220,8 @@ class BucketScheduler(Protocol):
     def hand_back(self, keys: Iterable[PartitionKey]) -> None: ...
 
     def upcoming(self) -> Bucket | None: ...
+
+    def written(self, version: int) -> WrittenPartitions: ...
 
 
 class SingleMachineScheduler:
@@ -269,6 +282,10 @@ class SingleMachineScheduler:
 
     def hand_back(self, keys: Iterable[PartitionKey]) -> None:
         """Nothing to do: no other trainer waits for these partitions."""
+
+    def written(self, version: int) -> WrittenPartitions:
+        """The partitions this process writes into ``version``: a set."""
+        return set()
 
     def upcoming(self) -> Bucket | None:
         """The bucket the next ``acquire`` returns (for prefetching its edges), or None."""

@@ -2,8 +2,9 @@
 
 This module writes files the way the 2019 code did (``torch.save`` pickles,
 1-based or 0-based names, camelCase or snake_case configs, ``rotation`` for the
-old affine operator); nothing in the migration uses it. :class:`LegacyTruth` holds
-the expected migrated values, computed here independently of :mod:`pbgio.legacy.spec`.
+old affine operator); nothing in the migration (:mod:`pbgio.legacy`) uses it. :class:`LegacyTruth`
+holds the expected migrated values, computed here independently of :mod:`pbgio.legacy.spec`.
+It needs torch, imported when a layout is written.
 
 >>> import tempfile, pathlib
 >>> truth = write_legacy_layout(pathlib.Path(tempfile.mkdtemp()), LegacySpec(seed=3))

@@ -1,0 +1,37 @@
+"""The command-line options every pbg command shares, defined once (``pbgio`` and ``pbgtrain``).
+
+Each is a Typer annotation: a command declares ``config: ConfigArg, param: Overrides = None,
+base: BaseOption = None`` and builds its :class:`pbgio.layout.Layout` from them
+(``Layout.load(config, base=base, overrides=param or [])``). Paths named by these options follow
+the one rule of :mod:`pbgio.layout`: relative to the config's folder, ``./`` for the current
+directory. Imports only typer (the command lines import it anyway).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+RELATIVE_TO_CONFIG = " Relative to the config's folder, like its edge_paths (./PATH: the current directory)."
+"""Said of every path option that names a part of the layout."""
+
+ConfigArg = Annotated[str, typer.Argument(
+    help="The run config: a .json file, or the original's Python config (.py), which is executed (in a subprocess) "
+    "to obtain the config from its get_torchbiggraph_config(); the relative paths of a .py config resolve against "
+    "the current directory, as in the original. A path or an fsspec URL (s3://…, gs://…, hdfs://…).")]
+Overrides = Annotated[list[str] | None, typer.Option(
+    "-p", "--param", help="Override a config key, e.g. -p num_epochs=5 -p relations.0.operator=diagonal "
+    "-p checkpoint_path=model/best (lists split on commas; applied as the original applies them). Repeatable.")]
+BaseOption = Annotated[str | None, typer.Option(
+    "--base", help="Directory relative paths in the config resolve against (default: the config's directory; for a "
+    "checkpoint's config.json, the directory holding checkpoint_path; for a .py config, the current directory).")]
+CheckpointOption = Annotated[str | None, typer.Option(
+    "--checkpoint", help="Checkpoint directory (default: the config's checkpoint_path; the same as "
+    "-p checkpoint_path=PATH)." + RELATIVE_TO_CONFIG)]
+VersionOption = Annotated[int | None, typer.Option(
+    "--version", help="Checkpoint version (default: the committed one).")]
+DeviceOption = Annotated[str | None, typer.Option(
+    "--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda when the config sets num_gpus=1, else cpu).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]

@@ -1,0 +1,28 @@
+"""The choices of pbgtrain's options, declared once and light (no torch): the command lines offer
+them (Typer refuses any other value itself), :func:`pbgtrain.training.fit_plan.resolve_fit`
+checks a Python caller's value against the same declaration.
+
+>>> PRECISIONS, [init.value for init in OperatorInit]
+(('fp32', 'tf32', 'bf16'), ['identity', 'random'])
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+Precision = Literal["fp32", "tf32", "bf16"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "bf16")
+"""Arithmetic precision of the score matrix products (:mod:`pbgtrain.model.precision`)."""
+
+PrecisionChoice = enum.Enum("PrecisionChoice", {p: p for p in PRECISIONS}, type=str)  # type: ignore[misc]
+"""``--precision`` on the command line: :data:`PRECISIONS` as an enum."""
+
+
+class OperatorInit(str, enum.Enum):
+    """How a fresh run's relation operators start (``--operator-init``): as the identity (the
+    original's), or drawn from ``init_scale · N(0, 1)`` like the entities. Operators read from a
+    checkpoint or ``init_path`` replace them either way."""
+
+    identity = "identity"
+    random = "random"

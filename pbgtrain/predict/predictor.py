@@ -1,0 +1,337 @@
+"""The top-k entities of (entity, relation), the ranks of a triple, the scores of many triples:
+``pbgtrain predict``'s library (see :mod:`pbgtrain.predict`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from pbgio import storage
+from pbgio.checkpoint import read_committed
+from pbgio.errors import UnknownNameError
+from pbgio.layout import CheckpointVersion, Layout
+from pbgio.names import Position, locate_entities, locate_relations, names_of
+from pbgio.storage import AnyPath
+from pbgio.topk import TopK
+from pbgtrain.checkpoint_reader import CheckpointReader
+from pbgtrain.model import EntityTable, candidate_space_query, score_candidates
+from pbgtrain.predict.inputs import Triple
+from pbgtrain.predict.results import (
+    PredictError,
+    Prediction,
+    Ranking,
+    ScoredTriples,
+    Side,
+    TripleRank,
+    TripleScore,
+)
+from pbgtrain.predict.scan import Relation, known_candidates, pair_scores, pair_scores_ids, rows, scan
+from pbgtrain.training.device import resolve_device
+
+if TYPE_CHECKING:
+    from pbgio.index import EmbeddingIndex
+
+TRIPLE_BATCH = 1 << 16
+"""Triples scored at once by :func:`score_triples`."""
+
+
+def top_k(
+    config: Layout | CheckpointVersion | str | AnyPath,
+    *,
+    rel: str,
+    lhs: str | None = None,
+    rhs: str | None = None,
+    k: int = 10,
+    filter_paths: Sequence[str | AnyPath] = (),
+    version: int | None = None,
+    device: str | None = None,
+    index: bool = False,
+    nprobe: int | None = None,
+    candidates: int | None = None,
+) -> Ranking:
+    """The ``k`` best rhs entities for (``lhs``, ``rel``), or the best lhs for (``rel``, ``rhs``).
+
+    Give exactly one of ``lhs`` and ``rhs``. Every entity of the other side's type is scored
+    (all partitions); with ``filter_paths``, those forming a known edge with the query are left
+    out. Without ``version``, the committed version, read whole even while ``pbgtrain fit``
+    commits newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
+    With ``index``, the candidate type's index proposes ``candidates`` rows, scored exactly
+    (see :class:`Predictor`).
+    """
+    _check_query(lhs, rhs, k)
+    opened = _opened(config, version)
+
+    def rank(version: int) -> Ranking:
+        with Predictor(opened.at(version), device=device, index=index, nprobe=nprobe,
+                       candidates=candidates) as predictor:
+            return predictor.top_k(rel=rel, lhs=lhs, rhs=rhs, k=k, filter_paths=filter_paths)
+
+    return read_committed(opened.checkpoint, rank, version)
+
+
+class Predictor:
+    """One checkpoint version loaded once to answer many top-k queries: the model, and with
+    ``index`` each candidate type's nearest-neighbour index (loaded at its first query).
+
+    With an index, the query is moved into the candidate space through the relation's operator
+    (:func:`pbgtrain.model.candidate_space_query`), the index proposes ``candidates`` rows
+    (plus the known edges to leave out), and those rows are scored exactly with the model's own
+    scoring: every score returned is the model's. Where the comparator allows no such query (l2,
+    squared_l2, a bias, cos after an operator on the candidate side) or the index compares by
+    another metric, every candidate is scored instead and :attr:`Ranking.searched` says why.
+    ``config`` is a layout (or a config file), or a checkpoint version already opened
+    (:meth:`pbgio.layout.Layout.open_checkpoint`); without ``version``, the committed one. A
+    Predictor keeps the version it opened, read with the settings it was trained with.
+    """
+
+    def __init__(self, config: Layout | CheckpointVersion | str | AnyPath, *, version: int | None = None,
+                 device: str | None = None, index: bool = False, nprobe: int | None = None,
+                 candidates: int | None = None) -> None:
+        if candidates is not None and candidates < 1:
+            raise PredictError(f"expected candidates >= 1, found {candidates}")
+        self.reader = _reader(_opened(config, version), device)
+        self.layout = self.reader.layout
+        self.use_index = index
+        self.nprobe = nprobe
+        self.candidates = candidates
+        self._indexes: dict[str, EmbeddingIndex] = {}
+
+    def __enter__(self) -> Predictor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for loaded in self._indexes.values():
+            loaded.close()
+        self._indexes.clear()
+
+    def top_k(self, *, rel: str, lhs: str | None = None, rhs: str | None = None, k: int = 10,
+              filter_paths: Sequence[str | AnyPath] = ()) -> Ranking:
+        """As :func:`top_k`, from this Predictor's version."""
+        _check_query(lhs, rhs, k)
+        layout, reader = self.layout, self.reader
+        side: Side = "rhs" if lhs is not None else "lhs"
+        query_name = lhs if lhs is not None else rhs
+        assert query_name is not None
+        relation = Relation.find(layout, rel)
+        query_type, cand_type = relation.types(side)
+        query = locate_entities(layout.entity_path, query_type, layout.config.num_partitions(query_type),
+                                [query_name])[query_name]
+        filters = [storage.resolve(p) for p in filter_paths]
+        known = known_candidates(layout, filters, relation.rel_id, side, query_type, query, cand_type)
+        query_row = rows(reader, query_type, [query])
+        rel_arg = relation.model_rel(reader.device)
+        found = self._indexed(rel_arg, side, query_type, cand_type, query_row, known, k) if self.use_index else None
+        if isinstance(found, _Indexed):
+            best, total, excluded, searched = found.best, found.candidates, found.excluded, found.searched
+        else:
+            scanned = scan(reader, rel_arg, side, cand_type, query_row, known, k)
+            best, total, excluded = scanned.tops[0].items(), scanned.candidates, scanned.excluded
+            searched = "exact" if found is None else f"exact ({found})"
+        names = names_of(layout.entity_path, cand_type, [Position(p, o) for _, p, o in best])
+        predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
+        asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
+        return Ranking(reader.version, side, cand_type, asked, total, excluded,
+                       [storage.display(p) for p in filters], predictions, searched)
+
+    def _index(self, entity_type: str) -> EmbeddingIndex:
+        if entity_type not in self._indexes:
+            from pbgio.index import open_index
+
+            self._indexes[entity_type] = open_index(self.layout, entity_type, version=self.reader.version,
+                                                    nprobe=self.nprobe)
+        return self._indexes[entity_type]
+
+    @torch.no_grad()
+    def _indexed(self, rel: int | torch.Tensor, side: Side, query_type: str, cand_type: str, query_row: torch.Tensor,
+                 known: dict[int, np.ndarray], k: int) -> _Indexed | str:
+        """The best ``k`` through the index, or why the index cannot rank these candidates."""
+        from pbgio.index import DEFAULT_CANDIDATES
+
+        reader, model, device = self.reader, self.reader.model, self.reader.device
+        loaded = self._index(cand_type)
+        query_table = EntityTable(query_row.clone(), entity_type=query_type)
+        probe_table = EntityTable(torch.zeros(1, loaded.meta.dimension, device=device), entity_type=cand_type)
+        zero = torch.zeros(1, dtype=torch.long, device=device)
+        lhs_t, rhs_t = (query_table, probe_table) if side == "rhs" else (probe_table, query_table)
+        mapped = candidate_space_query(model, lhs_t, rhs_t, zero, rel, zero, side)
+        if isinstance(mapped, str):
+            return mapped
+        vector, metric = mapped
+        if metric != loaded.metric:
+            return (f"the model ranks {cand_type!r} candidates by {metric}, the index by {loaded.metric}: build a "
+                    f"{metric} index with pbgio index build --metric {metric}")
+        num_known = sum(len(offsets) for offsets in known.values())
+        want = max(k, self.candidates or DEFAULT_CANDIDATES) + num_known
+        parts, offsets = loaded.propose(vector.float().cpu().numpy()[None], want)
+        keep = parts[0] >= 0
+        for part, known_rows in known.items():
+            keep &= ~((parts[0] == part) & np.isin(offsets[0], known_rows))
+        parts, offsets = parts[0][keep], offsets[0][keep]
+        best = TopK(k)
+        for part in np.unique(parts):
+            mine = offsets[parts == part]
+            weights = reader.dir.read_embedding_rows(cand_type, int(part), reader.version, mine)
+            table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=int(part))
+            lhs_t, rhs_t = (query_table, table) if side == "rhs" else (table, query_table)
+            cand = torch.arange(len(mine), device=device)
+            lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
+            _, block = score_candidates(model, lhs_t, rhs_t, lhs_ids, rel, rhs_ids, side, cand)
+            best.add(block.float().cpu().numpy()[0], int(part), mine)
+        return _Indexed(best.items(), loaded.meta.rows - num_known, num_known,
+                        f"{loaded.describe()}, {want:,} candidates scored exactly")
+
+
+@dataclass(frozen=True)
+class _Indexed:
+    best: list[tuple[float, int, int]]
+    candidates: int
+    excluded: int
+    searched: str
+
+
+def _check_query(lhs: str | None, rhs: str | None, k: int) -> None:
+    if (lhs is None) == (rhs is None):
+        raise PredictError("give exactly one of lhs and rhs: the other side is ranked (rank_triple ranks a "
+                           "whole triple)")
+    if k < 1:
+        raise PredictError(f"expected k >= 1, found {k}")
+
+
+def rank_triple(
+    config: Layout | CheckpointVersion | str | AnyPath,
+    lhs: str,
+    rel: str,
+    rhs: str,
+    *,
+    filter_paths: Sequence[str | AnyPath] = (),
+    version: int | None = None,
+    device: str | None = None,
+) -> TripleRank:
+    """The scores of (``lhs``, ``rel``, ``rhs``) and its ranks: the rhs among every entity of the
+    rhs type, the lhs among every entity of the lhs type (``rank = 1 + #candidates scoring at
+    least as high``, the triple's own slot left out; filtered like :func:`top_k`)."""
+    opened = _opened(config, version)
+    layout = opened.layout
+    relation = Relation.find(layout, rel)
+    cfg = layout.config
+    lhs_pos = locate_entities(layout.entity_path, relation.lhs, cfg.num_partitions(relation.lhs), [lhs])[lhs]
+    rhs_pos = locate_entities(layout.entity_path, relation.rhs, cfg.num_partitions(relation.rhs), [rhs])[rhs]
+    filters = [storage.resolve(p) for p in filter_paths]
+
+    def rank(version: int) -> TripleRank:
+        reader = _reader(opened.at(version), device)
+        rel_arg = relation.model_rel(reader.device)
+        u = rows(reader, relation.lhs, [lhs_pos])
+        v = rows(reader, relation.rhs, [rhs_pos])
+        positives = pair_scores(reader, relation, rel_arg, u, v)
+        ranks = {}
+        sides: tuple[tuple[Side, Position, torch.Tensor, Position], ...] = (("rhs", lhs_pos, u, rhs_pos),
+                                                                           ("lhs", rhs_pos, v, lhs_pos))
+        for side, query, query_row, target in sides:
+            query_type, cand_type = relation.types(side)
+            known = known_candidates(layout, filters, relation.rel_id, side, query_type, query, cand_type)
+            positive = float(positives[side][0])
+            scanned = scan(reader, rel_arg, side, cand_type, query_row, known, None, positive, target)
+            worst = scanned.candidates + 1
+            ranks[side] = (worst if math.isnan(positive) else scanned.at_least[0] + 1, worst)
+        return TripleRank(reader.version, lhs, rel, rhs, float(positives["rhs"][0]), float(positives["lhs"][0]),
+                          *ranks["rhs"], *ranks["lhs"], [storage.display(p) for p in filters])
+
+    return read_committed(opened.checkpoint, rank, version)
+
+
+def score_triples(
+    config: Layout | CheckpointVersion | str | AnyPath,
+    triples: Iterable[Triple | Sequence[str]],
+    *,
+    version: int | None = None,
+    device: str | None = None,
+) -> ScoredTriples:
+    """The model's scores of (lhs, rel, rhs) name triples, in order.
+
+    Names are resolved first (an unknown one raises :class:`~pbgio.errors.UnknownNameError`
+    naming the triple); then each partition holding a needed entity is read once, and the
+    triples are scored in batches of :data:`TRIPLE_BATCH`.
+    """
+    opened = _opened(config, version)
+    layout = opened.layout
+    items = [_as_triple(t, i) for i, t in enumerate(triples)]
+    cfg = layout.config
+    try:
+        rel_ids = locate_relations(cfg, layout.entity_path, [t.rel for t in items])
+    except UnknownNameError as exc:
+        raise _in_triple(exc, next(t for t in items if t.rel == exc.names[0])) from None
+    relations = {name: Relation.of(layout, name, rel_id) for name, rel_id in rel_ids.items()}
+    wanted: dict[str, list[str]] = {}  # entity type -> names
+    for t in items:
+        relation = relations[t.rel]
+        wanted.setdefault(relation.lhs, []).append(t.lhs)
+        wanted.setdefault(relation.rhs, []).append(t.rhs)
+    positions: dict[str, dict[str, Position]] = {}
+    for etype, names in wanted.items():
+        try:
+            positions[etype] = locate_entities(layout.entity_path, etype, cfg.num_partitions(etype), names)
+        except UnknownNameError as exc:
+            first = next(t for t in items if (t.lhs == exc.names[0] and relations[t.rel].lhs == etype)
+                         or (t.rhs == exc.names[0] and relations[t.rel].rhs == etype))
+            raise _in_triple(exc, first) from None
+
+    def score(version: int) -> ScoredTriples:
+        reader = _reader(opened.at(version), device)
+        tables = {etype: EntityTable(rows(reader, etype, list(found.values())), entity_type=etype)
+                  for etype, found in positions.items()}
+        row_of = {etype: {name: i for i, name in enumerate(found)} for etype, found in positions.items()}
+        out: list[TripleScore | None] = [None] * len(items)
+        groups: dict[int, list[int]] = {}
+        for i, t in enumerate(items):  # static relations: one relation per batch; dynamic: mixed
+            groups.setdefault(0 if cfg.dynamic_relations else relations[t.rel].rel_id, []).append(i)
+        for members in groups.values():
+            for start in range(0, len(members), TRIPLE_BATCH):
+                batch = [items[i] for i in members[start:start + TRIPLE_BATCH]]
+                relation = relations[batch[0].rel]
+                lhs_t, rhs_t = tables[relation.lhs], tables[relation.rhs]
+                u = torch.tensor([row_of[relation.lhs][t.lhs] for t in batch], device=reader.device)
+                v = torch.tensor([row_of[relation.rhs][t.rhs] for t in batch], device=reader.device)
+                rel_arg: int | torch.Tensor = (
+                    torch.tensor([relations[t.rel].rel_id for t in batch], device=reader.device)
+                    if cfg.dynamic_relations else relation.rel_id)
+                pos = pair_scores_ids(reader, lhs_t, rhs_t, u, rel_arg, v)
+                for j, (i, t) in enumerate(zip(members[start:start + TRIPLE_BATCH], batch, strict=True)):
+                    out[i] = TripleScore(t.lhs, t.rel, t.rhs, float(pos["rhs"][j]), float(pos["lhs"][j]))
+        return ScoredTriples(reader.version, cfg.dynamic_relations, [s for s in out if s is not None])
+
+    return read_committed(opened.checkpoint, score, version)
+
+
+def _as_triple(value: Triple | Sequence[str], index: int) -> Triple:
+    if isinstance(value, Triple):
+        return value if value.where else value._replace(where=f"triple {index + 1}")
+    parts = list(value)
+    if len(parts) != 3 or not all(isinstance(p, str) for p in parts):
+        raise PredictError(f"triple {index + 1}: expected (lhs, rel, rhs) names, found {value!r}")
+    return Triple(parts[0], parts[1], parts[2], f"triple {index + 1}")
+
+
+def _in_triple(exc: UnknownNameError, triple: Triple) -> UnknownNameError:
+    return UnknownNameError(exc.names, exc.what, exc.where, context=triple.where, hint=exc.hint)
+
+
+def _opened(config: Layout | CheckpointVersion | str | AnyPath, version: int | None) -> CheckpointVersion:
+    """The checkpoint version to answer from, read as what it is (opened once)."""
+    if isinstance(config, CheckpointVersion):
+        return config if version is None else config.at(version)
+    return Layout.of(config).open_checkpoint(version, model=True)
+
+
+def _reader(opened: CheckpointVersion, device: str | None) -> CheckpointReader:
+    return CheckpointReader(opened, resolve_device(device, opened.layout))
+

@@ -1,0 +1,167 @@
+"""What ``pbgtrain predict`` answers, and how it is printed: a top-k :class:`Ranking`, the ranks of a
+triple (:class:`TripleRank`), the scores of triples (:class:`ScoredTriples`); each formats itself
+as a table (or TSV) and as JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from pbgio.errors import PbgioError
+from pbgio.topk import RankedEntity, finite_or_none, text_table
+
+Side = Literal["lhs", "rhs"]
+
+
+class PredictError(PbgioError, ValueError):
+    """A prediction that cannot be made: a featurized type, both or neither side given, a bad k."""
+
+
+def short_score(value: float) -> str:
+    """The shortest decimal that reads back as the same float32 (scores are float32).
+
+    >>> short_score(-0.0003174096345901489), short_score(2.5)
+    ('-0.00031740963', '2.5')
+    """
+    return str(np.float32(value))
+
+
+Prediction = RankedEntity
+"""One ranked candidate: rank (from 1), name, score and place (partition, row offset)."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The best candidates of one side for a query (``side`` is the side ranked).
+
+    ``candidates`` counts the entities scored, ``excluded`` those left out as known edges.
+    """
+
+    version: int
+    side: Side
+    entity_type: str
+    query: dict[str, str]
+    candidates: int
+    excluded: int
+    filter_paths: list[str]
+    predictions: list[Prediction]
+    searched: str = "exact"
+    """``exact`` (every candidate scored), the index that proposed the candidates (then scored
+    exactly), or ``exact (why the index could not be used)``."""
+
+    def describe(self) -> str:
+        """One line: what was ranked, against what, how, from which checkpoint version."""
+        lhs = self.query.get("lhs", "?")
+        rhs = self.query.get("rhs", "?")
+        filtered = (f"; {self.excluded:,} known edges of {', '.join(self.filter_paths)} left out"
+                    if self.filter_paths else "")
+        how = "" if self.searched == "exact" else f"; searched: {self.searched}"
+        return (f"top {len(self.predictions)} {self.side} candidates for ({lhs}, {self.query['rel']}, {rhs}) among "
+                f"{self.candidates:,} {self.entity_type!r} entities{filtered}{how}; checkpoint version {self.version}")
+
+    def format(self) -> str:
+        """The table: rank, name, score."""
+        return text_table(["rank", "name", "score"],
+                          [[str(p.rank), p.name, f"{p.score:.6g}"] for p in self.predictions], right=[0, 2])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (a non-finite score is null)."""
+        return {"version": self.version, "side": self.side, "entity_type": self.entity_type, "query": self.query,
+                "candidates": self.candidates, "excluded": self.excluded, "filter_paths": self.filter_paths,
+                "searched": self.searched, "predictions": [p.to_dict() for p in self.predictions]}
+
+
+@dataclass(frozen=True)
+class TripleRank:
+    """A triple's scores and ranks: its rhs among the rhs candidates, its lhs among the lhs ones.
+
+    ``rhs_out_of`` / ``lhs_out_of`` count the triple itself and the candidates it was ranked
+    against (the worst rank).
+    """
+
+    version: int
+    lhs: str
+    rel: str
+    rhs: str
+    score: float
+    lhs_side_score: float
+    rhs_rank: int
+    rhs_out_of: int
+    lhs_rank: int
+    lhs_out_of: int
+    filter_paths: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        filtered = f", filtered against {', '.join(self.filter_paths)}" if self.filter_paths else ""
+        return f"({self.lhs}, {self.rel}, {self.rhs}) ranked on both sides{filtered}; checkpoint version {self.version}"
+
+    def format(self) -> str:
+        """The table: side ranked, rank, out of, score."""
+        rows = [["rhs", str(self.rhs_rank), str(self.rhs_out_of), f"{self.score:.6g}"],
+                ["lhs", str(self.lhs_rank), str(self.lhs_out_of), f"{self.lhs_side_score:.6g}"]]
+        return text_table(["side", "rank", "out of", "score"], rows, right=[1, 2, 3])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "lhs": self.lhs, "rel": self.rel, "rhs": self.rhs,
+                "score": finite_or_none(self.score), "lhs_side_score": finite_or_none(self.lhs_side_score),
+                "rhs_rank": self.rhs_rank, "rhs_out_of": self.rhs_out_of, "lhs_rank": self.lhs_rank,
+                "lhs_out_of": self.lhs_out_of, "filter_paths": self.filter_paths}
+
+
+@dataclass(frozen=True)
+class TripleScore:
+    """The model's scores of one triple (``lhs_side_score`` differs only with dynamic relations)."""
+
+    lhs: str
+    rel: str
+    rhs: str
+    score: float
+    lhs_side_score: float
+
+
+@dataclass(frozen=True)
+class ScoredTriples:
+    """The scores of triples, in their input order, from checkpoint ``version``."""
+
+    version: int
+    dynamic: bool
+    scores: list[TripleScore]
+
+    def columns(self) -> list[str]:
+        """The header: ``lhs rel rhs score``, plus ``lhs_side_score`` with dynamic relations."""
+        return ["lhs", "rel", "rhs", "score", *(["lhs_side_score"] if self.dynamic else [])]
+
+    def meaning(self) -> str:
+        """Which score is which (one line)."""
+        if not self.dynamic:
+            return "score: the model's score of the triple (static relations score it the same for either side)"
+        return ("score: ranks rhs candidates for (lhs, rel), c(g_rel(lhs), rhs); lhs_side_score: ranks lhs "
+                "candidates for (rel, rhs), c(lhs, h_rel(rhs)) (dynamic relations score each side with its own "
+                "operator)")
+
+    def format(self) -> str:
+        """TSV with a header (:meth:`columns`), one triple per line."""
+        lines = ["\t".join(self.columns())]
+        for t in self.scores:
+            extra = f"\t{short_score(t.lhs_side_score)}" if self.dynamic else ""
+            lines.append(f"{t.lhs}\t{t.rel}\t{t.rhs}\t{short_score(t.score)}{extra}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "triples": [
+            {"lhs": t.lhs, "rel": t.rel, "rhs": t.rhs, "score": finite_or_none(t.score),
+             "lhs_side_score": finite_or_none(t.lhs_side_score)} for t in self.scores]}
+
+
+def format_rankings(rankings: Sequence[Ranking]) -> str:
+    """TSV with a header: the query (the ranked side empty), then rank, name, score per candidate."""
+    lines = ["lhs\trel\trhs\trank\tname\tscore"]
+    for r in rankings:
+        query = f"{r.query.get('lhs', '')}\t{r.query['rel']}\t{r.query.get('rhs', '')}"
+        lines += [f"{query}\t{p.rank}\t{p.name}\t{short_score(p.score)}" for p in r.predictions]
+    return "\n".join(lines)
+

@@ -1,0 +1,159 @@
+"""How ``pbgtrain predict`` scores by name: a relation and its types, the stored rows of named
+entities, the known edges a filter leaves out, and the exact scan of every candidate of a type
+(:func:`pbgio.topk.scan_partitions`, the scan ``pbgio neighbors`` uses too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pbgio.edges import read_bucket
+from pbgio.layout import Layout
+from pbgio.names import Position, locate_relations
+from pbgio.spec import naming
+from pbgio.storage import AnyPath
+from pbgio.topk import BlockScores, PartitionScan, rows_per_block, scan_partitions
+from pbgtrain.checkpoint_reader import CheckpointReader
+from pbgtrain.model import EntityTable, score_candidates
+from pbgtrain.plan.buckets import PartitionLayout, all_buckets
+from pbgtrain.predict.results import PredictError, Side
+
+ROW_BUDGET = 1 << 24
+"""Candidate rows × dimension scored at once (a block: 64 MiB of float32 per copy)."""
+MAX_BLOCK_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A relation by name: its id (static index or dynamic id) and its entity types."""
+
+    name: str
+    rel_id: int
+    lhs: str
+    rhs: str
+    dynamic: bool
+
+    @classmethod
+    def find(cls, layout: Layout, name: str) -> Relation:
+        return cls.of(layout, name, locate_relations(layout.config, layout.entity_path, [name])[name])
+
+    @classmethod
+    def of(cls, layout: Layout, name: str, rel_id: int) -> Relation:
+        cfg = layout.config
+        schema = cfg.relations[0 if cfg.dynamic_relations else rel_id]
+        for side in ("lhs", "rhs"):
+            etype = getattr(schema, side)
+            if cfg.entities[etype].featurized:
+                raise PredictError(f"relation {name!r}: its {side} type {etype!r} is featurized: its entities are "
+                                   "bags of features, with no names to look up and no table to rank (pbgio embed "
+                                   "embeds bags)")
+        return cls(name, rel_id, schema.lhs, schema.rhs, cfg.dynamic_relations)
+
+    def types(self, side: Side) -> tuple[str, str]:
+        """(query type, candidate type) when ranking ``side``."""
+        return (self.lhs, self.rhs) if side == "rhs" else (self.rhs, self.lhs)
+
+    def model_rel(self, device: torch.device) -> int | torch.Tensor:
+        """The relation as the model takes it for one edge: an index, or a [1] tensor of the dynamic id."""
+        return torch.tensor([self.rel_id], device=device) if self.dynamic else self.rel_id
+
+
+def rows(reader: CheckpointReader, entity_type: str, positions: Sequence[Position]) -> torch.Tensor:
+    """The stored rows of ``positions`` ([len, D], on the reader's device), each partition read once."""
+    dim = reader.layout.config.entity_dimension(entity_type)
+    out = torch.empty(len(positions), dim)
+    by_part: dict[int, list[int]] = {}
+    for i, pos in enumerate(positions):
+        by_part.setdefault(pos.partition, []).append(i)
+    for part, members in sorted(by_part.items()):
+        weights = reader.dir.read_embeddings(entity_type, part, reader.version).embeddings
+        offsets = [positions[i].offset for i in members]
+        if max(offsets) >= len(weights):
+            path = reader.layout.entity_path / naming.entity_names_file(entity_type, part)
+            raise PredictError(f"{path}: expected {len(weights)} names (the rows of "
+                               f"{reader.dir.embeddings_path(entity_type, part, reader.version)}), found more "
+                               "[entity-names-count]")
+        out[members] = torch.from_numpy(weights[offsets])
+    return out.to(reader.device)
+
+
+def known_candidates(layout: Layout, filter_paths: list[AnyPath], rel_id: int, side: Side, query_type: str,
+                      query: Position, cand_type: str) -> dict[int, np.ndarray]:
+    """Rows of each candidate partition that form a known edge (relation ``rel_id``) with the query
+    in the filter edge paths: every bucket holding the query's partition on its side is read."""
+    if not filter_paths:
+        return {}
+    partitions = PartitionLayout.from_config(layout.config)
+    query_side: Side = "lhs" if side == "rhs" else "rhs"
+    found: dict[int, list[np.ndarray]] = {}
+    for directory in filter_paths:
+        for bucket in all_buckets(*layout.config.bucket_grid()):
+            if partitions.partition_of(query_type, bucket, query_side) != query.partition:
+                continue
+            edges = read_bucket(directory / naming.bucket_file(bucket.lhs, bucket.rhs))
+            query_ids, cand_ids = (edges.lhs, edges.rhs) if side == "rhs" else (edges.rhs, edges.lhs)
+            hits = cand_ids[(edges.rel == rel_id) & (query_ids == query.offset)]
+            if len(hits):
+                found.setdefault(partitions.partition_of(cand_type, bucket, side), []).append(hits)
+    return {part: np.unique(np.concatenate(ids)) for part, ids in found.items()}
+
+
+@torch.no_grad()
+def scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_type: str, query_row: torch.Tensor,
+          known: dict[int, np.ndarray], k: int | None, positive: float | None = None,
+          target: Position | None = None) -> PartitionScan:
+    """Score the query (one row, of the other side's type) against every entity of ``cand_type``,
+    partition by partition and block by block (:func:`pbgio.topk.scan_partitions`); keep the best
+    ``k`` and count the candidates scoring at least ``positive``. Known edges and the ``target``'s
+    own slot are left out."""
+    model = reader.model
+    device = reader.device
+    query_type = model.relation(rel).lhs if side == "rhs" else model.relation(rel).rhs
+    query_table = EntityTable(query_row.clone(), entity_type=query_type)
+    zero = torch.zeros(1, dtype=torch.long, device=device)
+
+    def open_partition(part: int) -> tuple[int, BlockScores]:
+        weights = reader.dir.read_embeddings(cand_type, part, reader.version).embeddings
+        table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=part)
+        lhs_table, rhs_table = (query_table, table) if side == "rhs" else (table, query_table)
+
+        def scores(start: int, stop: int) -> np.ndarray:
+            cand = torch.arange(start, stop, device=device)
+            lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
+            _, block = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand)
+            return block.float().cpu().numpy()
+
+        return table.num_entities, scores
+
+    step = rows_per_block(reader.layout.config.entity_dimension(cand_type), ROW_BUDGET, MAX_BLOCK_ROWS)
+    return scan_partitions(range(reader.layout.config.num_partitions(cand_type)), open_partition, k=k,
+                           block_rows=step, exclude=known,
+                           skip=(target.partition, target.offset) if target is not None else None,
+                           at_least=[positive] if positive is not None else None)
+
+
+@torch.no_grad()
+def pair_scores(reader: CheckpointReader, relation: Relation, rel: int | torch.Tensor, u: torch.Tensor,
+                 v: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Both sides' positive scores of edges between rows ``u`` and ``v`` ([B, D] each)."""
+    lhs_t = EntityTable(u.clone(), entity_type=relation.lhs)
+    rhs_t = EntityTable(v.clone(), entity_type=relation.rhs)
+    ids = torch.arange(len(u), device=reader.device)
+    return pair_scores_ids(reader, lhs_t, rhs_t, ids, rel, ids)
+
+
+@torch.no_grad()
+def pair_scores_ids(reader: CheckpointReader, lhs_t: EntityTable, rhs_t: EntityTable, u: torch.Tensor,
+                     rel: int | torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{"rhs": scores ranking rhs candidates, "lhs": scores ranking lhs candidates}`` of edges
+    (u[i], rel, v[i]) of the tables, on the CPU."""
+    out = {}
+    for side, own in (("rhs", v), ("lhs", u)):
+        pos, _ = score_candidates(reader.model, lhs_t, rhs_t, u, rel, v, side, own.unsqueeze(1))
+        out[side] = pos.float().cpu()
+    return out
+

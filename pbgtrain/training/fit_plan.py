@@ -1,0 +1,218 @@
+"""``pbgtrain fit``'s options, parsed once: :func:`resolve_fit` turns a layout and the options
+as given (:class:`FitOptions`: strings, numbers, names) into a :class:`FitPlan` (a
+``torch.device``, a precision, the checked entity types to freeze, the operator initialisation,
+the checked validation options with absolute paths) or raises one
+:class:`~pbgio.errors.UsageError` naming the option. The command line and :func:`pbgtrain.train.fit`
+both go through it, so a bad option gives the same line either way (the command line exits 2);
+the trainer and the fit loop take the plan and check nothing again.
+
+>>> from pbgio.example import example_config
+>>> from pbgio.layout import Layout
+>>> plan = resolve_fit(Layout.load(example_config()), FitOptions(frozen_types=frozenset({"item"})))
+>>> plan.device, plan.precision, sorted(plan.frozen_types), plan.operator_init.value
+(device(type='cpu'), 'fp32', ['item'], 'identity')
+>>> resolve_fit(Layout.load(example_config()), FitOptions(frozen_types=frozenset({"items"})))
+Traceback (most recent call last):
+...
+pbgio.errors.UsageError: --freeze: unknown entity type 'items'; the config's entity types are 'item', 'user'
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from pbgio.errors import MissingArtifactError, UsageError
+from pbgio.layout import Layout
+from pbgtrain.choices import PRECISIONS, OperatorInit, Precision
+from pbgtrain.training.device import resolve_device, resolve_precision
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    """What ``--valid`` and its companions ask for (:mod:`pbgtrain.validation`).
+
+    ``edge_path`` and ``filter_paths`` are as written on the command line (relative to the config's
+    folder, ``./`` for the current directory); ``filter_paths`` empty means the config's
+    ``edge_paths`` and the validation path. In a :class:`FitPlan` they are absolute.
+    """
+
+    edge_path: str
+    filter_paths: tuple[str, ...] = ()
+    every: int = 1
+    patience: int | None = None
+    lr_decay: float | None = None
+    lr_patience: int = 1
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How to run ``fit``, as given (everything else comes from the config); :func:`resolve_fit`
+    checks it."""
+
+    device: str | None = None
+    seed: int = 0
+    validate: bool = True
+    interactive: bool = False
+    max_seconds: float | None = None
+    max_iterations: int | None = None
+    rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
+    peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
+    precision: str | None = None  # fp32, tf32 or bf16 (default: bf16 with half_precision on a GPU, else fp32)
+    partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
+    read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
+    compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
+    remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
+    frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
+    validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
+    operator_init: str = OperatorInit.identity.value  # --operator-init (OperatorInit)
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """The checked options of a run and its layout (:func:`resolve_fit`)."""
+
+    layout: Layout
+    device: torch.device  # as asked; a bare ``cuda`` is indexed by the run's placement
+    precision: Precision
+    frozen_types: frozenset[str]
+    operator_init: OperatorInit
+    validation: ValidationOptions | None  # paths absolute, values checked
+    seed: int = 0
+    validate: bool = True
+    interactive: bool = False
+    max_seconds: float | None = None
+    max_iterations: int | None = None
+    rank: int | None = None
+    peer_timeout: float | None = None
+    partition_memory: float | None = None
+    read_ahead_partitions: bool | None = None
+    compile: bool = False
+    remote_cache: float = 8.0
+
+
+def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
+    """``options`` checked against ``layout`` (see the module doc); the first bad option is a
+    :class:`~pbgio.errors.UsageError` whose message starts with it."""
+    device = resolve_device(options.device, layout)
+    asked = None if options.precision is None else _plain(options.precision)
+    precision = resolve_precision(_choice("--precision", asked, PRECISIONS), layout.config, device)
+    problem = frozen_types_problem(layout.config, options.frozen_types)
+    if problem is not None:
+        raise UsageError(f"--freeze: {problem}")
+    operator_init = _plain(options.operator_init)
+    problem = operator_init_problem(operator_init)
+    if problem is not None:
+        raise UsageError(problem)
+    _check_numbers(options, layout.config.num_machines)
+    return FitPlan(layout, device, precision, frozenset(options.frozen_types), OperatorInit(operator_init),
+                   None if options.validation is None else _checked_validation(layout, options.validation),
+                   seed=options.seed, validate=options.validate, interactive=options.interactive,
+                   max_seconds=options.max_seconds, max_iterations=options.max_iterations, rank=options.rank,
+                   peer_timeout=options.peer_timeout, partition_memory=options.partition_memory,
+                   read_ahead_partitions=options.read_ahead_partitions, compile=options.compile,
+                   remote_cache=options.remote_cache)
+
+
+def _plain(value: str | enum.Enum) -> str:
+    """A choice as its value (the command line passes enum members, Python callers strings)."""
+    return str(value.value) if isinstance(value, enum.Enum) else value
+
+
+def choice_error(option: str, value: object, choices: Sequence[str]) -> str:
+    """The line the command line prints for a value not among an option's ``choices``.
+
+    >>> choice_error("--precision", "fp8", ["fp32", "bf16"])
+    "Invalid value for '--precision': 'fp8' is not one of 'fp32', 'bf16'."
+    """
+    return f"Invalid value for {option!r}: {value!r} is not one of {', '.join(repr(c) for c in choices)}."
+
+
+def _choice(option: str, value: str | None, choices: Sequence[str]) -> str | None:
+    if value is not None and value not in choices:
+        raise UsageError(choice_error(option, value, choices))
+    return value
+
+
+def operator_init_problem(name: str) -> str | None:
+    """Why ``--operator-init name`` cannot run (None when it can).
+
+    >>> operator_init_problem("random") is None
+    True
+    """
+    choices = [init.value for init in OperatorInit]
+    return None if name in choices else choice_error("--operator-init", name, choices)
+
+
+def frozen_types_problem(cfg: Any, frozen: frozenset[str] | set[str]) -> str | None:
+    """Why ``--freeze`` of ``frozen`` cannot run with ``cfg`` (None when it can): a name that is
+    not an entity type, or nothing left to train (every type the relations use is frozen, and
+    no relation operator has parameters; the global embeddings of frozen types are frozen too).
+
+    >>> from pbgio.example import example_config
+    >>> cfg = example_config()
+    >>> frozen_types_problem(cfg, {"item"}) is None and frozen_types_problem(cfg, {"user", "item"}) is None
+    True
+    """
+    unknown = sorted(set(frozen) - set(cfg.entities))
+    if unknown:
+        known = ", ".join(repr(t) for t in sorted(cfg.entities))
+        names = ", ".join(repr(t) for t in unknown)
+        return f"unknown entity type{'s' if len(unknown) > 1 else ''} {names}; the config's entity types are {known}"
+    used = {t for r in cfg.relations for t in (r.lhs, r.rhs)}
+    if not frozen or not used <= set(frozen):
+        return None
+    from pbgtrain.model.operators import make_dynamic_operator, make_operator
+
+    def has_parameters(operator: str) -> bool:  # whatever the dimension (2: the smallest any operator takes)
+        made = make_dynamic_operator(operator, 2, 1) if cfg.dynamic_relations else make_operator(operator, 2)
+        return any(True for _ in made.parameters())
+
+    if any(has_parameters(r.operator) for r in cfg.relations):
+        return None
+    return (f"every entity type of the relations is frozen ({', '.join(sorted(used))}) and no relation operator has "
+            f"parameters (operator {', '.join(sorted({repr(r.operator) for r in cfg.relations}))}; global "
+            "embeddings are frozen with their types): nothing would train; freeze fewer types")
+
+
+def _check_numbers(options: FitOptions, num_machines: int) -> None:
+    """The numeric options: each in its range, or a :class:`~pbgio.errors.UsageError` naming it."""
+    if options.max_seconds is not None and options.max_seconds < 0:
+        raise UsageError(f"--max-minutes: expected minutes ≥ 0, found {options.max_seconds / 60:g}")
+    if options.max_iterations is not None and options.max_iterations < 1:
+        raise UsageError(f"--max-iterations: expected a number of iterations ≥ 1, found {options.max_iterations}")
+    if options.partition_memory is not None and options.partition_memory < 0:
+        raise UsageError(f"--partition-memory: expected GiB ≥ 0, found {options.partition_memory:g}")
+    if options.peer_timeout is not None and options.peer_timeout <= 0:
+        raise UsageError(f"--peer-timeout: expected seconds > 0, found {options.peer_timeout:g}")
+    if options.rank is not None and not 0 <= options.rank < num_machines:
+        raise UsageError(f"--rank {options.rank}: expected a rank in [0, {num_machines}) (num_machines="
+                         f"{num_machines} in the config)")
+    if options.remote_cache < 0:
+        raise UsageError(f"remote_cache: expected GiB ≥ 0, found {options.remote_cache:g}")
+
+
+def _checked_validation(layout: Layout, validation: ValidationOptions) -> ValidationOptions:
+    """``--valid`` and its companions in range, their edge paths existing directories (absolute)."""
+    checks: list[tuple[bool, str]] = [
+        (validation.every < 1, f"--eval-every: expected a number of epochs ≥ 1, found {validation.every}"),
+        (validation.patience is not None and validation.patience < 1,
+         f"--patience: expected a number of evaluations ≥ 1, found {validation.patience}"),
+        (validation.lr_decay is not None and not 0 < validation.lr_decay < 1,
+         f"--lr-decay: expected a factor between 0 and 1 (exclusive), found {validation.lr_decay}"),
+        (validation.lr_patience < 1,
+         f"--lr-patience: expected a number of evaluations ≥ 1, found {validation.lr_patience}"),
+    ]
+    for bad, message in checks:
+        if bad:
+            raise UsageError(message)
+    try:
+        edge_path = str(layout.existing_dir(validation.edge_path, "--valid"))
+        filters = tuple(str(layout.existing_dir(p, "--filter")) for p in validation.filter_paths)
+    except MissingArtifactError as exc:
+        raise UsageError(str(exc)) from None
+    return replace(validation, edge_path=edge_path, filter_paths=filters)
