@@ -8,7 +8,10 @@ Read, write and validate every on-disk artifact of a PBG layout::
 
 The public API (what tools built on pbgio, pbgtrain among them, may import):
 
-- the artifacts: :mod:`pbgio.config` (run config; :mod:`pbgio.python_config` for the original's
+- :mod:`pbgio.layout`: the :class:`~pbgio.layout.Layout` every command takes (a config after
+  ``-p`` overrides and the folder its paths resolve against) and checkpoint versions read as what
+  they are (:class:`~pbgio.layout.CheckpointVersion`);
+- the artifacts: :mod:`pbgio.config` (run config; :mod:`pbgio.python_config` runs the original's
   Python configs), :mod:`pbgio.entities`, :mod:`pbgio.edges`, :mod:`pbgio.checkpoint`,
   :mod:`pbgio.optimizer_state`, :mod:`pbgio.names` (entities by name), :mod:`pbgio.topk`;
 - :mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration),
@@ -17,9 +20,10 @@ The public API (what tools built on pbgio, pbgtrain among them, may import):
   :mod:`pbgio.errors` (the error tree);
 - :mod:`pbgio.storage` (paths, URLs, atomic writes; the package itself, not its modules),
   :mod:`pbgio.interrupts` and :mod:`pbgio.progress` (Ctrl-C and progress bars for long work),
-  :mod:`pbgio.console` (exit codes and messages shared by every pbg command line);
+  :mod:`pbgio.console`, :mod:`pbgio.options` and :mod:`pbgio.fields` (exit codes and messages,
+  the shared options, the splitting of delimited lines: what every pbg command line shares);
 - the tools: :mod:`pbgio.importers`, :mod:`pbgio.exporters`, :mod:`pbgio.legacy`,
-  :mod:`pbgio.neighbors`, :mod:`pbgio.info`, :mod:`pbgio.example`;
+  :mod:`pbgio.neighbors`, :mod:`pbgio.index`, :mod:`pbgio.info`, :mod:`pbgio.example`;
 - :mod:`pbgio.testing` (hypothesis strategies and mutators for your own tests).
 
 Internal: :mod:`pbgio.formats` (HDF5 and torch payloads at the byte level), the modules inside

@@ -1,9 +1,11 @@
-"""What every pbg command line shares: exit codes and the messages on stderr.
+"""What every pbg command line shares: exit codes and the messages on stderr (a base module of
+pbgio: ``pbgio`` and ``pbgtrain`` use it).
 
 Exit codes: 0 done (``pbgio validate``: valid, warnings allowed), :data:`EXIT_FAILED` invalid
 data or a failed command, :data:`EXIT_USAGE` a usage error, :data:`EXIT_INTERRUPTED` Ctrl-C.
 Messages, errors and progress go to stderr; results to stdout; :func:`exit_codes` maps a
-command's errors to its exit code. Imports only the standard library at import time: rich
+command's errors to its exit code and prints its notices; :func:`redact` hides the secrets a URL
+carries in every message. Imports only the standard library at import time: rich
 (and typer, pbgio.errors) are imported when used, so ``--help`` and small commands start fast.
 
 >>> EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED

@@ -181,7 +181,7 @@ def bucket_length(path: AnyPath) -> int:
 
 def read_bucket(path: AnyPath, *, chunk: tuple[int, int] | None = None,
                 edge_range: tuple[int, int] | None = None) -> EdgeBucket:
-    """Read a whole bucket, chunk ``(i, n)`` of it (seed 004), or an edge range.
+    """Read a whole bucket, chunk ``(i, n)`` of it (as the original chunks it), or an edge range.
 
     Featurized offsets are rebased to start at 0 for the part read. The first problem the checks
     of :mod:`pbgio.checks.edges` find in what is read raises (the validator reports them all).

@@ -45,7 +45,7 @@ def featurized_example_config() -> ConfigSchema:
         "num_epochs": 10,
         "batch_size": 500,
         "lr": 0.1,
-        # Featurized types take same-batch negatives only (seed 002).
+        # Featurized types take same-batch negatives only (docs/guides/featurized.md).
         "num_batch_negs": 50,
         "num_uniform_negs": 0,
         "eval_fraction": 0,

@@ -48,9 +48,9 @@ from pbgio.checks import raise_first
 from pbgio.checks.checkpoint import embeddings_shape, param_names, param_shape
 from pbgio.config import ConfigSchema
 from pbgio.errors import ConfigError
-from pbgio.layout import Layout
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import private_to_public, public_to_private
+from pbgio.storage import AnyPath
 from pbgtrain.model.tables import EntityTable
 from pbgtrain.plan.batching import IterationStep, stable_seed
 from pbgtrain.plan.buckets import PartitionKey, WrittenPartitions
@@ -64,12 +64,12 @@ def nothing_written(version: int) -> WrittenPartitions:
 class TrainingCheckpoint:
     """Reads and writes the partitions and the model of one training run."""
 
-    def __init__(self, layout: Layout, *, seed: int = 0, device: torch.device | str = "cpu",
-                 counts: Mapping[PartitionKey, int] | None = None,
+    def __init__(self, path: AnyPath | str, config: ConfigSchema, *, init_path: AnyPath | str | None = None,
+                 seed: int = 0, device: torch.device | str = "cpu", counts: Mapping[PartitionKey, int] | None = None,
                  written: Callable[[int], WrittenPartitions] = nothing_written) -> None:
-        self.dir = CheckpointDir(layout.checkpoint_path)
-        self.init = CheckpointDir(layout.init_path) if layout.init_path is not None else None
-        self.config = layout.config
+        self.dir = CheckpointDir(path)
+        self.init = CheckpointDir(init_path) if init_path is not None else None
+        self.config = config
         self.seed = seed
         self.device = torch.device(device)
         self.counts = dict(counts) if counts is not None else None  # entity counts, to grow carried-over tables
@@ -78,8 +78,6 @@ class TrainingCheckpoint:
         # tracker for each version, from ``written`` (the run's scheduler says which kind).
         self._written_in = written
         self.written = written(self.committed + 1)
-        if self.committed > 0:
-            layout.check_resumable(self.dir)  # the same model, and the same plan of edge paths
 
     # ---- partitions
     def load(self, entity_type: str, part: int, count: int, device: torch.device | str | None = None) -> EntityTable:

@@ -196,7 +196,7 @@ def _rank_sampled(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityT
 
 
 def check_featurized_evaluation(layout: Layout, spec: ModelSpec, all_entities: bool) -> None:
-    """Featurized entities have no table to rank against (seed 002): refuse ranking against all
+    """Featurized entities have no table to rank against (docs/guides/featurized.md): refuse ranking against all
     entities, naming the option to drop (sampled evaluation is checked with the config)."""
     featurized = sorted(spec.featurized)
     if not featurized:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import torch
 
 from pbgio import interrupts, storage
-from pbgio.checkpoint import remove_superseded, remove_uncommitted
+from pbgio.checkpoint import CheckpointDir, remove_superseded, remove_uncommitted
 from pbgio.config import semantic_issues
 from pbgio.edges import bucket_length
 from pbgio.errors import FormatError, Issue, UsageError
@@ -221,6 +221,7 @@ def _fit_locked(plan: FitPlan, coordinator: Coordinator, check_lock: Callable[[]
     layout, cfg = plan.layout, plan.layout.config
     torch.set_num_threads(default_threads(cfg, coordinator.placement.local_trainers))
     keep_freed_memory()
+    layout.check_resumable(CheckpointDir(layout.checkpoint_path))  # the same model and plan, or one message
     bucket_cache = LocalCache(int(plan.remote_cache * GIB))  # local copies of remote edge buckets
     try:
         if plan.validate and coordinator.placement.leads:

@@ -149,3 +149,37 @@ def test_long_modules_say_why() -> None:
         if LONG_MODULE_REASON not in docstring:
             unexplained.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
     assert unexplained == []
+
+
+MAX_MODULE_LINES = 600
+CATALOGUES = ROOT / "pbgio" / "testing"
+"""The testing catalogues (every mutator, every fuzz target) may run longer, saying why."""
+
+
+def test_no_module_over_600_lines() -> None:
+    """Past 600 lines a module holds more than one job; only the testing catalogues may, with their
+    reason stated (:func:`test_long_modules_say_why`)."""
+    over = [f"{p.relative_to(ROOT)}: {p.read_text().count(chr(10))} lines" for p in _python_modules()
+            if p.read_text().count("\n") > MAX_MODULE_LINES and not p.is_relative_to(CATALOGUES)]
+    assert over == []
+
+
+def _class(module: Path, name: str) -> ast.ClassDef:
+    tree = ast.parse(module.read_text())
+    (found,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
+    return found
+
+
+def test_the_coordinator_seam_is_narrow() -> None:
+    """``Coordinator``: where a process sits (one frozen ``Placement``) and a few verbs, no more."""
+    seam = _class(ROOT / "pbgtrain" / "training" / "coordinator.py", "Coordinator")
+    members = [n.name for n in seam.body if isinstance(n, ast.FunctionDef)]
+    assert len(members) <= 8, members
+    placement = _class(ROOT / "pbgtrain" / "training" / "coordinator.py", "Placement")
+    assert any(isinstance(d, ast.Call) and "frozen" in ast.unparse(d) for d in placement.decorator_list)
+
+
+def test_the_trainer_stays_short() -> None:
+    """Partitions (``PartitionStore``), edges (``EdgeChunks``) and held-out ranking live beside it."""
+    trainer = _class(ROOT / "pbgtrain" / "training" / "trainer.py", "Trainer")
+    assert trainer.end_lineno is not None and trainer.end_lineno - trainer.lineno < 250

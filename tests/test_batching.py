@@ -1,4 +1,4 @@
-"""Batch preparation per seed 004 (pbgtrain.plan.batching)."""
+"""Batch preparation (pbgtrain.plan.batching)."""
 
 from __future__ import annotations
 

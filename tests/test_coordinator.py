@@ -12,8 +12,8 @@ from pbgio.testing.planted import planted_graph
 from pbgtrain import train
 from pbgtrain.checkpointing import StatsLine
 from pbgtrain.config import load_run_config
-from pbgtrain.train import FitOptions
 from pbgtrain.plan.batching import IterationStep
+from pbgtrain.train import FitOptions
 from pbgtrain.training.coordinator import LocalCoordinator, Outcome, TrainerHandle
 
 PLANTED = {"num_nodes": 200, "num_edges": 4000, "num_epochs": 3, "num_edge_chunks": 1, "eval_fraction": 0.05}

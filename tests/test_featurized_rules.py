@@ -26,7 +26,8 @@ from pbgio.validate import validate_path
 FEATURIZED_RULES = ("config-featurized-uniform-negs", "config-featurized-batch-negs",
                     "config-featurized-all-negs")
 
-# A featurized type 'doc' beside a plain type 'author', valid under seed 002.
+# A featurized type 'doc' beside a plain type 'author', valid under the featurized-entity rules
+# (docs/guides/featurized.md).
 BASE: dict[str, Any] = {
     "entities": {"author": {"num_partitions": 1}, "doc": {"num_partitions": 1, "featurized": True}},
     "relations": [{"name": "reads", "lhs": "author", "rhs": "doc"},

@@ -152,8 +152,8 @@ def test_a_fresh_run_keeps_the_seeded_initialization_of_a_frozen_type(example: P
     """No checkpoint yet: the frozen unpartitioned type keeps its seeded init (zero Adagrad sums),
     in every version, also when swapped partitions stay in memory and are read ahead."""
     run = load_run_config(example, [*TRAIN, "num_epochs=3", "num_edge_chunks=2"])
-    initial = TrainingCheckpoint(run, seed=4).load("item", 0, 40)
-    users = {key: TrainingCheckpoint(run, seed=4).load(*key, 30) for key in USER_PARTS}
+    initial = TrainingCheckpoint(run.checkpoint_path, run.config, seed=4).load("item", 0, 40)
+    users = {key: TrainingCheckpoint(run.checkpoint_path, run.config, seed=4).load(*key, 30) for key in USER_PARTS}
     for version in range(1, 7):
         fit(run, FitOptions(seed=4, max_iterations=1, frozen_types=frozenset({"item"}), partition_memory=1.0,
                             read_ahead_partitions=True))
@@ -210,7 +210,7 @@ def test_max_norm_and_n3_never_write_into_a_frozen_table(example: Path) -> None:
     """Initial rows have norm ~0.004: max_norm 0.002 clips every looked-up row, in place for the
     trained types, on the looked-up copy for the frozen one."""
     run = load_run_config(example, [*TRAIN, "num_epochs=2", "max_norm=0.002", "regularization_coef=0.1"])
-    seeded = TrainingCheckpoint(run, seed=0)  # before any version exists
+    seeded = TrainingCheckpoint(run.checkpoint_path, run.config, seed=0)  # before any version exists
     initial = {key: seeded.load(*key, 30) for key in USER_PARTS}
     item = seeded.load("item", 0, 40).weights.numpy()
     assert all(float(t.weights.norm(dim=1).min()) > 0.002 for t in initial.values())

@@ -1,4 +1,4 @@
-"""Fuzzing of every reader of a user's file (issue 15): a short campaign per target, the
+"""Fuzzing of every reader of a user's file: a short campaign per target, the
 regression inputs under tests/fuzz_inputs/<target>/, and the harness's own failure detection.
 
 The contract: every input ends in a :class:`~pbgio.errors.PbgioError` or a clean result; no

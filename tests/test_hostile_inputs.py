@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 15): names of every Unicode class and megabyte length, names files of
+"""Hostile inputs: names of every Unicode class and megabyte length, names files of
 millions of names, paths with spaces and non-ASCII characters, symbolic link loops inside a
 layout, config values at every schema bound.
 

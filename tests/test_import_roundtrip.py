@@ -30,7 +30,7 @@ def write_config(root: Path, **overrides: Any) -> Path:
         "checkpoint_path": "model",
         **overrides,
     }
-    if any(e.get("featurized") for e in config["entities"].values()):  # same-batch negatives only (seed 002)
+    if any(e.get("featurized") for e in config["entities"].values()):  # same-batch negatives only (featurized)
         config.setdefault("num_uniform_negs", 0)
         config.setdefault("eval_num_uniform_negs", 0)
     path = root / "config.json"

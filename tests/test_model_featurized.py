@@ -1,5 +1,5 @@
 """Featurized entities in the model: bag means, their gradients against a dense reference, the
-row updates of the features, and the negative-sampling rules of seed 002."""
+row updates of the features, and the negative-sampling rules of docs/guides/featurized.md."""
 
 from __future__ import annotations
 

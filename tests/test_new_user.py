@@ -1,4 +1,4 @@
-"""What a new user tripped over (issue 28), each reproduced as they met it and shown fixed: CSV as
+"""What a new user tripped over, each reproduced as they met it and shown fixed: CSV as
 people write it, every problem of a file at once, one rule for command-line layout paths, names
 that forgive typos, --type by default, delimited triples with a header, output that keeps its
 lines off a terminal."""

@@ -1,4 +1,4 @@
-"""The Parquet structure check run before polars decodes a user's file (issue 15).
+"""The Parquet structure check run before polars decodes a user's file.
 
 polars aborts the process on some false claims of a Parquet file (a page claiming a negative
 number of values: a 2^61-byte allocation, and Rust aborts when it fails). Files polars writes in

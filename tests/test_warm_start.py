@@ -15,12 +15,11 @@ import pytest
 import torch
 
 from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, write_checkpoint
-from pbgio.config import ConfigSchema, load_config
+from pbgio.config import load_config
 from pbgio.entities import read_entity_count
 from pbgio.errors import ConfigError
 from pbgio.importers import import_edge_lists
 from pbgio.importers.append import append_edge_lists
-from pbgio.layout import Layout
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_adagrad, encode_row_adagrad
 from pbgio.validate import validate_path
 from pbgtrain.checkpointing import TrainingCheckpoint, model_params
@@ -93,12 +92,6 @@ def old_tables(model: Path) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarra
     return out
 
 
-def _layout(cfg: ConfigSchema, checkpoint: Path, init: Path | None = None) -> Layout:
-    """``cfg`` training into ``checkpoint`` (warm started from ``init``)."""
-    moved = cfg.model_copy(update={"checkpoint_path": str(checkpoint), "init_path": None if init is None else str(init)})
-    return Layout(moved, checkpoint.parent)
-
-
 def test_load_keeps_old_rows_and_sums_and_initialises_new_ones(grown: tuple[Path, Path]) -> None:
     config, warm = grown
     root = config.parent
@@ -106,7 +99,7 @@ def test_load_keeps_old_rows_and_sums_and_initialises_new_ones(grown: tuple[Path
     old = old_tables(root / "model")
     counts = {(t, p): read_entity_count(root / "data", t, p) for t, n in TYPES.items() for p in range(n)}
     assert all(counts[k] > len(old[k][0]) for k in counts), "the append should grow every table"
-    ckpt = TrainingCheckpoint(_layout(cfg, root / "model2", init=root / "model"), seed=5, counts=counts)
+    ckpt = TrainingCheckpoint(root / "model2", cfg, init_path=root / "model", seed=5, counts=counts)
     fresh_values = []
     for key, count in counts.items():
         table = ckpt.load(*key, count)
@@ -132,7 +125,7 @@ def test_init_path_that_grew_validates_and_a_larger_one_does_not(grown: tuple[Pa
     assert not report.ok and len(shapes) == 3
     assert "after pbgio import --append, warm start a new checkpoint_path from it with init_path" in shapes[0].message
     cfg = load_config(warm)
-    ckpt = TrainingCheckpoint(_layout(cfg, tmp_path / "m", init=config.parent / "model"))
+    ckpt = TrainingCheckpoint(tmp_path / "m", cfg, init_path=config.parent / "model")
     with pytest.raises(ConfigError, match=r"expected shape \(3, 8\)"):  # more rows stored than counted
         ckpt.load("user", 0, 3)
 
@@ -173,7 +166,7 @@ def test_fit_starts_from_the_grown_tables(grown: tuple[Path, Path], tmp_path: Pa
     assert result.final_version == 1
     still = CheckpointDir(root / "still")
     cfg = load_config(warm)
-    ckpt = TrainingCheckpoint(_layout(cfg, tmp_path / "unused"), seed=5)
+    ckpt = TrainingCheckpoint(tmp_path / "unused", cfg, seed=5)
     grown_tables = {}
     for key, (stored, sums) in old.items():
         state = still.read_embeddings(*key)

@@ -5,7 +5,7 @@ type on the right with the same number of table rows; in the plain graph each ed
 one row, in the featurized graph it is a bag of 1 to ``2·k−1`` feature rows (mean ``k``).
 Both train with the same config: same dimension, batch, operator, comparator, loss and
 ``num_batch_negs`` same-batch negatives; ``num_uniform_negs`` is 0 for both (featurized types
-allow no other negatives, seed 002). A third run, ``plain+uniform``, adds the default 50
+allow no other negatives: docs/guides/featurized.md). A third run, ``plain+uniform``, adds the default 50
 uniform negatives to the plain graph for reference. Each run trains in a child process (exact
 peak RSS); edges/s is the mean over epochs 2+ (epoch 1 warms up).
 

@@ -45,7 +45,7 @@ def schema_issue(file: str | None, dataset: str | None, message: str) -> Issue:
 def featurized_ranking(source: str, featurized: Sequence[str], option: str) -> Issue:
     """``config-featurized-all-negs`` for a command-line ``option`` (``--all-entities``) that ranks
     against all entities while entity types ``featurized`` are featurized: they have no table to
-    rank against (seed 002)."""
+    rank against (docs/guides/featurized.md)."""
     return _featurized_all_negs(
         source, option,
         f"expected sampled evaluation: entity types {list(featurized)} are featurized, so their entities (bags "
@@ -225,7 +225,7 @@ def _unusual_values(cfg: ConfigSchema, add: Callable[[str, str, str], None]) -> 
 
 def _featurized_negative_issues(cfg: ConfigSchema, batch_negs: int, uniform_negs: int, keys: tuple[str, str],
                                 when: str) -> list[Issue]:
-    """Negatives of featurized sides (seed 002) with ``batch_negs`` same-batch and ``uniform_negs``
+    """Negatives of featurized sides (docs/guides/featurized.md) with ``batch_negs`` same-batch and ``uniform_negs``
     uniform negatives (``keys`` name the two settings, ``when`` says when they apply): a
     featurized side has no table to sample or list, so it takes same-batch negatives only. The
     original fails on ``all_negs`` or on 0 batch negatives there, and skips its uniform ones."""

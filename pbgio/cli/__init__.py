@@ -1,10 +1,11 @@
 """The ``pbgio`` command line (the top layer of :mod:`pbgio`).
 
 - :mod:`~pbgio.cli.commands`: the Typer ``app`` and ``main`` (``pbgio validate``, ``info``, ``example`` …).
-- :mod:`~pbgio.cli.importing`, :mod:`~pbgio.cli.exporting`, :mod:`~pbgio.cli.converting`:
-  ``pbgio import``, ``pbgio export``, ``pbgio convert``.
-- :mod:`~pbgio.console`: exit codes, error printing, JSON output and tables, shared with
-  ``pbgtrain``'s command line.
+- :mod:`~pbgio.cli.importing`, :mod:`~pbgio.cli.exporting`, :mod:`~pbgio.cli.converting`,
+  :mod:`~pbgio.cli.indexing`: ``pbgio import``, ``pbgio export``, ``pbgio convert``, ``pbgio index``.
+
+What every pbg command line shares (with ``pbgtrain``'s) lives in the base layer:
+:mod:`pbgio.console` (exit codes, messages) and :mod:`pbgio.options` (the options defined once).
 
 The console script is ``pbgio.cli:main``, exported lazily: importing ``pbgio.console``
 does not import the app and its commands.

@@ -278,9 +278,7 @@ def config_from_py(
     output: Annotated[str, typer.Option("-o", "--output", help="JSON file to write (relative paths in the config "
                                         "are rewritten to stay right from its directory), or - for stdout "
                                         "(paths unchanged: relative to the current directory).")],
-    param: Annotated[list[str] | None, typer.Option(
-        "-p", "--param", help="Override a key as the original does, e.g. -p num_epochs=5 "
-        "-p relations.0.all_negs=true (lists split on commas). Repeatable.")] = None,
+    param: Overrides = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
     timeout: Annotated[float, typer.Option(min=0.1, help="Seconds the file may run before it is stopped.")] = 60.0,
 ) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pbgio.console import exit_codes, stderr_console
+from pbgio.options import AsJson, NoProgress
 from pbgio.progress import progress_wanted
 
 if TYPE_CHECKING:
@@ -54,11 +55,12 @@ def convert(
                                "arbitrary code: only for files you trust.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace DST if it exists and is not empty.")] = False,
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the plan (and result) as JSON on stdout.")] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    as_json: AsJson = False,
+    no_progress: NoProgress = False,
 ) -> None:
-    """Migrate a legacy (.pt era) layout to the current one; the result validates clean."""
+    """Migrate a legacy (.pt era) layout to the current one; the result validates clean.
+
+    With --json, the plan (and the result) go to stdout as JSON."""
     from pbgio.errors import MissingArtifactError
     from pbgio.legacy.migrate import DestinationError, migrate, plan_migration
 

@@ -1,6 +1,6 @@
 """Embed new bags of features with a trained checkpoint: how unseen documents get an embedding.
 
-A featurized entity is the mean of its features' embeddings (seed 002), so any bag of known
+A featurized entity is the mean of its features' embeddings (docs/guides/featurized.md), so any bag of known
 features, seen in training or not, has one: :func:`embed_bags` averages the feature rows
 exactly as :func:`~pbgio.exporters.export_embeddings` writes them, that is with the type's
 global embedding added when the model has one (the vector the model scores with, before the

@@ -64,7 +64,6 @@ from pbgio.importers.parquet_check import check_parquet
 ColumnRef = int | str
 FileFormat = Literal["auto", "text", "parquet"]
 PARQUET_SUFFIXES = (".parquet", ".pq")
-ROLES = ("lhs", "rel", "rhs", "weight")
 _BOM = "\ufeff"
 _ROW = "__pbgio_row"
 _PEEK_BYTES = 1 << 20

@@ -219,8 +219,7 @@ class Layout:
                                  "key): its tables cannot be read against this layout's entity and relation files")
         if issues:
             raise ConfigError(where, issues)
-        same_relations = _binding(passed, True, only={}) == _binding(kept, True, only={})
-        adopted, taken = _adopt(passed, kept, relations=same_relations)
+        adopted, taken = _adopt(passed, kept, relations=_relations(passed) == _relations(kept))
         if not taken:
             return self.config
         warnings.warn(f"{where} (the config the checkpoint was trained with) has {', '.join(taken)}: the "
@@ -228,16 +227,28 @@ class Layout:
         return parse_config(adopted, self.source)
 
     def check_resumable(self, checkpoint: CheckpointDir) -> None:
-        """Refuse to resume ``checkpoint`` (a committed version > 0) with this config: every model
-        setting, and the edge paths its versions count iterations over, must be the checkpoint's
-        (:class:`~pbgio.errors.ConfigError`, ``checkpoint-config-mismatch``, one issue per key)."""
-        stored = stored_config(checkpoint)
-        if stored is None:  # an unreadable config.json is reported by the validator, not here
+        """Refuse to resume ``checkpoint`` with this config once it has committed a version: every
+        model setting, and the plan of edge paths its versions count iterations over, must be the
+        checkpoint's (:class:`~pbgio.errors.ConfigError`, ``checkpoint-config-mismatch``, one issue
+        per key). The plan is the edge paths' number, order and names (their last component): a
+        layout moved elsewhere, or named by absolute paths where it was relative, resumes; another
+        split does not. Nothing committed, or files it cannot read (the validator reports those):
+        nothing to refuse here.
+
+        >>> plan_of(["data/train"]) == plan_of(["/moved/run/data/train/"]), plan_of(["data/train", "data/valid"])
+        (True, ['train', 'valid'])
+        """
+        try:
+            committed = checkpoint.read_version()
+        except (PbgioError, OSError):
+            return
+        stored = stored_config(checkpoint) if committed > 0 else None
+        if stored is None:
             return
         path = storage.display(checkpoint.path / naming.CONFIG_JSON)
         issues = config_mismatch(path, stored.to_dict(), self.config.to_dict(), "the checkpoint being resumed",
                                  each_key=True)
-        if self._plan(stored.edge_paths) != self._plan(self.config.edge_paths):
+        if plan_of(stored.edge_paths) != plan_of(self.config.edge_paths):
             issues += config_mismatch(
                 path, {"edge_paths": stored.edge_paths}, {"edge_paths": self.config.edge_paths},
                 "the checkpoint being resumed", each_key=True, keys=("edge_paths",),
@@ -246,8 +257,6 @@ class Layout:
         if issues:
             raise ConfigError(path, issues)
 
-    def _plan(self, edge_paths: Sequence[str]) -> list[str]:
-        return [str(storage.absolute(self.path(p))) for p in edge_paths]
 
 
 @dataclass(frozen=True)
@@ -283,6 +292,11 @@ def open_checkpoint(config: Layout | ConfigSchema | str | AnyPath, *, base: str 
     return layout.open_checkpoint(version, model=model)
 
 
+def plan_of(edge_paths: Sequence[str]) -> list[str]:
+    """The plan of edge paths a checkpoint's versions count iterations over: their names, in order."""
+    return [p.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] for p in edge_paths]
+
+
 def stored_config(checkpoint: CheckpointDir) -> ConfigSchema | None:
     """The config a checkpoint was trained with (its ``config.json``), or None when it has no
     readable one (the validator reports that)."""
@@ -301,10 +315,13 @@ def _binding(config: dict[str, Any], model: bool, only: dict[str, Any] | None = 
         f"entities.{name}": None if name not in entities else
         {"num_partitions": entities[name]["num_partitions"], "featurized": entities[name]["featurized"]}
         for name in (entities if only is None else only)}
-    if model:
-        bound["relations"] = [{"name": r["name"], "lhs": r["lhs"], "rhs": r["rhs"]} for r in config["relations"]]
-        bound["dynamic_relations"] = config["dynamic_relations"]
-    return bound
+    return {**bound, **_relations(config)} if model else bound
+
+
+def _relations(config: dict[str, Any]) -> dict[str, Any]:
+    """What ties a stored model's relation operators to the relations of a layout."""
+    return {"relations": [{"name": r["name"], "lhs": r["lhs"], "rhs": r["rhs"]} for r in config["relations"]],
+            "dynamic_relations": config["dynamic_relations"]}
 
 
 def _adopt(passed: dict[str, Any], stored: dict[str, Any], *, relations: bool) -> tuple[dict[str, Any], list[str]]:

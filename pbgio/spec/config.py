@@ -105,7 +105,7 @@ class EntitySchema(_Strict):
     num_partitions: PositiveInt = Field(
         description="Number of partitions of this type; 1 means unpartitioned.")
     featurized: Bool = Field(
-        False, description="Entities are bags of features; counts count features (seed 002).")
+        False, description="Entities are bags of features; counts count features (docs/guides/featurized.md).")
     dimension: OptionalPositiveInt = Field(
         None, description="Embedding dimension of this type; null means the global `dimension`.")
 

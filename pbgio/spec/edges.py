@@ -67,7 +67,7 @@ INDEX_DATASETS = ("rel", "lhs", "rhs")
 
 
 def chunk_bounds(num_edges: int, num_chunks: int, chunk_idx: int) -> tuple[int, int]:
-    """Half-open edge range of chunk ``chunk_idx`` of ``num_chunks`` (seed 004).
+    """Half-open edge range of chunk ``chunk_idx`` of ``num_chunks`` (as the original chunks it).
 
     Chunk size is ``ceil(N / num_chunks)``, so the last chunks may be short or empty.
     """

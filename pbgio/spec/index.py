@@ -31,7 +31,6 @@ from pbgio.spec.naming import index_file as index_file_name
 
 PAYLOAD_DATASET = "index"
 META_ATTR = "pbg_index/json"
-META_JSON_INDENT = None
 
 METRICS = ("cos", "dot")
 """cos: vectors divided by their L2 norm, then inner product; dot: the plain inner product."""

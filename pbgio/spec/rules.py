@@ -101,7 +101,7 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "With uniform negatives (num_uniform_negs, or eval_num_uniform_negs while evaluating, > 0), a "
      "featurized side still takes same-batch negatives only: the original, and pbgtrain, skip "
      "uniform sampling for it (a featurized type has no table to sample) while plain sides take "
-     "their uniform negatives (seed 002)."),
+     "their uniform negatives (docs/guides/featurized.md)."),
     ("config-featurized-batch-negs", "error", "config",
      "A featurized side whose negatives are enabled gets same-batch negatives: num_batch_negs > 0 "
      "(eval_num_batch_negs > 0 to evaluate) unless its relation has all_negs. With 0 the original "

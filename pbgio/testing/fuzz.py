@@ -28,7 +28,6 @@ from __future__ import annotations
 import io
 import json
 import lzma
-import math
 import os
 import pickle
 import random
@@ -1256,7 +1255,3 @@ def generate(target: Target, corpus: list[bytes], seed: int, index: int, scratch
             data = rng.choice(BYTE_MUTATORS)(ctx, data)
             ctx.damaged = True
     return data[: 8 << 20]
-
-
-def describe_rate(count: int, seconds: float) -> str:
-    return f"{count / seconds:.0f}/s" if seconds > 0 and math.isfinite(seconds) else "-"

@@ -383,26 +383,3 @@ def generated(name: str, inputs: int, start: int = 0) -> Iterable[tuple[str, str
 
 def replayed(name: str, files: Iterable[Path]) -> list[tuple[str, str, Any, bytes | None]]:
     return [("data", name, str(path), path.read_bytes()) for path in files]
-
-
-def fuzz_targets(names: list[str], *, inputs: int, seed: int = 0, jobs: int = 2, timeout: float = 5.0,
-                 memory_mb: int = 1024, crashes: Path | None = None, corpus_dir: Path | None = None,
-                 seconds_per_target: float | None = None,
-                 log: Callable[[str], None] = print) -> dict[str, TargetStats]:
-    """Build the corpus (unless given) and fuzz each target with ``inputs`` inputs."""
-    with tempfile.TemporaryDirectory(prefix="pbgio-fuzz-corpus-") as tmp:
-        corpus = corpus_dir or Path(tmp)
-        if corpus_dir is None:
-            started = time.monotonic()
-            fuzz.build_corpus(corpus, names)
-            log(f"seed corpus built in {time.monotonic() - started:.1f} s")
-        results: dict[str, TargetStats] = {}
-        with Campaign(names, corpus, seed=seed, jobs=jobs, timeout=timeout, memory_mb=memory_mb,
-                      crashes=crashes, log=log) as campaign:
-            for name in names:
-                deadline = time.monotonic() + seconds_per_target if seconds_per_target else None
-                results[name] = stats = campaign.run(name, generated(name, inputs), deadline=deadline)
-                log(stats.summary())
-            if campaign.retired:
-                log(f"{campaign.retired} worker(s) retired and replaced as their address space grew")
-        return results

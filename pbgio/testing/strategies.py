@@ -163,7 +163,7 @@ def configs(
     loss = draw(st.sampled_from(LOSSES))
     comparators = [c for c in COMPARATORS if not (loss == "logistic" and c == "cos")]
     any_featurized = any(e.get("featurized") for e in ents.values())
-    # featurized types: same-batch negatives only (seed 002)
+    # featurized types: same-batch negatives only (docs/guides/featurized.md)
     batch_negs = draw(st.sampled_from([1, 2, 5, 50] if any_featurized else [0, 1, 2, 5, 50]))
     batch_size = (batch_negs * draw(st.integers(1, 40)) if batch_negs
                   else draw(st.integers(1, 5000)))

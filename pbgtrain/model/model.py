@@ -73,7 +73,7 @@ class ModelSpec:
     """Everything the model needs from the run config.
 
     ``num_dynamic_rels`` is None for static relations, else the number of dynamic relation ids.
-    ``featurized`` names the entity types whose entities are bags of features (seed 002).
+    ``featurized`` names the entity types whose entities are bags of features (docs/guides/featurized.md).
     ``frozen`` names the entity types kept fixed (``pbgtrain fit --freeze``; not a config key):
     their tables are looked up without gradients and never written (``max_norm`` clips the
     looked-up copy), and their global embeddings are not trained either.

@@ -10,7 +10,7 @@ Negative scores of one side are laid out as ``[batch negatives (chunk_size) | un
 ``all_negs``, ``[every entity of the partition]``; ignored slots hold ``MASKED_SCORE``.
 
 A featurized side (the batch carries its feature bags) embeds each entity as the mean of its
-features and takes same-batch negatives only: the other bags of its chunk (seed 002). Its uniform
+features and takes same-batch negatives only: the other bags of its chunk (docs/guides/featurized.md). Its uniform
 negatives are skipped, as the original skips them, while a plain side of the same relation still
 takes its uniform negatives.
 """

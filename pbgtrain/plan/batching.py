@@ -1,4 +1,4 @@
-"""Batch preparation (seed 004): the iteration plan, the held-out edges, the batches.
+"""Batch preparation (as the original chunks it): the iteration plan, the held-out edges, the batches.
 
 Training walks epochs → edge paths → edge chunks; each (epoch, path, chunk) is one
 *iteration*, and iteration index ``N`` commits checkpoint version ``N + 1``. Within an

@@ -80,8 +80,8 @@ class Trainer:
         self.config_lrs = (self.model.spec.lr, self.model.spec.relation_lr)
         partitions = PartitionLayout.from_config(cfg)
         self.scheduler = coordinator.scheduler(cfg, partitions, self.counts, plan.seed)
-        self.ckpt = TrainingCheckpoint(layout, seed=plan.seed, device=self.device, counts=self.counts,
-                                       written=self.scheduler.written)
+        self.ckpt = TrainingCheckpoint(layout.checkpoint_path, cfg, init_path=layout.init_path, seed=plan.seed,
+                                       device=self.device, counts=self.counts, written=self.scheduler.written)
         self.ckpt.restore_model(self.model, self.optimizer, self.model.spec.relation_lr)
         self.generator = torch.Generator(device=self.device)
         self.movement = MovementStats()
