@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         UsageError,
         VersionError,
     )
+    from pbgio.index import open_index as open_index
     from pbgio.layout import CheckpointVersion as CheckpointVersion
     from pbgio.layout import Layout as Layout
     from pbgio.layout import open_checkpoint as open_checkpoint
@@ -91,6 +92,7 @@ __all__, _export = lazy_exports("pbgio", {
     "pbgio.errors": ["ConfigError", "CorruptFileError", "FormatError", "Issue", "MissingArtifactError",
                      "PbgioError", "Report", "UnknownNameError", "UnsafePickleError", "UsageError",
                      "VersionError"],
+    "pbgio.index": ["open_index"],
     "pbgio.layout": ["CheckpointVersion", "Layout", "open_checkpoint"],
     "pbgio.validate": ["validate_layout", "validate_path"],
 })

@@ -144,7 +144,7 @@ class Predictor:
 
     def _index(self, entity_type: str) -> EmbeddingIndex:
         if entity_type not in self._indexes:
-            from pbgio.index import open_index
+            from pbgio import open_index
 
             self._indexes[entity_type] = open_index(self.layout, entity_type, version=self.reader.version,
                                                     nprobe=self.nprobe)

@@ -119,7 +119,7 @@ def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
 
 
 def _plain(value: str | enum.Enum) -> str:
-    """A choice as its value (the command line passes enum members, Python callers strings)."""
+    """A choice as its value (a Python caller may pass ``OperatorInit.random`` or ``"random"``)."""
     return str(value.value) if isinstance(value, enum.Enum) else value
 
 
