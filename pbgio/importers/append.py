@@ -64,6 +64,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ from pbgio.importers.plan import ImportPlan, ImportSetupError, RelationMap, chec
 from pbgio.importers.read import InputOptions, open_source
 from pbgio.importers.summary import AppendInfo, FileReport, ImportReport
 from pbgio.importers.write import Staging, interrupted_commits, layout_files
-from pbgio.layout import IN_MEMORY, Layout
+from pbgio.layout import Layout
 from pbgio.progress import Progress
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -183,7 +184,7 @@ def append_edge_lists(
     if on_error not in ("fail", "skip"):
         raise ImportSetupError(f"on_error is 'fail' or 'skip', got {on_error!r}")
     layout = Layout.of(config, base=base)
-    cfg, config_name, base = layout.config, layout.file_name, layout.base
+    cfg, config_name = layout.config, layout.file_name
     featurized = cfg.featurized_types()
     if featurized:
         shown = ", ".join(map(repr, featurized))
@@ -192,8 +193,8 @@ def append_edge_lists(
                                "again with pbgio import --overwrite")
     plan = ImportPlan.build(cfg, has_rel_column=options.rel_col is not None,
                             feature_separator=options.feature_separator)
-    entity_dir = _local(storage.resolve(cfg.entity_path, base))
-    edge_dirs = [_local(storage.resolve(p, base)) for p in cfg.edge_paths]
+    entity_dir = _local(layout.entity_path)
+    edge_dirs = [_local(p) for p in layout.edge_paths]
     for key, target in [("entity_path", entity_dir), *(("edge_paths", t) for t in edge_dirs)]:
         check_reachable(key, target)
     if len({str(storage.absolute(p)) for p in edge_dirs}) != len(edge_dirs):
@@ -207,7 +208,7 @@ def append_edge_lists(
         raise ImportSetupError(f"{killed[0]}: an import or append into this layout was "
                                "killed while moving its files into place; run the append without --dry-run (it "
                                "puts the previous layout back first)")
-    _check_layout(cfg, config_name, base, entity_dir, edge_dirs, receiving)
+    _check_layout(layout, entity_dir, edge_dirs, receiving)
     weights = [_has_weights(edge_dirs[i], options.weight_col is not None) if i in receiving else False
                for i in range(len(sets))]
 
@@ -244,17 +245,17 @@ def append_edge_lists(
         report.buckets[shown] = {k: old_totals[i].get(k, 0) + n for k, n in added[i].items()}
     grew = any(sum(n) for n in grown.info.new.values()) or len(grown.relation_names) > grown.info.relation_types_before
     if grew:
-        report.warnings += _checkpoint_warnings(cfg, base, dry_run)
+        report.warnings += _checkpoint_warnings(layout, dry_run)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _checkpoint_warnings(cfg: ConfigSchema, base: AnyPath, dry_run: bool) -> list[str]:
+def _checkpoint_warnings(layout: Layout, dry_run: bool) -> list[str]:
     """A committed checkpoint in the config's checkpoint_path no longer fits the grown layout."""
     from pbgio.checkpoint import CheckpointDir
     from pbgio.errors import PbgioError
 
-    checkpoint = storage.resolve(cfg.checkpoint_path, base)
+    checkpoint = layout.checkpoint_path
     try:
         version = CheckpointDir(checkpoint).read_version() if checkpoint.is_dir() else 0
     except PbgioError:
@@ -263,8 +264,8 @@ def _checkpoint_warnings(cfg: ConfigSchema, base: AnyPath, dry_run: bool) -> lis
         return []
     verb = "would no longer fit" if dry_run else "no longer fits"
     return [f"{storage.display(checkpoint)}: the checkpoint of checkpoint_path (version {version}) {verb} the grown "
-            f"layout; train on from it with a new checkpoint_path and init_path = {cfg.checkpoint_path} (a warm "
-            "start keeps its rows and adds the new ones)"]
+            f"layout; train on from it with a new checkpoint_path and init_path = {layout.config.checkpoint_path} "
+            "(a warm start keeps its rows and adds the new ones)"]
 
 
 def _local(path: AnyPath) -> Path:
@@ -294,10 +295,10 @@ def _append_sets(inputs: Sequence[PathLike | Sequence[PathLike]], edge_path: str
     return sets
 
 
-def _check_layout(cfg: ConfigSchema, config_name: str | None, base: AnyPath, entity_dir: Path,
-                  edge_dirs: list[Path], receiving: list[int]) -> None:
+def _check_layout(layout: Layout, entity_dir: Path, edge_dirs: list[Path], receiving: list[int]) -> None:
     """Refuse a layout that does not exist (no entity counts) or does not validate. An edge path
     receiving edges may be missing or hold no bucket (it is created); any other is checked whole."""
+    cfg = layout.config
     counts = [entity_dir / naming.entity_count_file(t, p) for t, e in cfg.entities.items()
               for p in range(e.num_partitions)]
     if not entity_dir.is_dir() or not any(c.is_file() for c in counts):
@@ -308,7 +309,7 @@ def _check_layout(cfg: ConfigSchema, config_name: str | None, base: AnyPath, ent
     checked = cfg.model_copy(update={"edge_paths": [cfg.edge_paths[i] for i in present]})
     from pbgio.validate import validate_layout
 
-    validation = validate_layout(Layout(checked, base, config_name or IN_MEMORY), checkpoints=False)
+    validation = validate_layout(dataclasses.replace(layout, config=checked), checkpoints=False)
     validation.raise_if_errors()
     for entity_type, entity in cfg.entities.items():
         for part in range(entity.num_partitions):

@@ -113,15 +113,14 @@ def import_edge_lists(
     if entity_min_count < 0 or relation_min_count < 0:
         raise ImportSetupError("minimum counts are non-negative")
     layout = Layout.of(config, base=base)
-    cfg, config_name, base = layout.config, layout.file_name, layout.base
+    cfg, config_name = layout.config, layout.file_name
     plan = ImportPlan.build(cfg, has_rel_column=options.rel_col is not None,
                             feature_separator=options.feature_separator)
     if (options.delimiter == WHITESPACE and any(plan.featurized(t) for t in plan.types)
             and not options.feature_separator.strip()):
         raise ImportSetupError("expected a feature separator other than whitespace with a whitespace "
                                "delimiter (pass --feature-separator)")
-    entity_target = storage.resolve(cfg.entity_path, base)
-    edge_targets = [storage.resolve(p, base) for p in cfg.edge_paths]
+    entity_target, edge_targets = layout.entity_path, layout.edge_paths
     for key, target in [("entity_path", entity_target), *(("edge_paths", t) for t in edge_targets)]:
         check_reachable(key, target)
     if len({str(storage.absolute(p)) for p in edge_targets}) != len(edge_targets):

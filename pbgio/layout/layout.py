@@ -52,7 +52,7 @@ from pbgio.checks.checkpoint import config_mismatch
 from pbgio.config import ConfigSchema, parse_config, read_config_json
 from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, StoredSettingsNote
 from pbgio.layout.overrides import config_from_python, override_config_dict
-from pbgio.layout.paths import find_config, infer_base, is_here
+from pbgio.layout.paths import infer_base, is_here
 from pbgio.python_config import is_python_config
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -118,13 +118,6 @@ class Layout:
     def file_name(self) -> str | None:
         """The config file as messages and reports name it; None for a config in memory."""
         return None if self.file is None else self.source
-
-    @classmethod
-    def find(cls, directory: AnyPath, *, base: str | AnyPath | None = None) -> Layout | None:
-        """The layout of the ``config.json`` of a checkpoint or project directory (itself or one
-        level down), or None when it holds none."""
-        config = find_config(directory)
-        return None if config is None else cls.load(config, base=base)
 
     # ---- paths
     def path(self, location: str) -> AnyPath:
