@@ -196,7 +196,7 @@ def evaluate(
         for path in trained_on(opened, options.edge_paths):
             typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
                        "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
-        result = evaluate_checkpoint(layout, options)
+        result = evaluate_checkpoint(opened, options)
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
 
 

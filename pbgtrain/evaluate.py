@@ -31,7 +31,7 @@ from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
 from pbgio.edges import read_bucket
 from pbgio.errors import ConfigError
-from pbgio.layout import CheckpointVersion, Layout, stored_config
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgtrain.checkpoint_reader import CheckpointReader
@@ -88,23 +88,23 @@ def trained_on(opened: CheckpointVersion, edge_dirs: list[AnyPath] | None = None
     ([], ['/srv/ex/edges/train'])
     """
     layout = opened.layout
-    stored = stored_config(opened.checkpoint)
-    trained_paths = (stored or layout.config).edge_paths
+    trained_paths = (opened.trained_with or layout.config).edge_paths
     trained = {storage.display(storage.absolute(layout.path(p))) for p in trained_paths}
     evaluated = [storage.display(storage.absolute(p)) for p in (layout.edge_paths if edge_dirs is None else edge_dirs)]
     return [p for p in evaluated if p in trained]
 
 
-def evaluate_checkpoint(layout: Layout, options: EvalOptions | None = None) -> EvalResult:
+def evaluate_checkpoint(layout: Layout | CheckpointVersion, options: EvalOptions | None = None) -> EvalResult:
     """Metrics of a checkpoint version on edge paths (default: the config's ``edge_paths``).
 
     The version is read as what it is (:meth:`pbgio.layout.Layout.open_checkpoint`: the settings
-    it was trained with). Without ``options.version``, the committed version, all of it even while
-    ``pbgtrain fit`` commits newer ones: when a commit removes one of its files meanwhile,
-    evaluation starts over on the new committed version (:func:`pbgio.checkpoint.read_committed`).
+    it was trained with), or is one already opened. Without ``options.version``, the committed
+    version, all of it even while ``pbgtrain fit`` commits newer ones: when a commit removes one of
+    its files meanwhile, evaluation starts over on the new committed version
+    (:func:`pbgio.checkpoint.read_committed`).
     """
     options = options or EvalOptions()
-    opened = layout.open_checkpoint(options.version, model=True)
+    opened = open_checkpoint(layout, version=options.version, model=True)
     return read_committed(opened.checkpoint,
                           lambda version: _evaluate(opened.at(version), replace(options, version=version)),
                           options.version)

@@ -197,13 +197,11 @@ class Layout:
                                        found="nothing (train first with pbgtrain fit, or name the checkpoint "
                                              "with --checkpoint or -p checkpoint_path=…)")
         chosen = checkpoint.read_version() if version is None else version
-        config = self._as_stored(checkpoint, model)
-        return CheckpointVersion(dataclasses.replace(self, config=config), checkpoint, chosen)
-
-    def _as_stored(self, checkpoint: CheckpointDir, model: bool) -> ConfigSchema:
         stored = stored_config(checkpoint)
-        if stored is None:
-            return self.config
+        config = self.config if stored is None else self._as_stored(checkpoint, stored, model)
+        return CheckpointVersion(dataclasses.replace(self, config=config), checkpoint, chosen, stored)
+
+    def _as_stored(self, checkpoint: CheckpointDir, stored: ConfigSchema, model: bool) -> ConfigSchema:
         where = storage.display(checkpoint.path / naming.CONFIG_JSON)
         passed, kept = self.config.to_dict(), stored.to_dict()
         mine, theirs = _binding(passed, model), _binding(kept, model, only=passed["entities"])
@@ -260,6 +258,8 @@ class CheckpointVersion:
     layout: Layout
     checkpoint: CheckpointDir
     version: int
+    trained_with: ConfigSchema | None = None
+    """The checkpoint's own ``config.json`` as read when it was opened (None: it has none readable)."""
 
     @property
     def config(self) -> ConfigSchema:
@@ -274,13 +274,19 @@ class CheckpointVersion:
         return dataclasses.replace(self, version=version)
 
 
-def open_checkpoint(config: Layout | ConfigSchema | str | AnyPath, *, base: str | AnyPath | None = None,
-                    checkpoint: str | AnyPath | None = None, version: int | None = None,
-                    model: bool = False) -> CheckpointVersion:
+def open_checkpoint(config: CheckpointVersion | Layout | ConfigSchema | str | AnyPath, *,
+                    base: str | AnyPath | None = None, checkpoint: str | AnyPath | None = None,
+                    version: int | None = None, model: bool = False) -> CheckpointVersion:
     """A checkpoint version read as what it is, from a config (a layout, a schema, or a file: see
     :meth:`Layout.of`), the checkpoint named on the command line (``--checkpoint``, by the one
     rule: :meth:`Layout.with_checkpoint`; default the config's ``checkpoint_path``) and a version
-    (default: the committed one): :meth:`Layout.open_checkpoint`."""
+    (default: the committed one): :meth:`Layout.open_checkpoint`. A version already opened is
+    taken as it is (at ``version`` when given): what was read and said when it was opened is not
+    read or said again."""
+    if isinstance(config, CheckpointVersion):
+        if base is not None or checkpoint is not None:
+            raise ValueError("give base and checkpoint with a config, not with a checkpoint version already opened")
+        return config if version is None else config.at(version)
     layout = Layout.of(config, base=base).with_checkpoint(checkpoint)
     return layout.open_checkpoint(version, model=model)
 

@@ -15,7 +15,7 @@ import torch
 from pbgio import storage
 from pbgio.checkpoint import read_committed
 from pbgio.errors import UnknownNameError
-from pbgio.layout import CheckpointVersion, Layout
+from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.storage import AnyPath
 from pbgio.topk import TopK
@@ -65,7 +65,7 @@ def top_k(
     (see :class:`Predictor`).
     """
     _check_query(lhs, rhs, k)
-    opened = _opened(config, version)
+    opened = open_checkpoint(config, version=version, model=True)
 
     def rank(version: int) -> Ranking:
         with Predictor(opened.at(version), device=device, index=index, nprobe=nprobe,
@@ -95,7 +95,7 @@ class Predictor:
                  candidates: int | None = None) -> None:
         if candidates is not None and candidates < 1:
             raise PredictError(f"expected candidates >= 1, found {candidates}")
-        self.reader = _reader(_opened(config, version), device)
+        self.reader = _reader(open_checkpoint(config, version=version, model=True), device)
         self.layout = self.reader.layout
         self.use_index = index
         self.nprobe = nprobe
@@ -219,7 +219,7 @@ def rank_triple(
     """The scores of (``lhs``, ``rel``, ``rhs``) and its ranks: the rhs among every entity of the
     rhs type, the lhs among every entity of the lhs type (``rank = 1 + #candidates scoring at
     least as high``, the triple's own slot left out; filtered like :func:`top_k`)."""
-    opened = _opened(config, version)
+    opened = open_checkpoint(config, version=version, model=True)
     layout = opened.layout
     relation = Relation.find(layout, rel)
     cfg = layout.config
@@ -262,7 +262,7 @@ def score_triples(
     naming the triple); then each partition holding a needed entity is read once, and the
     triples are scored in batches of :data:`TRIPLE_BATCH`.
     """
-    opened = _opened(config, version)
+    opened = open_checkpoint(config, version=version, model=True)
     layout = opened.layout
     items = [_as_triple(t, i) for i, t in enumerate(triples)]
     cfg = layout.config
@@ -323,13 +323,6 @@ def _as_triple(value: Triple | Sequence[str], index: int) -> Triple:
 
 def _in_triple(exc: UnknownNameError, triple: Triple) -> UnknownNameError:
     return UnknownNameError(exc.names, exc.what, exc.where, context=triple.where, hint=exc.hint)
-
-
-def _opened(config: Layout | CheckpointVersion | str | AnyPath, version: int | None) -> CheckpointVersion:
-    """The checkpoint version to answer from, read as what it is (opened once)."""
-    if isinstance(config, CheckpointVersion):
-        return config if version is None else config.at(version)
-    return Layout.of(config).open_checkpoint(version, model=True)
 
 
 def _reader(opened: CheckpointVersion, device: str | None) -> CheckpointReader:

@@ -86,15 +86,15 @@ class Trainer:
         self.generator = torch.Generator(device=self.device)
         self.movement = MovementStats()
         self.update_lock = threading.Lock()  # held while a step updates the shared state (a distributed run syncs it)
-        prefetcher = Prefetcher()  # reads ahead what the scheduler says comes next (its thread starts then)
+        self.prefetcher = Prefetcher()  # reads ahead what the scheduler says comes next (its thread starts then)
         self.edges = EdgeChunks(layout, self.counts, self.model.spec.num_dynamic_rels,
-                                bucket_cache or LocalCache(int(plan.remote_cache * GIB)), prefetcher)
+                                bucket_cache or LocalCache(int(plan.remote_cache * GIB)), self.prefetcher)
         # Swapped-out partitions stay in memory within the budget when the placement allows it (a
         # single process; in a distributed run another trainer may need them at once).
         budget = default_budget(self.device, bucket_bytes(cfg, partitions, self.counts)) \
             if plan.partition_memory is None else int(plan.partition_memory * GIB)
         self.partitions = PartitionStore(
-            self.ckpt, partitions, self.counts, self.device, self.scheduler, prefetcher, self.movement,
+            self.ckpt, partitions, self.counts, self.device, self.scheduler, self.prefetcher, self.movement,
             budget_bytes=budget if placement.keeps_partitions else 0,
             read_ahead=self.device.type == "cuda" if plan.read_ahead_partitions is None else plan.read_ahead_partitions)
         self.held_out = HeldOutRanking(self.model, cfg, self.counts.values(), plan.seed)
@@ -209,7 +209,7 @@ class Trainer:
                                  + (f", eval {format_metrics(after.result().values())}" if after is not None
                                     else ""))
         self.partitions.swap_to(None, step)
-        self.edges.prefetcher.discard()  # nothing read ahead outlives its pass
+        self.prefetcher.discard()  # nothing read ahead outlives its pass
         outcome = Outcome(stats, held_out_metrics(before_all), held_out_metrics(after_all))
         version, outcome = self.coordinator.commit(step, lines, outcome,
                                                    functools.partial(self.write_version, step))
@@ -253,7 +253,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop reading ahead (the background thread ends)."""
-        self.edges.prefetcher.close()
+        self.prefetcher.close()
         self.edges.close()
 
     def optimizer_state(self) -> dict[str, Any] | None:
