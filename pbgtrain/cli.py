@@ -64,6 +64,10 @@ def fit(
     compile_step: Annotated[bool, typer.Option(
         "--compile", help="Fuse the step's elementwise passes (softmax loss, violators) with torch.compile: "
         "Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, once.")] = False,
+    static_shapes: Annotated[bool, typer.Option(
+        "--static-shapes", help="Pad every batch to batch_size with zero-weight edges, masked wherever they would "
+        "count: every step has the same shapes (what capturing the step needs; the same embeddings with the "
+        "softmax or ranking loss and shared uniform negatives).")] = False,
     base: BaseOption = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validating the input layout.")] = False,
     max_minutes: Annotated[float | None, typer.Option(
@@ -122,7 +126,8 @@ def fit(
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout,
                          precision=None if precision is None else precision.value,
-                         partition_memory=partition_memory, compile=compile_step, frozen_types=frozenset(freeze or ()),
+                         partition_memory=partition_memory, compile=compile_step, static_shapes=static_shapes,
+                         frozen_types=frozenset(freeze or ()),
                          validation=validation, operator_init=operator_init.value)
     distributed = rank is not None or _under_torchrun()
     if distributed:

@@ -102,3 +102,22 @@ def test_cos_prepare_normalises_and_bias_keeps_coordinate_zero() -> None:
 def test_unknown_comparator() -> None:
     with pytest.raises(ValueError, match="unknown comparator"):
         make_comparator("manhattan")
+
+
+@pytest.mark.parametrize("name", ["dot", "cos", "l2", "squared_l2"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_all_pairs_grad_is_the_adjoint_of_all_pairs(name: str, bias: bool) -> None:
+    """all_pairs_grad gives what autograd gives through all_pairs, batched over a leading axis
+    and with the clamped (coincident) pairs of l2 taking no gradient."""
+    cmp = make_comparator(name, bias=bias)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 3, 5, generator=gen, dtype=torch.float64)
+    b[:, 0] = a[:, 0].detach()  # a pair at distance 0
+    b.requires_grad_(True)
+    scores = cmp.all_pairs(a, b)
+    grad = torch.randn(scores.shape, generator=gen, dtype=torch.float64)
+    expected = torch.autograd.grad(scores, (a, b), grad)
+    got = cmp.all_pairs_grad(a.detach(), b.detach(), scores.detach(), grad)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)

@@ -3,6 +3,15 @@
     python tools/bench_step.py                   # ~10 s measured after warm-up, default shape
     python tools/bench_step.py --seconds 30 --per-chunk-uniform --json out.json
     python tools/bench_step.py --profile         # torch profiler table of a few steps
+    python tools/bench_step.py --overhead        # host time per step where the arithmetic is tiny
+    python tools/bench_step.py --overhead --count-ops   # + dispatched operations per step
+
+``--overhead`` is the LiveJournal model (one relation, operator none, dot, softmax, no N3) at
+dimension 8, batch 100, 100 batch + 100 uniform negatives: the arithmetic of a step is a few
+microseconds, so its time is what the host spends dispatching (the time a GPU would wait for).
+``--count-ops`` counts with the profiler the operations one step dispatches: every ``aten::``
+operation, and those that compute (not a view, an allocation or a dtype wrapper), the ones
+that would each be a kernel launch on a GPU.
 
 Default shape (the issue's benchmark configuration): one entity type of 14,541 entities in one
 partition, 237 dynamic relations, ComplEx (complex_diagonal), dimension 400, dot comparator,
@@ -21,6 +30,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -58,8 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--default-malloc", action="store_true", help="skip keep_freed_memory() (glibc defaults)")
     p.add_argument("--profile", action="store_true", help="print a torch profiler table of 5 steps")
     p.add_argument("--compile", action="store_true", help="fuse the elementwise passes (torch.compile)")
+    p.add_argument("--overhead", action="store_true", help="the LiveJournal model at d8, batch 100, 100+100 negatives")
+    p.add_argument("--count-ops", action="store_true", help="count the operations one step dispatches")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv)
+    if args.overhead:
+        args.dimension, args.batch_size, args.batch_negs, args.uniform_negs = 8, 100, 100, 100
+        args.operator, args.relations, args.reg, args.entities = "none", 0, 0.0, 10_000
     tuned = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -72,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = ModelSpec(
         entity_dimensions={"entity": args.dimension},
         relations=(RelationSpec("all", "entity", "entity", operator=args.operator),),
-        num_dynamic_rels=args.relations, comparator=args.comparator, loss_fn=args.loss,
+        num_dynamic_rels=args.relations or None, comparator=args.comparator, loss_fn=args.loss,
         regularization_coef=args.reg, global_emb=False, lr=0.1, relation_lr=0.1,
         train_negatives=negs, eval_negatives=negs)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -82,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     num_batches = 64
     batches = [EdgeBatch(torch.randint(args.entities, (args.batch_size,), generator=gen, device=device),
                          torch.randint(args.entities, (args.batch_size,), generator=gen, device=device),
-                         torch.randint(args.relations, (args.batch_size,), generator=gen, device=device))
+                         torch.randint(args.relations, (args.batch_size,), generator=gen, device=device)
+                         if args.relations else 0)
                for _ in range(num_batches)]
 
     def sync() -> None:
@@ -98,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(5):
                 train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    ops = count_ops(lambda i: train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen)) \
+        if args.count_ops else None
     step_times: list[float] = []
     start = time.perf_counter()
     steps = 0
@@ -125,13 +143,38 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "loadavg_1m": round(os.getloadavg()[0], 2),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **({"ops_per_step": ops[0], "compute_ops_per_step": ops[1]} if ops else {}),
     }
     print(f"train_step: {edges_per_s:,.0f} edges/s over {steps} steps in {elapsed:.1f} s "
           f"(median step {median_ms:.1f} ms → {figures['edges_per_s_median_step']:,.0f} edges/s; "
           f"{torch.get_num_threads()} threads, load {figures['loadavg_1m']})")
+    if ops:
+        print(f"dispatched per step: {ops[0]:.0f} aten operations, {ops[1]:.0f} of them computing")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
+
+
+NOT_COMPUTING = {"aten::" + name for name in (
+    "as_strided", "view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "expand", "unsqueeze", "squeeze",
+    "transpose", "t", "permute", "slice", "select", "diagonal", "narrow", "split", "split_with_sizes", "unbind",
+    "chunk", "detach", "resolve_conj", "resolve_neg", "empty", "empty_strided", "empty_like", "new_empty",
+    "result_type", "to", "lift_fresh", "flatten", "contiguous", "view_as", "expand_as", "numpy_T", "matmul")}
+"""Views, allocations without a fill, dtype wrappers that copy nothing, and ``matmul`` (which
+dispatches the ``mm``/``bmm`` counted instead)."""
+
+
+def count_ops(step: Callable[[int], object], steps: int = 8) -> tuple[float, float]:
+    """``(aten operations, computing operations)`` dispatched per call of ``step``, nested ones
+    included, averaged over ``steps`` calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(steps):
+            step(i)
+    names = [e.name for e in prof.events() if e.name.startswith("aten::")]
+    return len(names) / steps, sum(name not in NOT_COMPUTING for name in names) / steps
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 A comparator has three parts: ``prepare`` (run once per embedding, after the operator; cos
 L2-normalises here), ``pair`` (row-wise scores of matching rows) and ``all_pairs`` (every row of
-one set against every row of another, batched over leading axes). All four comparators are
+one set against every row of another, batched over leading axes), with its adjoint
+``all_pairs_grad`` (the gradients of both sets from the scores' gradient, which the step's
+negative scoring uses instead of recording ``all_pairs`` for autograd). All four comparators are
 symmetric, so which side is the query does not matter. With ``bias=True`` coordinate 0 is an
 additive bias on both sides and the base comparator sees coordinates 1:.
 
@@ -17,6 +19,8 @@ additive bias on both sides and the base comparator sees coordinates 1:.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -44,6 +48,11 @@ class Comparator:
         """Scores of every row of ``a`` with every row of ``b``: [..., M, D] × [..., N, D] → [..., M, N]."""
         return torch.matmul(a, b.transpose(-1, -2))
 
+    def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        """The gradients of ``a`` and ``b`` (same leading axes as ``scores``) from ``grad``, the
+        gradient of ``scores = all_pairs(a, b)``."""
+        return torch.matmul(grad, b), torch.matmul(grad.transpose(-1, -2), a)
+
 
 class DotComparator(Comparator):
     name = "dot"
@@ -66,6 +75,14 @@ def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
     return (a_sq.unsqueeze(-1) + b_sq.unsqueeze(-2)) - 2 * torch.matmul(a, b.transpose(-1, -2))
 
 
+def _distance_grads(a: Tensor, b: Tensor, per_pair: Tensor) -> tuple[Tensor, Tensor]:
+    """Σ_j h_ij (a_i − b_j) and Σ_i h_ij (b_j − a_i): the gradients of a score whose derivative
+    in a_i is h_ij · (a_i − b_j)."""
+    da = a * per_pair.sum(-1, keepdim=True) - torch.matmul(per_pair, b)
+    db = b * per_pair.sum(-2).unsqueeze(-1) - torch.matmul(per_pair.transpose(-1, -2), a)
+    return da, db
+
+
 class L2Comparator(Comparator):
     """−‖a − b‖, with the squared distance clamped at 1e-30 before the square root."""
 
@@ -77,6 +94,11 @@ class L2Comparator(Comparator):
 
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         return -_squared_distances(a, b).clamp_min(L2_CLAMP).sqrt()
+
+    def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        # d(−√x)/dx · dx/da = (a − b) / score, zero where the distance was clamped
+        per_pair = torch.where(scores >= -math.sqrt(L2_CLAMP), 0.0, grad / scores)
+        return _distance_grads(a, b, per_pair)
 
 
 class SquaredL2Comparator(Comparator):
@@ -90,6 +112,9 @@ class SquaredL2Comparator(Comparator):
 
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         return -_squared_distances(a, b)
+
+    def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        return _distance_grads(a, b, grad * -2)
 
 
 class BiasedComparator(Comparator):
@@ -110,6 +135,12 @@ class BiasedComparator(Comparator):
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         scores = self.base.all_pairs(a[..., 1:], b[..., 1:])
         return scores + a[..., 0].unsqueeze(-1) + b[..., 0].unsqueeze(-2)
+
+    def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        base_scores = scores - a[..., 0].unsqueeze(-1) - b[..., 0].unsqueeze(-2)
+        da_rest, db_rest = self.base.all_pairs_grad(a[..., 1:], b[..., 1:], base_scores, grad)
+        return (torch.cat((grad.sum(-1).unsqueeze(-1), da_rest), dim=-1),
+                torch.cat((grad.sum(-2).unsqueeze(-1), db_rest), dim=-1))
 
 
 COMPARATORS: dict[str, type[Comparator]] = {

@@ -34,30 +34,34 @@ class Kernels:
 def softmax_forward(pos: Tensor, blocks: list[Tensor]) -> tuple[Tensor, Tensor, list[Tensor]]:
     """``(gap, total, exps)``: exps = exp(block − rowmax), total their row sums, gap =
     logsumexp(blocks) − pos (the eager reference of the fused kernel, :mod:`pbgtrain.model.fused`)."""
-    top = blocks[0].amax(1)
+    top = blocks[0].amax(-1)
     for b in blocks[1:]:
-        top = torch.maximum(top, b.amax(1))
+        top = torch.maximum(top, b.amax(-1))
     exps = []
-    total = torch.zeros_like(top)
+    total: Tensor | None = None
     for b in blocks:
-        e = b.sub(top.unsqueeze(1)).exp_()
-        total += e.sum(1)
+        e = b.sub(top.unsqueeze(-1)).exp_()
+        total = e.sum(-1) if total is None else total.add_(e.sum(-1))
         exps.append(e)
+    assert total is not None
     return (top - pos) + total.log(), total, exps
 
 
 def softmax_backward(gap: Tensor, total: Tensor, exps: list[Tensor], grad: Tensor) -> tuple[Tensor, list[Tensor]]:
     """The gradients of softplus(gap) for pos and each block (the exps scaled in place)."""
     sig = torch.sigmoid(gap) * grad
-    coef = (sig / total).unsqueeze(1)
+    coef = (sig / total).unsqueeze(-1)
     return -sig, [e.mul_(coef) for e in exps]
 
 
 def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
-    """How many negative scores exceed their positive (a 0-d tensor, left on the device)."""
-    threshold = pos.unsqueeze(1)
-    return sum((torch.count_nonzero(b > threshold) for b in blocks), torch.zeros((), dtype=torch.long,
-                                                                                 device=pos.device))
+    """How many negative scores exceed their positive, per leading row: pos [S, B], blocks [S, B, K]
+    → [S] (left on the device)."""
+    threshold = pos.unsqueeze(-1)
+    counts = pos.new_zeros(pos.shape[:-1], dtype=torch.long)
+    for b in blocks:
+        counts += torch.count_nonzero(b > threshold, dim=(-2, -1))
+    return counts
 
 
 def _eager() -> Kernels:

@@ -63,6 +63,10 @@ class FeatureBags:
         positions = torch.arange(total, device=self.offsets.device) + shift
         return FeatureBags(offsets, self.data[positions])
 
+    def with_empty(self, count: int) -> FeatureBags:
+        """These bags and ``count`` empty ones after them."""
+        return FeatureBags(torch.cat((self.offsets, self.offsets[-1:].expand(count))), self.data)
+
     def to(self, device: torch.device | str) -> FeatureBags:
         return FeatureBags(self.offsets.to(device), self.data.to(device))
 
@@ -80,6 +84,7 @@ class EdgeBatch:
     relation ids with ``dynamic_relations``; ``weight`` is an optional float tensor [B] of
     per-edge loss weights. A side whose entity type is featurized carries its entities as
     ``lhs_bags``/``rhs_bags`` (its ``lhs``/``rhs`` offsets are then ignored, as in the format).
+    ``num_real`` below the batch's length marks the rows from there on as padding (see :meth:`pad`).
     """
 
     lhs: Tensor
@@ -88,6 +93,7 @@ class EdgeBatch:
     weight: Tensor | None = None
     lhs_bags: FeatureBags | None = None
     rhs_bags: FeatureBags | None = None
+    num_real: int | None = None
 
     def __post_init__(self) -> None:
         n = self.lhs.shape[0]
@@ -104,6 +110,39 @@ class EdgeBatch:
 
     def __len__(self) -> int:
         return int(self.lhs.shape[0])
+
+    @property
+    def real(self) -> int:
+        """How many of the rows are edges (the rest is padding)."""
+        return len(self) if self.num_real is None else self.num_real
+
+    def pad(self, size: int) -> EdgeBatch:
+        """This batch with padding rows appended up to ``size`` (a static shape: every batch of a
+        run the same size). A padding row is entity 0 on both sides (relation 0 with dynamic
+        relations, an empty bag on a featurized side) with weight 0; the step masks it wherever
+        it would count: as a batch negative of the real edges, in N3, in the violators and the
+        edge count. The padded step equals the step on the real edges with shared uniform
+        negatives and the softmax or ranking loss (the logistic loss counts masked negatives in
+        its 1/K, and per-chunk uniform negatives are drawn per chunk of the padded batch).
+
+        >>> b = EdgeBatch(torch.tensor([3, 4]), torch.tensor([5, 6]), 1).pad(4)
+        >>> b.lhs.tolist(), b.weight.tolist(), b.real
+        ([3, 4, 0, 0], [1.0, 1.0, 0.0, 0.0], 2)
+        """
+        extra = size - len(self)
+        if extra < 0:
+            raise ValueError(f"cannot pad a batch of {len(self)} edges to {size}")
+        if extra == 0 and self.num_real is None:
+            return self
+
+        def ids(x: Tensor) -> Tensor:
+            return torch.cat((x, x.new_zeros(extra)))
+
+        weight = torch.ones(len(self), device=self.lhs.device) if self.weight is None else self.weight
+        return EdgeBatch(ids(self.lhs), ids(self.rhs), ids(self.rel) if isinstance(self.rel, Tensor) else self.rel,
+                         torch.cat((weight, weight.new_zeros(extra))),
+                         None if self.lhs_bags is None else self.lhs_bags.with_empty(extra),
+                         None if self.rhs_bags is None else self.rhs_bags.with_empty(extra), self.real)
 
     def bags(self, side: str) -> FeatureBags | None:
         return self.lhs_bags if side == "lhs" else self.rhs_bags

@@ -1,13 +1,16 @@
-"""The one place embeddings are looked up: deduplicated gather → autograd leaf → row updates.
+"""The one place embeddings are looked up: gather → autograd leaf → row updates, with no sort.
 
-:func:`gather_rows` takes every group of row offsets a step needs from one table, gathers each
-distinct row once into a leaf tensor (applying ``max_norm`` in place, as the original's
-embedding lookup does) and hands back per-group views that autograd tracks. After backward,
-:meth:`GatheredRows.apply_row_adagrad` applies the summed gradient of each distinct row to the
-table. A group may also be :class:`FeatureBags` (the entities of a featurized type): its
-features are gathered like any rows and each bag's embedding is the mean of its features'
-(``embedding_bag``, mode ``mean``, over the gathered leaf), so the gradient of a bag reaches
-each of its features divided by the bag's size, and row Adagrad updates the feature rows.
+:func:`gather_rows` takes every group of row offsets a step needs from one table, gathers them
+in one ``index_select`` into a leaf tensor (one row per occurrence, groups in order; applying
+``max_norm`` to the table first, as the original's embedding lookup does) and hands back one
+view per group that autograd tracks. A row looked up several times is gathered several times;
+:meth:`GatheredRows.apply_row_adagrad` sums the gradients of a row's occurrences onto one of them
+(``index_add_`` through the table's occurrence map, :meth:`EntityTable.representatives`, instead
+of a sort of the ids) and applies row-wise Adagrad once per distinct row. A group may also be
+:class:`FeatureBags` (the entities of a featurized type): its features are gathered like any
+rows and each bag's embedding is the mean of its features' (``embedding_bag``, mode ``mean``), so
+the gradient of a bag reaches each of its features divided by the bag's size, and row Adagrad
+updates the feature rows.
 
 A *frozen* table (an entity type kept fixed, ``pbgtrain fit --freeze``) is only read: its leaf
 never requires a gradient, and ``max_norm`` clips the gathered copy (the same rows, scaled the
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,17 +32,23 @@ from pbgtrain.model.tables import EntityTable
 
 @dataclass
 class GatheredRows:
-    """Distinct rows ``ids`` of ``table`` gathered into ``leaf`` [len(ids), D]."""
+    """Rows ``ids`` of ``table`` (one per occurrence, possibly repeated) gathered into ``leaf``
+    [len(ids), D]; ``representative[i]`` is the occurrence that carries row ``ids[i]``'s summed
+    gradient (the same for every occurrence of a row; None when the leaf takes no gradient)."""
 
     table: EntityTable
     ids: Tensor
     leaf: Tensor
+    representative: Tensor | None = None
 
     def apply_row_adagrad(self, lr: float) -> None:
         """Apply the leaf's gradient (if any) to the table with row-wise Adagrad."""
-        if self.leaf.grad is not None:
-            self.table.row_adagrad_(self.ids, self.leaf.grad, lr, consume_grad=True)
-            self.leaf.grad = None
+        grad = self.leaf.grad
+        if grad is None or self.representative is None:
+            return
+        summed = torch.zeros_like(grad).index_add_(0, self.representative, grad)
+        self.table.row_adagrad_(self.ids, summed, lr, consume_grad=True)
+        self.leaf.grad = None
 
 
 def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, max_norm: float | None,
@@ -53,27 +61,21 @@ def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, m
     """
     ids_of = [g.data if isinstance(g, FeatureBags) else g.reshape(-1) for g in groups]
     sizes = [int(i.numel()) for i in ids_of]
-    flat = torch.cat(ids_of) if ids_of else table.weights.new_zeros(0, dtype=torch.long)
-    ids, inverse = torch.unique(flat, return_inverse=True)
+    flat = ids_of[0] if len(ids_of) == 1 else torch.cat(ids_of) if ids_of else \
+        table.weights.new_zeros(0, dtype=torch.long)
     if max_norm is not None and not frozen:
-        table.renorm_(ids, max_norm)
-    leaf = table.weights.index_select(0, ids)
+        table.renorm_(flat, max_norm)
+    leaf = table.weights.index_select(0, flat)
     if max_norm is not None and frozen:
         with torch.no_grad():
-            torch.embedding_renorm_(leaf, torch.arange(len(ids), device=leaf.device), max_norm, 2.0)
-    if requires_grad and not frozen:
+            torch.embedding_renorm_(leaf, torch.arange(len(flat), device=leaf.device), max_norm, 2.0)
+    trains = requires_grad and not frozen
+    if trains:
         leaf.requires_grad_(True)
-    parts = torch.split_with_sizes(inverse, sizes)
-    plain = [k for k, g in enumerate(groups) if not isinstance(g, FeatureBags)]
-    rows: list[Tensor] = [leaf] * len(groups)
-    if plain:
-        gathered: tuple[Tensor, ...] = _SplitGather.apply(leaf, *(parts[k] for k in plain))  # type: ignore[no-untyped-call]
-        for k, r in zip(plain, gathered, strict=True):
-            rows[k] = r
-    for k, g in enumerate(groups):
-        if isinstance(g, FeatureBags):
-            rows[k] = bag_means(leaf, parts[k], g.offsets)
-    return GatheredRows(table, ids, leaf), rows
+    parts = list(torch.split_with_sizes(leaf, sizes)) if len(groups) > 1 else [leaf]
+    rows = [bag_means(part, torch.arange(len(part), device=part.device), g.offsets)
+            if isinstance(g, FeatureBags) else part for g, part in zip(groups, parts, strict=True)]
+    return GatheredRows(table, flat, leaf, table.representatives(flat) if trains else None), rows
 
 
 def bag_means(rows: Tensor, index: Tensor, offsets: Tensor) -> Tensor:
@@ -81,27 +83,3 @@ def bag_means(rows: Tensor, index: Tensor, offsets: Tensor) -> Tensor:
     if len(offsets) == 1:
         return rows.new_zeros(0, rows.shape[1])
     return F.embedding_bag(index, rows, offsets[:-1], mode="mean")
-
-
-class _SplitGather(torch.autograd.Function):
-    """``leaf[index]`` for each index tensor; the backward adds every group's gradient straight
-    into one [U, D] tensor (no concatenation of the groups' gradients)."""
-
-    @staticmethod
-    def forward(ctx: Any, leaf: Tensor, *indices: Tensor) -> tuple[Tensor, ...]:
-        ctx.save_for_backward(*indices)
-        ctx.leaf_shape = leaf.shape
-        ctx.set_materialize_grads(False)
-        return tuple(leaf.index_select(0, index) for index in indices)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
-        indices = ctx.saved_tensors
-        out: Tensor | None = None
-        for index, grad in zip(indices, grads, strict=True):
-            if grad is None:
-                continue
-            if out is None:
-                out = grad.new_zeros(ctx.leaf_shape)
-            out.index_add_(0, index, grad)
-        return (out, *(None for _ in indices))

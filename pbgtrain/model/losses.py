@@ -1,4 +1,5 @@
-"""Loss functions of positive scores [B] against negative scores [B, K], summed over the batch.
+"""Loss functions of positive scores [B] against negative scores [B, K], summed over the batch
+(any leading axes may come before B: the sides of a batch scored together are [S, B]).
 
 Per edge (``w`` the optional per-edge weight, 1 without):
 
@@ -48,12 +49,12 @@ class LossFunction:
 
     def __call__(self, pos: Tensor, neg: NegativeScores, weight: Tensor | None = None) -> Tensor:
         blocks = (neg,) if isinstance(neg, Tensor) else tuple(neg)
-        if pos.dim() != 1 or any(b.dim() != 2 or b.shape[0] != pos.shape[0] for b in blocks):
+        if pos.dim() < 1 or any(b.shape[:-1] != pos.shape or b.dim() != pos.dim() + 1 for b in blocks):
             raise ValueError(f"expected pos [B] and negatives [B, K], found {tuple(pos.shape)} and "
                              f"{[tuple(b.shape) for b in blocks]}")
-        if weight is not None and weight.shape != pos.shape:
-            raise ValueError(f"expected weight [{pos.shape[0]}], found {tuple(weight.shape)}")
-        blocks = tuple(b for b in blocks if b.shape[1] > 0)
+        if weight is not None and weight.shape != pos.shape[-1:]:
+            raise ValueError(f"expected weight [{pos.shape[-1]}], found {tuple(weight.shape)}")
+        blocks = tuple(b for b in blocks if b.shape[-1] > 0)
         return self.loss(pos, blocks, weight)
 
     def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
@@ -67,10 +68,10 @@ class RankingLoss(LossFunction):
         self.margin = margin
 
     def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
-        if not blocks or pos.shape[0] == 0:
+        if not blocks or pos.numel() == 0:
             return _zero(pos)
-        threshold = (pos - self.margin).unsqueeze(1)
-        per_edge = sum((F.relu(b - threshold).sum(1) for b in blocks), pos.new_zeros(pos.shape))
+        threshold = (pos - self.margin).unsqueeze(-1)
+        per_edge = sum((F.relu(b - threshold).sum(-1) for b in blocks), pos.new_zeros(pos.shape))
         return _weighted_sum(per_edge, weight)
 
 
@@ -79,9 +80,9 @@ class LogisticLoss(LossFunction):
 
     def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
         per_edge = F.softplus(-pos)
-        num_neg = sum(b.shape[1] for b in blocks)
+        num_neg = sum(b.shape[-1] for b in blocks)
         if num_neg:
-            per_edge = per_edge + sum((F.softplus(b).sum(1) for b in blocks), pos.new_zeros(pos.shape)) / num_neg
+            per_edge = per_edge + sum((F.softplus(b).sum(-1) for b in blocks), pos.new_zeros(pos.shape)) / num_neg
         return _weighted_sum(per_edge, weight)
 
 
@@ -110,7 +111,7 @@ class SoftmaxLoss(LossFunction):
     name = "softmax"
 
     def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
-        if not blocks or pos.shape[0] == 0:
+        if not blocks or pos.numel() == 0:
             return _zero(pos)
         per_edge: Tensor = _SoftmaxPerEdge.apply(pos, *blocks)  # type: ignore[no-untyped-call]
         return _weighted_sum(per_edge, weight)

@@ -25,43 +25,65 @@ from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator, CosComparator, DotComparator
 from pbgtrain.model.inputs import EdgeBatch, FeatureBags
-from pbgtrain.model.kernels import masked_batch_dot, pad_rows
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
-from pbgtrain.model.negatives import (
-    MASKED_SCORE,
-    NegativeMode,
-    NegativePlan,
-    batch_negatives_mask,
-    plan_negatives,
-    sample_uniform,
-)
+from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks
+from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives, sample_uniform
 from pbgtrain.model.precision import full_precision
 from pbgtrain.model.tables import EntityTable
 
 SIDES = ("lhs", "rhs")
 
 
-@dataclass
+@dataclass(frozen=True)
+class SideScores:
+    """Scores of the sides scored together (one or both): positives [S, B] and negative blocks
+    [S, B, K_i] (batch negatives, uniform negatives, or every entity), ``sides`` naming axis 0."""
+
+    sides: tuple[str, ...]
+    pos: Tensor
+    neg_blocks: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
 class Scores:
-    """Positive scores [B] and negative scores of each side (lhs: the lhs corrupted).
+    """Positive scores [B] and negative scores of each side (lhs: the lhs corrupted), kept as
+    the groups the sides were scored in (:class:`SideScores`), which the loss consumes without
+    splitting or concatenating; ``lhs_neg``/``rhs_neg`` give one side's whole [B, K] matrix."""
 
-    Negative scores are kept as column blocks (batch negatives, uniform negatives), which the
-    losses consume without concatenating; ``lhs_neg``/``rhs_neg`` give the whole [B, K] matrix.
-    """
+    groups: tuple[SideScores, ...]
 
-    lhs_pos: Tensor
-    lhs_neg_blocks: tuple[Tensor, ...]
-    rhs_pos: Tensor
-    rhs_neg_blocks: tuple[Tensor, ...]
+    def side(self, side: str) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """``(pos [B], negative blocks [B, K_i])`` of ``side``."""
+        for group in self.groups:
+            if side in group.sides:
+                i = group.sides.index(side)
+                return group.pos[i], tuple(block[i] for block in group.neg_blocks)
+        raise KeyError(side)
+
+    @property
+    def lhs_pos(self) -> Tensor:
+        return self.side("lhs")[0]
+
+    @property
+    def rhs_pos(self) -> Tensor:
+        return self.side("rhs")[0]
+
+    @property
+    def lhs_neg_blocks(self) -> tuple[Tensor, ...]:
+        return self.side("lhs")[1]
+
+    @property
+    def rhs_neg_blocks(self) -> tuple[Tensor, ...]:
+        return self.side("rhs")[1]
 
     @property
     def lhs_neg(self) -> Tensor:
-        return _concat(self.lhs_pos, self.lhs_neg_blocks)
+        return _concat(*self.side("lhs"))
 
     @property
     def rhs_neg(self) -> Tensor:
-        return _concat(self.rhs_pos, self.rhs_neg_blocks)
+        return _concat(*self.side("rhs"))
 
 
 def _concat(pos: Tensor, blocks: tuple[Tensor, ...]) -> Tensor:
@@ -154,52 +176,72 @@ def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_tab
             "candidate is transformed before it is normalized, which no single query vector can rank")
 
 
-def negative_scores(cmp: Comparator, view: _SideView, candidates: Tensor | None, mode: NegativeMode,
-                    plan: NegativePlan, pos_ids: Tensor) -> tuple[Tensor, ...]:
-    """Column blocks [B, K_i] of one side's negative scores; ``candidates`` are the prepared
-    uniform negatives ([U] shared or [chunks·U] per chunk) or every entity (``ALL``)."""
-    query = view.query
-    num_pos, dim = query.shape
-    if mode is NegativeMode.NONE:
-        return ()
+@dataclass
+class _SideNegatives:
+    """What scoring one side's negatives takes: its view, the shape of its blocks, its candidates."""
+
+    side: str
+    view: _SideView
+    shape: BlockShape
+    candidates: Tensor | None
+    own: Tensor | None  # its positives' own rows (every-entity negatives only)
+
+    def joins(self, other: _SideNegatives) -> bool:
+        """Whether the two sides' blocks have the same shape, so that they are scored stacked."""
+        same_candidates = (self.candidates is None) == (other.candidates is None) and (
+            self.candidates is None or other.candidates is None or self.candidates.shape == other.candidates.shape)
+        return self.shape == other.shape and self.view.query.shape == other.view.query.shape and same_candidates
+
+
+def _block_shape(mode: NegativeMode, plan: NegativePlan, candidates: Tensor | None, num_real: int | None) -> BlockShape:
+    uniform: UniformLayout = "none"
     if mode is NegativeMode.ALL:
-        assert candidates is not None
-        scores = full_precision(cmp.all_pairs(query, candidates))
-        rows = torch.arange(num_pos, device=query.device)
-        return (scores.index_put((rows, pos_ids), scores.new_full((), MASKED_SCORE)),)
-    chunk, num_chunks = plan.chunk_size, plan.num_chunks
-    padded = chunk * num_chunks
-    parts: list[Tensor] = []
-    chunked_query: Tensor | None = None
-    if mode is NegativeMode.BATCH_UNIFORM and cmp.all_pairs_is_dot:
-        parts.append(masked_batch_dot(query, view.positives, chunk, MASKED_SCORE))
-    elif mode is NegativeMode.BATCH_UNIFORM:
-        chunked_query = pad_rows(query, padded).view(num_chunks, chunk, dim)
-        chunked_pos = pad_rows(view.positives, padded).view(num_chunks, chunk, dim)
-        batch = full_precision(cmp.all_pairs(chunked_query, chunked_pos))
-        mask = batch_negatives_mask(num_pos, chunk, device=query.device)
-        parts.append(batch.masked_fill(mask, MASKED_SCORE).view(padded, chunk)[:num_pos])
-    if candidates is not None and candidates.shape[0] > 0:
-        if plan.share_uniform:
-            parts.append(full_precision(cmp.all_pairs(query, candidates)))
-        else:
-            if chunked_query is None:
-                chunked_query = pad_rows(query, padded).view(num_chunks, chunk, dim)
-            per_chunk = full_precision(cmp.all_pairs(chunked_query, candidates.view(num_chunks, -1, dim)))
-            parts.append(per_chunk.view(padded, -1)[:num_pos])
-    return tuple(parts)
+        uniform = "all"
+    elif candidates is not None and candidates.shape[0] > 0:
+        uniform = "shared" if plan.share_uniform else "per_chunk"
+    return BlockShape(mode, plan.chunk_size, plan.num_pos, uniform, num_real)
+
+
+def score_sides(cmp: Comparator, sides: Sequence[_SideNegatives]) -> Scores:
+    """The scores of both sides: stacked when their blocks have the same shape, else one by one."""
+    groups = [list(sides)] if len(sides) == 2 and sides[0].joins(sides[1]) else [[s] for s in sides]
+    out = []
+    for group in groups:
+        pos = torch.stack([s.view.pos for s in group]) if len(group) > 1 else group[0].view.pos.unsqueeze(0)
+        first = group[0]
+        if first.shape.mode is NegativeMode.NONE:
+            out.append(SideScores(tuple(s.side for s in group), pos, ()))
+            continue
+        candidates = [s.candidates for s in group if s.candidates is not None]
+        if len(candidates) == 2 and candidates[0] is candidates[1]:
+            candidates = candidates[:1]  # one tensor of every entity serves both sides
+        own = None
+        if first.shape.mode is NegativeMode.ALL:
+            own = torch.stack([s.own for s in group]) if len(group) > 1 else first.own.unsqueeze(0)  # type: ignore[union-attr]
+        positives = [s.view.positives for s in group] if first.shape.mode is NegativeMode.BATCH_UNIFORM else []
+        blocks = negative_blocks(cmp, first.shape, [s.view.query for s in group], positives, candidates,
+                                 masked=MASKED_SCORE, own=own)
+        out.append(SideScores(tuple(s.side for s in group), pos, blocks))
+    return Scores(tuple(out))
 
 
 def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor | FeatureBags]], *, max_norm: float | None,
             requires_grad: bool,
             frozen: Sequence[bool] = (False, False)) -> tuple[list[GatheredRows], list[list[Tensor]]]:
-    """Gather each side's groups, once per distinct table (lhs and rhs may share one); a
-    ``frozen`` side's table is only read (see :func:`~pbgtrain.model.lookup.gather_rows`)."""
+    """Gather each side's groups, once per distinct table (lhs and rhs may share one, and then a
+    group both sides hold, every entity, is gathered once); a ``frozen`` side's table is only read
+    (see :func:`~pbgtrain.model.lookup.gather_rows`)."""
     if tables[0] is tables[1]:
-        g, rows = gather_rows(tables[0], [*groups[0], *groups[1]], max_norm=max_norm, requires_grad=requires_grad,
+        own = [g for g in groups[1] if not any(g is mine for mine in groups[0])]
+        g, rows = gather_rows(tables[0], [*groups[0], *own], max_norm=max_norm, requires_grad=requires_grad,
                               frozen=frozen[0] or frozen[1])
         n = len(groups[0])
-        return [g], [rows[:n], rows[n:]]
+        rest = iter(rows[n:])
+        rhs_rows = []
+        for group in groups[1]:
+            mine = [i for i, m in enumerate(groups[0]) if m is group]
+            rhs_rows.append(rows[mine[0]] if mine else next(rest))
+        return [g], [rows[:n], rhs_rows]
     out_g, out_rows = [], []
     for table, side_groups, side_frozen in zip(tables, groups, frozen, strict=True):
         g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad, frozen=side_frozen)
@@ -234,13 +276,16 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     tables = (lhs_table, rhs_table)
     pos_ids = (batch.lhs, batch.rhs)
     groups: list[list[Tensor | FeatureBags]] = []
+    every_entity: dict[int, Tensor] = {}  # one list of every entity per table
     for side, table in zip(SIDES, tables, strict=True):
         side_groups: list[Tensor | FeatureBags] = [batch.entities(side)]
         mode = plan.mode(side)
         if batch.bags(side) is not None:
             _check_featurized_negatives(relation, side, mode)
         elif mode is NegativeMode.ALL:
-            side_groups.append(torch.arange(table.num_entities, device=table.device))
+            if id(table) not in every_entity:
+                every_entity[id(table)] = torch.arange(table.num_entities, device=table.device)
+            side_groups.append(every_entity[id(table)])
         elif plan.num_uniform_samples(side) > 0:
             side_groups.append(sample_uniform(table.num_entities, plan.num_uniform_samples(side),
                                               device=table.device, generator=generator))
@@ -249,11 +294,26 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     gathered, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad, frozen=frozen)
     u_raw, v_raw = rows[0][0], rows[1][0]
     views = _side_views(model, batch.rel, lhs_type, rhs_type, u_raw, v_raw)
-    negs = []
+    sides = []
+    shared_candidates: Tensor | None = None
     for side, view, side_rows, ids in zip(SIDES, views, rows, pos_ids, strict=True):
-        candidates = view.adjust(side_rows[1]) if len(side_rows) > 1 else None
-        negs.append(negative_scores(model.comparator, view, candidates, plan.mode(side), plan, ids))
-    scores = Scores(views[0].pos, negs[0], views[1].pos, negs[1])
+        mode = plan.mode(side)
+        candidates = None
+        if len(side_rows) > 1:
+            if side == "rhs" and side_rows[1] is rows[0][-1] and view.adjust == views[0].adjust:
+                candidates = shared_candidates  # the lhs side's candidates: the same rows, prepared alike
+            else:
+                candidates = view.adjust(side_rows[1])
+        if side == "lhs":
+            shared_candidates = candidates
+        own = ids if mode is NegativeMode.ALL else None
+        sides.append(_SideNegatives(side, view, _block_shape(mode, plan, candidates, batch.num_real), candidates,
+                                     own))
+    scores = score_sides(model.comparator, sides)
+    if batch.real < num_pos:  # padding rows: no N3
+        real = batch.real
+        rel = batch.rel[:real] if isinstance(batch.rel, Tensor) else batch.rel
+        return ForwardResult(scores, regularization(model, rel, u_raw[:real], v_raw[:real]), gathered, plan)
     return ForwardResult(scores, regularization(model, batch.rel, u_raw, v_raw), gathered, plan)
 
 

@@ -50,8 +50,8 @@ class StepTotals:
     loop never waits for the device to report a loss (no host synchronisation per batch).
 
     >>> totals = StepTotals()
-    >>> totals.add(torch.tensor(2.0), None, 4, torch.tensor(1), torch.tensor(0))
-    >>> totals.add(torch.tensor(1.0), torch.tensor(0.5), 2, torch.tensor(0), torch.tensor(3))
+    >>> totals.add(torch.tensor(2.0), None, 4, torch.tensor([1, 0]))
+    >>> totals.add(torch.tensor(1.0), torch.tensor(0.5), 2, torch.tensor([0, 3]))
     >>> totals.result()
     StepStats(loss=3.0, reg=0.5, count=6, violators_lhs=1, violators_rhs=3)
     """
@@ -61,11 +61,11 @@ class StepTotals:
         self.count = 0
         self.steps = 0
 
-    def add(self, loss: Tensor, reg: Tensor | None, count: int, violators_lhs: Tensor, violators_rhs: Tensor) -> None:
-        zero = torch.zeros((), dtype=torch.float64, device=loss.device)
-        row = torch.stack([loss.detach().double(), zero if reg is None else reg.detach().double(),
-                           violators_lhs.double(), violators_rhs.double()])
-        self._sums = row if self._sums is None else self._sums.add_(row)
+    def add(self, loss: Tensor, reg: Tensor | None, count: int, violators: Tensor) -> None:
+        """Add a step's loss, regularizer (None: 0), edges and violators ([lhs, rhs])."""
+        reg_row = loss.new_zeros(1) if reg is None else reg.detach().view(1)
+        row = torch.cat((loss.detach().view(1), reg_row, violators.to(loss.dtype)))
+        self._sums = row.double() if self._sums is None else self._sums.add_(row)
         self.count += count
         self.steps += 1
 
@@ -87,10 +87,13 @@ class EvalResult:
 
 
 def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tensor:
-    """relation weight · (loss(lhs pos, lhs negs) + loss(rhs pos, rhs negs)), per-edge weighted."""
+    """relation weight · (loss(lhs pos, lhs negs) + loss(rhs pos, rhs negs)), per-edge weighted
+    (the sides scored together take one pass of the loss)."""
     weight = model.relation(batch.rel).weight
-    loss = model.loss_fn(scores.lhs_pos, scores.lhs_neg_blocks, batch.weight)
-    loss = loss + model.loss_fn(scores.rhs_pos, scores.rhs_neg_blocks, batch.weight)
+    groups = scores.groups
+    loss = model.loss_fn(groups[0].pos, groups[0].neg_blocks, batch.weight)
+    for group in groups[1:]:
+        loss = loss + model.loss_fn(group.pos, group.neg_blocks, batch.weight)
     return loss * weight if weight != 1.0 else loss
 
 
@@ -126,10 +129,14 @@ def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityT
         if optimizer is not None:
             optimizer.step()
     with torch.no_grad():
-        s = fwd.scores
         count = fused.kernels().violators
-        totals.add(loss, fwd.reg, len(batch), count(s.lhs_pos, list(s.lhs_neg_blocks)),
-                   count(s.rhs_pos, list(s.rhs_neg_blocks)))
+        groups = fwd.scores.groups
+        real = batch.real
+        if real < len(batch):  # padding rows violate nothing
+            counts = [count(g.pos[:, :real], [b[:, :real] for b in g.neg_blocks]) for g in groups]
+        else:
+            counts = [count(g.pos, list(g.neg_blocks)) for g in groups]
+        totals.add(loss, fwd.reg, real, counts[0] if len(counts) == 1 else torch.cat(counts))
 
 
 @torch.no_grad()

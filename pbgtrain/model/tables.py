@@ -2,6 +2,10 @@
 
 Row-wise Adagrad keeps one accumulator per row: for each distinct row with gradient ``g``
 (duplicates summed first), ``G += mean(g²)`` and then ``w -= lr · g / sqrt(G + 1e-10)``.
+The rows of a step may be given repeated, provided each row's summed gradient sits on one of
+its occurrences and the others carry zeros (what :meth:`EntityTable.representatives` arranges,
+without sorting the ids): the state and the weights are updated by ``index_add_``, so the zero
+occurrences add nothing.
 
 >>> t = EntityTable(torch.zeros(3, 2))
 >>> t.row_adagrad_(torch.tensor([1]), torch.tensor([[3.0, 1.0]]), lr=0.5)
@@ -21,13 +25,14 @@ ADAGRAD_EPS = 1e-10
 
 def row_adagrad_(weights: Tensor, state_sum: Tensor, ids: Tensor, grad: Tensor, lr: float,
                  eps: float = ADAGRAD_EPS, *, consume_grad: bool = False) -> None:
-    """One row-wise Adagrad step on rows ``ids`` (distinct) with gradients ``grad`` [len(ids), D];
+    """One row-wise Adagrad step on rows ``ids`` with gradients ``grad`` [len(ids), D]; a row
+    given more than once has its whole gradient on one occurrence and zeros on the others.
     ``consume_grad`` lets it overwrite ``grad`` instead of allocating a step tensor."""
     if ids.numel() == 0:
         return
     g2 = torch.linalg.vector_norm(grad, dim=1).square_().div_(grad.shape[1])
     new_sum = state_sum.index_select(0, ids).add_(g2)
-    state_sum.index_copy_(0, ids, new_sum)
+    state_sum.index_add_(0, ids, g2)
     scale = new_sum.add_(eps).rsqrt_().mul_(-lr).unsqueeze(1)
     step = grad.mul_(scale) if consume_grad else grad * scale
     weights.index_add_(0, ids, step)
@@ -53,6 +58,20 @@ class EntityTable:
         self.adagrad_sum = adagrad_sum
         self.entity_type = entity_type
         self.partition = partition
+        self._occurrence: Tensor | None = None  # row → one of its positions in the last ids given
+
+    def representatives(self, ids: Tensor) -> Tensor:
+        """For each position of ``ids``, a position of the same row in ``ids``, the same for all
+        of that row's occurrences: where their gradients are summed. No sort: each row remembers
+        one of its positions in a map of the table's length (kept between steps).
+
+        >>> EntityTable(torch.zeros(5, 2)).representatives(torch.tensor([3, 1, 3, 4, 1])).tolist()
+        [2, 4, 2, 3, 4]
+        """
+        if self._occurrence is None or self._occurrence.device != ids.device:
+            self._occurrence = torch.empty(self.num_entities, dtype=torch.long, device=ids.device)
+        self._occurrence.index_put_((ids,), torch.arange(len(ids), device=ids.device))
+        return self._occurrence.index_select(0, ids)
 
     @classmethod
     def random(cls, num_entities: int, dimension: int, *, init_scale: float = 1e-3,

@@ -66,6 +66,7 @@ class FitOptions:
     partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
     read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
     compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
+    static_shapes: bool = False  # pad every batch to batch_size (EdgeBatch.pad): one shape per run
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
     validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
@@ -92,6 +93,7 @@ class FitPlan:
     partition_memory: float | None = None
     read_ahead_partitions: bool | None = None
     compile: bool = False
+    static_shapes: bool = False
     remote_cache: float = 8.0
 
 
@@ -115,7 +117,7 @@ def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
                    max_seconds=options.max_seconds, max_iterations=options.max_iterations, rank=options.rank,
                    peer_timeout=options.peer_timeout, partition_memory=options.partition_memory,
                    read_ahead_partitions=options.read_ahead_partitions, compile=options.compile,
-                   remote_cache=options.remote_cache)
+                   static_shapes=options.static_shapes, remote_cache=options.remote_cache)
 
 
 def _plain(value: str | enum.Enum) -> str:

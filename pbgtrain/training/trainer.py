@@ -145,6 +145,8 @@ class Trainer:
                 rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
                 relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
                 batch = edges.batch(idx, rel_of, *self.model.spec.featurized_sides(relation))
+                if self.plan.static_shapes:
+                    batch = batch.pad(cfg.batch_size)
                 with self.update_lock:
                     add_train_step(totals, self.model, self.partitions.table(relation.lhs, bucket, "lhs"),
                                    self.partitions.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
