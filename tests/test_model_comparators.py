@@ -121,3 +121,20 @@ def test_all_pairs_grad_is_the_adjoint_of_all_pairs(name: str, bias: bool) -> No
     got = cmp.all_pairs_grad(a.detach(), b.detach(), scores.detach(), grad)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("name", ["dot", "cos", "l2", "squared_l2"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_pair_grad_is_the_adjoint_of_pair(name: str, bias: bool) -> None:
+    cmp = make_comparator(name, bias=bias)
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64)
+    b[:, 0] = a[:, 0].detach()  # a pair at distance 0
+    b.requires_grad_(True)
+    scores = cmp.pair(a, b)
+    grad = torch.randn(scores.shape, generator=gen, dtype=torch.float64)
+    expected = torch.autograd.grad(scores, (a, b), grad)
+    got = cmp.pair_grad(a.detach(), b.detach(), scores.detach(), grad)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)

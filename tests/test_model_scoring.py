@@ -32,8 +32,6 @@ from pbgtrain.model import (
     score_candidates,
     train_step,
 )
-from pbgtrain.model.kernels import masked_batch_dot
-from pbgtrain.model.negatives import all_negatives_mask, batch_negatives_mask
 from tests.profiles import examples
 
 OPERATOR_NAMES = ["none", "diagonal", "translation", "linear", "affine", "complex_diagonal"]
@@ -366,21 +364,15 @@ def test_relation_optimizer_is_adagrad_at_relation_lr() -> None:
 # --- masks and plans -------------------------------------------------------------------------
 
 
-@given(num=st.integers(1, 20), chunk=st.integers(1, 8))
-def test_batch_mask_marks_self_pairs_and_padding(num: int, chunk: int) -> None:
-    chunk = min(chunk, num)
-    mask = batch_negatives_mask(num, chunk)
-    chunks = math.ceil(num / chunk)
-    assert mask.shape == (chunks, chunk, chunk)
+def batch_negatives_mask(num_pos: int, chunk: int, chunks: int) -> Tensor:
+    """The reference mask [chunks, chunk, chunk]: positive i of a chunk meets batch negative j
+    that is itself (i == j) or no positive (past ``num_pos``)."""
+    mask = torch.zeros(chunks, chunk, chunk, dtype=torch.bool)
     for c in range(chunks):
         for i in range(chunk):
             for j in range(chunk):
-                assert bool(mask[c, i, j]) == (i == j or c * chunk + j >= num)
-
-
-def test_all_negatives_mask_marks_each_positive() -> None:
-    mask = all_negatives_mask(torch.tensor([2, 0, 2]), 4)
-    assert mask.int().tolist() == [[0, 0, 1, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+                mask[c, i, j] = i == j or c * chunk + j >= num_pos
+    return mask
 
 
 def _tiny(negs: NegativeSampling, all_negs: bool = False,
@@ -475,22 +467,36 @@ def test_max_norm_renormalises_looked_up_rows_in_place() -> None:
     torch.testing.assert_close(table.weights[1:], weights[1:])  # in norm, and not looked up
 
 
-@pytest.mark.parametrize(("num_pos", "chunk"), [(12, 4), (10, 4), (7, 7), (5, 3), (1, 1)])
-def test_masked_batch_dot_matches_masked_fill_of_the_chunked_product(num_pos: int, chunk: int) -> None:
-    """The fused kernel (dot/cos batch negatives) gives masked_fill's scores and gradients:
-    the masked entries (own positive, padding past the batch) score MASKED_SCORE and pass no gradient."""
+@pytest.mark.parametrize("comparator", ["dot", "l2"])
+@pytest.mark.parametrize(("num_pos", "chunk", "real"), [(12, 4, 12), (10, 4, 10), (7, 7, 7), (5, 3, 5), (1, 1, 1),
+                                                        (10, 4, 6), (12, 4, 3)])
+def test_negative_blocks_match_masked_fill_of_the_chunked_products(comparator: str, num_pos: int, chunk: int,
+                                                                   real: int) -> None:
+    """Both sides' batch and uniform blocks, scored stacked, give masked_fill's scores of the
+    chunked products and their gradients: the masked entries (own positive, padding past the batch
+    or past ``real``) score MASKED_SCORE and pass no gradient."""
+    from pbgtrain.model.comparators import make_comparator
+    from pbgtrain.model.negative_blocks import BlockShape, negative_blocks
+    from pbgtrain.model.negatives import NegativeMode
+
+    cmp = make_comparator(comparator)
     gen = torch.Generator().manual_seed(num_pos)
-    q = torch.randn(num_pos, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-    p = torch.randn(num_pos, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-    upstream = torch.randn(num_pos, chunk, generator=gen, dtype=torch.float64)
+    q, p, c = (torch.randn(2, n, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+               for n in (num_pos, num_pos, 3))
+    shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk, num_pos, "shared", real)
+    blocks = negative_blocks(cmp, shape, list(q), list(p), list(c), masked=MASKED_SCORE)
     chunks = -(-num_pos // chunk)
     pad = (0, 0, 0, chunks * chunk - num_pos)
-    reference = torch.bmm(F.pad(q, pad).view(chunks, chunk, 5), F.pad(p, pad).view(chunks, chunk, 5).transpose(1, 2))
-    reference = reference.masked_fill(batch_negatives_mask(num_pos, chunk), MASKED_SCORE).view(-1, chunk)[:num_pos]
-    fused = masked_batch_dot(q, p, chunk, MASKED_SCORE)
-    assert torch.equal(fused, reference)
-    expected = torch.autograd.grad((reference * upstream).sum(), (q, p))
-    found = torch.autograd.grad((fused * upstream).sum(), (q, p))
-    for e, f in zip(expected, found, strict=True):
-        torch.testing.assert_close(f, e)
-    assert torch.autograd.gradcheck(lambda a, b: masked_batch_dot(a, b, chunk, MASKED_SCORE), (q, p))
+    mask = batch_negatives_mask(real, chunk, chunks)
+    expected = []
+    for s in range(2):
+        batch = cmp.all_pairs(F.pad(q[s], pad).view(chunks, chunk, 5), F.pad(p[s], pad).view(chunks, chunk, 5))
+        expected.append((batch.masked_fill(mask, MASKED_SCORE).view(-1, chunk)[:num_pos], cmp.all_pairs(q[s], c[s])))
+    for k in range(2):
+        torch.testing.assert_close(blocks[k], torch.stack([e[k] for e in expected]))
+    upstream = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in blocks]
+    want = torch.autograd.grad(sum((torch.stack([e[k] for e in expected]) * upstream[k]).sum() for k in range(2)),
+                               (q, p, c))
+    got = torch.autograd.grad(sum((b * u).sum() for b, u in zip(blocks, upstream, strict=True)), (q, p, c))
+    for w, g in zip(want, got, strict=True):
+        torch.testing.assert_close(g, w)

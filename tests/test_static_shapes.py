@@ -114,7 +114,8 @@ def test_a_run_with_static_shapes_commits_the_same_embeddings(tmp_path: Path) ->
     arrays, stats = {}, {}
     for static in (False, True):
         config = build_example(tmp_path / str(static), num_edges=2000)
-        fit(load_run_config(config, ["num_epochs=2", "batch_size=120", "num_batch_negs=40"]), FitOptions(seed=3, static_shapes=static))
+        overrides = ["num_epochs=2", "batch_size=120", "num_batch_negs=40"]
+        fit(load_run_config(config, overrides), FitOptions(seed=3, static_shapes=static))
         assert validate_path(config.parent).ok
         arrays[static] = _arrays(config.parent / "checkpoint")
         stats[static] = [line["stats"] for line in CheckpointDir(config.parent / "checkpoint").read_stats()

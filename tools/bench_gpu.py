@@ -17,6 +17,14 @@ Scenarios (``--scenario``, repeatable; default: the three GPU ones where CUDA is
    moved, partitions kept on the GPU.
 4. ``cpu-partitioned``: the step-efficiency case of the CPU path (10M entities, 20M edges, 8
    partitions, the livejournal model), ``--device cpu``; edges/s and peak RSS.
+5. ``freebase``: a graph of Freebase86m's shape (86M entities, 338M edges, 14,824 relations;
+   ComplEx d100, dot, softmax, batch 10,000, ``--freebase-negatives`` same-batch + uniform
+   negatives, one partition: row Adagrad keeps one float of state per row, so the 34 GB table
+   fits an 80 GB card) through the whole pipeline, each stage a fresh process timed with its
+   peak memory: generate the edge list (planted communities, power-law degrees; TSV), ``pbgio
+   import`` (train + 0.1% test), ``pbgtrain fit`` (``--freebase-epochs``), ``pbgtrain eval`` on the
+   test edges (sampled candidates), ``pbgio export`` (npy), ``pbgio index build`` (IVF; skipped
+   without FAISS). ``--scale 0.05 --device cpu`` is the 1/20-size run of a development machine.
 
 Sizes scale with ``--scale`` (entities and edges; 0.01 makes every scenario a smoke run). Each run
 is a fresh child process training from scratch (inputs not validated, ``eval_fraction`` 0). Figures
@@ -26,6 +34,8 @@ are printed, never asserted. Without CUDA the GPU scenarios print "skipped" and 
     .venv/bin/python tools/bench_gpu.py --scenario livejournal --precision tf32 --epochs 2
     .venv/bin/python tools/bench_gpu.py --scenario livejournal --compile     # torch.compile'd passes
     .venv/bin/python tools/bench_gpu.py --scenario cpu-partitioned --edges 2e6   # CPU, shorter
+    .venv/bin/python tools/bench_gpu.py --scenario freebase --scale 0.05 --device cpu --precision fp32 \
+        --freebase-epochs 1 --workdir bench-data/gpu          # the 1/20-size pipeline on a CPU
 """
 
 from __future__ import annotations
@@ -180,7 +190,109 @@ def cpu_partitioned(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"rows": rows, "runs": [{**run.result, "peak_rss_bytes": run.peak_rss_bytes}]}
 
 
-SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned}
+FREEBASE = {"entities": 86_054_151, "edges": 338_586_276, "relations": 14_824}  # Freebase86m (Marius, PBG)
+
+
+def planted_edge_list(path: Path, *, entities: int, edges: int, relations: int, seed: int,
+                      communities: int = 1000, affinity: float = 0.8) -> None:
+    """``edges`` lines ``n{lhs}\tr{rel}\tn{rhs}``: lhs power-law, rhs from the lhs's community
+    (entity id mod ``communities``) with probability ``affinity``, else anywhere."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    tmp = path.with_name(path.name + ".partial")
+    written = 0
+    with tmp.open("wb") as out:
+        while written < edges:
+            n = min(5_000_000, edges - written)
+            lhs = np.minimum((entities * rng.random(n) ** 2).astype(np.int64), entities - 1)
+            same = lhs % communities + communities * rng.integers(0, max(entities // communities, 1), n)
+            rhs = np.where(rng.random(n) < affinity, np.minimum(same, entities - 1), rng.integers(0, entities, n))
+            rel = rng.integers(0, relations, n)
+            pl.DataFrame({"l": lhs, "r": rel, "h": rhs}).select(
+                pl.format("n{}", "l"), pl.format("r{}", "r"), pl.format("n{}", "h")).write_csv(
+                out, separator="\t", include_header=False, quote_style="never")
+            written += n
+    tmp.replace(path)
+
+
+def stage(name: str, module: str, argv: list[str], cwd: Path) -> dict[str, Any]:
+    """Run ``python -m module argv`` in ``cwd``: its wall seconds and peak RSS (exit on failure)."""
+    from _benchutil import run_python_module
+
+    run = run_python_module(module, argv, cwd=cwd)
+    if run.returncode != 0:
+        sys.exit(f"freebase: {name} failed: {run.failure()}")
+    return {"stage": name, "seconds": run.wall_seconds, "peak_rss_bytes": run.peak_rss_bytes, "stdout": run.stdout}
+
+
+def freebase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import time
+
+    entities = int(FREEBASE["entities"] * args.scale)
+    edges = int(FREEBASE["edges"] * args.scale)
+    relations = max(1, int(FREEBASE["relations"] * args.scale))
+    root = work / "freebase"
+    root.mkdir(parents=True, exist_ok=True)
+    shape = {"entities": entities, "edges": edges, "relations": relations, "seed": args.seed}
+    marker = root / "shape.json"
+    stages: list[dict[str, Any]] = []
+    if not (marker.is_file() and json.loads(marker.read_text()) == shape):
+        started = time.perf_counter()
+        planted_edge_list(root / "train.tsv", entities=entities, edges=edges, relations=relations, seed=args.seed)
+        planted_edge_list(root / "test.tsv", entities=entities, edges=max(edges // 1000, 1000), relations=relations,
+                          seed=args.seed + 1)
+        marker.write_text(json.dumps(shape), encoding="utf-8")
+        stages.append({"stage": "generate (TSV)", "seconds": time.perf_counter() - started, "peak_rss_bytes": None})
+    negs = args.freebase_negatives
+    config = {
+        "entities": {"entity": {"num_partitions": 1}},
+        "relations": [{"name": "rel", "lhs": "entity", "rhs": "entity", "operator": "complex_diagonal"}],
+        "dynamic_relations": True, "dimension": 100, "comparator": "dot", "loss_fn": "softmax", "lr": 0.1,
+        "global_emb": False, "regularization_coef": 0.0, "batch_size": 10_000, "num_batch_negs": negs,
+        "num_uniform_negs": negs, "eval_fraction": 0.0, "num_epochs": args.freebase_epochs, "verbose": 0,
+        "entity_path": "data", "edge_paths": ["data/train", "data/test"], "checkpoint_path": "model"}
+    (root / "config.json").write_text(json.dumps(config, indent=4), encoding="utf-8")
+    for leftover in ("data", "model", "export"):
+        shutil.rmtree(root / leftover, ignore_errors=True)
+    cli = ["--no-progress"]
+    stages.append(stage("import", "pbgio", ["import", "config.json", "train.tsv", "test.tsv", *cli], root))
+    stages.append(stage("fit", "pbgtrain", ["fit", "config.json", "-p", "edge_paths=data/train", "--device",
+                                            args.device, "--precision", args.precision[0], "--no-validate",
+                                            *cli], root))
+    stages.append(stage("eval", "pbgtrain", ["eval", "config.json", "--edges", "data/test", "--device", args.device,
+                                             "--json", *cli], root))
+    stages.append(stage("export", "pbgio", ["export", "config.json", "-o", "export", "--format", "npy", *cli], root))
+    try:
+        import faiss  # noqa: F401
+
+        stages.append(stage("index", "pbgio", ["index", "build", "config.json", "-t", "entity", *cli], root))
+    except ImportError:
+        stages.append({"stage": "index", "seconds": None, "peak_rss_bytes": None, "skipped": "FAISS is not installed"})
+    stats = [json.loads(line) for line in (root / "model" / "training_stats.json").read_text().splitlines()]
+    trained = [line for line in stats if "stats" in line and "pbgtrain" in line]
+    train_seconds = sum(line["pbgtrain"]["trained_until"] - line["pbgtrain"]["trained_from"] for line in trained)
+    train_edges = sum(line["stats"]["count"] for line in trained)
+    rows = [[s["stage"], "-" if s["seconds"] is None else f"{s['seconds']:.1f}",
+             "-" if s["peak_rss_bytes"] is None else f"{s['peak_rss_bytes'] / GIB:.2f}", s.get("skipped", "")]
+            for s in stages]
+    print(f"{entities:,} entities, {edges:,} training edges, {relations:,} relations; ComplEx d100, "
+          f"{negs} + {negs} negatives, {args.freebase_epochs} epoch(s) on {args.device} ({args.precision[0]}): "
+          f"{train_edges / max(train_seconds, 1e-9):,.0f} edges/s of training")
+    print(format_table(["stage", "seconds", "peak RSS GiB", ""], rows))
+    evaluated = next(s for s in stages if s["stage"] == "eval").pop("stdout")
+    report = json.loads(evaluated[evaluated.index("{"):evaluated.rindex("}") + 1])
+    m = report["metrics"]
+    print(f"test ({report['count']:,} edges, {report['protocol']}): MRR {m['mrr']:.4f}, Hits@10 {m['r10']:.4f}")
+    for s in stages:
+        s.pop("stdout", None)
+    return {"shape": shape, "stages": stages, "train_edges_per_s": train_edges / max(train_seconds, 1e-9),
+            "test": report}
+
+
+SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned,
+             "freebase": freebase}
 GPU_SCENARIOS = ("livejournal", "fb15k", "oversize")
 
 
@@ -198,6 +310,8 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies entities and edges")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the card's peak (default: H100/H200's)")
     parser.add_argument("--compile", action="store_true", help="train with --compile (torch.compile'd passes)")
+    parser.add_argument("--freebase-epochs", type=int, default=10)
+    parser.add_argument("--freebase-negatives", type=int, default=500, help="same-batch and uniform, each")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=None, help="keep (and reuse) the graphs here")
     parser.add_argument("--json", type=Path, default=None)

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--comparator", default="dot")
     p.add_argument("--loss", default="softmax")
     p.add_argument("--reg", type=float, default=1e-3)
+    p.add_argument("--all-negs", action="store_true", help="score every entity (1-vs-all) instead of sampling")
     p.add_argument("--per-chunk-uniform", action="store_true", help="uniform negatives per chunk (original)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps")
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     negs = NegativeSampling(args.batch_negs, args.uniform_negs, share_uniform_negs=not args.per_chunk_uniform)
     spec = ModelSpec(
         entity_dimensions={"entity": args.dimension},
-        relations=(RelationSpec("all", "entity", "entity", operator=args.operator),),
+        relations=(RelationSpec("all", "entity", "entity", operator=args.operator, all_negs=args.all_negs),),
         num_dynamic_rels=args.relations or None, comparator=args.comparator, loss_fn=args.loss,
         regularization_coef=args.reg, global_emb=False, lr=0.1, relation_lr=0.1,
         train_negatives=negs, eval_negatives=negs)

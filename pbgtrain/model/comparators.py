@@ -36,6 +36,8 @@ class Comparator:
     #: ``all_pairs`` is a plain matrix product of the prepared embeddings (scoring may then use
     #: the fused kernels of :mod:`pbgtrain.model.kernels`)
     all_pairs_is_dot = True
+    #: ``all_pairs_grad`` reads the scores (a distance's derivative depends on the distance)
+    grad_reads_scores = False
 
     def prepare(self, x: Tensor) -> Tensor:
         return x
@@ -44,14 +46,29 @@ class Comparator:
         """Scores of row i of ``a`` with row i of ``b``: [..., D] × [..., D] → [...]."""
         return (a * b).sum(-1)
 
+    def pair_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        """The gradients of ``a`` and ``b`` from ``grad``, the gradient of ``scores = pair(a, b)``."""
+        g = grad.unsqueeze(-1)
+        return b * g, a * g
+
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         """Scores of every row of ``a`` with every row of ``b``: [..., M, D] × [..., N, D] → [..., M, N]."""
-        return torch.matmul(a, b.transpose(-1, -2))
+        return _product(a, b.transpose(-1, -2))
 
     def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
         """The gradients of ``a`` and ``b`` (same leading axes as ``scores``) from ``grad``, the
         gradient of ``scores = all_pairs(a, b)``."""
-        return torch.matmul(grad, b), torch.matmul(grad.transpose(-1, -2), a)
+        return _product(grad, b), _product(grad.transpose(-1, -2), a)
+
+
+def _product(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b``: ``mm``/``bmm`` straight away where the shapes allow (``matmul`` dispatches
+    reshapes and expansions around them), else ``matmul``."""
+    if a.dim() == b.dim() == 2:
+        return torch.mm(a, b)
+    if a.dim() == b.dim() == 3 and a.shape[0] == b.shape[0]:
+        return torch.bmm(a, b)
+    return torch.matmul(a, b)
 
 
 class DotComparator(Comparator):
@@ -88,9 +105,15 @@ class L2Comparator(Comparator):
 
     name = "l2"
     all_pairs_is_dot = False
+    grad_reads_scores = True
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return -(a - b).square().sum(-1).clamp_min(L2_CLAMP).sqrt()
+
+    def pair_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        per_pair = torch.where(scores >= -math.sqrt(L2_CLAMP), 0.0, grad / scores).unsqueeze(-1)
+        da = (a - b).mul_(per_pair)
+        return da, -da
 
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         return -_squared_distances(a, b).clamp_min(L2_CLAMP).sqrt()
@@ -109,6 +132,10 @@ class SquaredL2Comparator(Comparator):
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return -(a - b).square().sum(-1)
+
+    def pair_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        da = (a - b).mul_(grad.unsqueeze(-1) * -2)
+        return da, -da
 
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         return -_squared_distances(a, b)
@@ -132,12 +159,20 @@ class BiasedComparator(Comparator):
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return self.base.pair(a[..., 1:], b[..., 1:]) + a[..., 0] + b[..., 0]
 
+    def pair_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
+        base_scores = self.base.pair(a[..., 1:], b[..., 1:]) if self.base.grad_reads_scores else scores
+        da_rest, db_rest = self.base.pair_grad(a[..., 1:], b[..., 1:], base_scores, grad)
+        g = grad.unsqueeze(-1)
+        return torch.cat((g, da_rest), dim=-1), torch.cat((g, db_rest), dim=-1)
+
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         scores = self.base.all_pairs(a[..., 1:], b[..., 1:])
         return scores + a[..., 0].unsqueeze(-1) + b[..., 0].unsqueeze(-2)
 
     def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
-        base_scores = scores - a[..., 0].unsqueeze(-1) - b[..., 0].unsqueeze(-2)
+        # the base's own scores, computed again as in all_pairs: taking the biases back off the sums
+        # would round, and a distance near 0 has a derivative that magnifies it
+        base_scores = self.base.all_pairs(a[..., 1:], b[..., 1:]) if self.base.grad_reads_scores else scores
         da_rest, db_rest = self.base.all_pairs_grad(a[..., 1:], b[..., 1:], base_scores, grad)
         return (torch.cat((grad.sum(-1).unsqueeze(-1), da_rest), dim=-1),
                 torch.cat((grad.sum(-2).unsqueeze(-1), db_rest), dim=-1))

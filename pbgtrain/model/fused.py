@@ -47,20 +47,25 @@ def softmax_forward(pos: Tensor, blocks: list[Tensor]) -> tuple[Tensor, Tensor, 
     return (top - pos) + total.log(), total, exps
 
 
-def softmax_backward(gap: Tensor, total: Tensor, exps: list[Tensor], grad: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """The gradients of softplus(gap) for pos and each block (the exps scaled in place)."""
-    sig = torch.sigmoid(gap) * grad
+def softmax_backward(gap: Tensor, total: Tensor, exps: list[Tensor],
+                     grad: Tensor | None) -> tuple[Tensor, list[Tensor]]:
+    """The gradients of softplus(gap) (times ``grad``, None for 1) for pos and each block (the
+    exps scaled in place)."""
+    sig = torch.sigmoid(gap) if grad is None else torch.sigmoid(gap).mul_(grad)
     coef = (sig / total).unsqueeze(-1)
-    return -sig, [e.mul_(coef) for e in exps]
+    return sig.neg_(), [e.mul_(coef) for e in exps]
 
 
 def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
     """How many negative scores exceed their positive, per leading row: pos [S, B], blocks [S, B, K]
     → [S] (left on the device)."""
     threshold = pos.unsqueeze(-1)
-    counts = pos.new_zeros(pos.shape[:-1], dtype=torch.long)
-    for b in blocks:
-        counts += torch.count_nonzero(b > threshold, dim=(-2, -1))
+    dims = (-2, -1)
+    if not blocks:
+        return pos.new_zeros(pos.shape[:-1], dtype=torch.long)
+    counts = torch.count_nonzero(blocks[0] > threshold, dim=dims)
+    for b in blocks[1:]:
+        counts += torch.count_nonzero(b > threshold, dim=dims)
     return counts
 
 

@@ -14,8 +14,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pbgtrain.model.precision import autocast_state, full_precision
-
 
 class _ComplexMultiply(torch.autograd.Function):
     @staticmethod
@@ -79,63 +77,4 @@ def modulus_cube_sum(real: Tensor, imag: Tensor, per_row: bool = False) -> Tenso
     """Σ |real + i·imag|³, over everything or (``per_row``) over the last axis; the gradient
     ``3|z|·(re, im)`` is defined at 0."""
     out: Tensor = _ModulusCubeSum.apply(real, imag, per_row)  # type: ignore[no-untyped-call]
-    return out
-
-
-class _MaskedBatchDot(torch.autograd.Function):
-    """Same-chunk dot scores [C, S, S] of ``query`` and ``positives`` (padded to C·S rows with
-    zeros), each positive's own score and the padding columns set to ``masked``, returned as
-    [B, S]. The forward writes the mask into the matmul's output in place; the backward never
-    touches the [B, S] gradient: the masked entries' share of the two matmul gradients
-    (the diagonal) is subtracted afterwards, O(B·D), and padding rows/columns are zeros."""
-
-    @staticmethod
-    def forward(ctx: Any, query: Tensor, positives: Tensor, chunk: int, masked: float) -> Tensor:
-        num_pos, dim = query.shape
-        num_chunks = -(-num_pos // chunk)
-        padded = num_chunks * chunk
-        q = pad_rows(query, padded).view(num_chunks, chunk, dim)
-        p = pad_rows(positives, padded).view(num_chunks, chunk, dim)
-        scores = full_precision(torch.bmm(q, p.transpose(1, 2)))  # masked in float32 (exact MASKED_SCORE)
-        scores.diagonal(dim1=1, dim2=2).fill_(masked)
-        if padded > num_pos:
-            scores[-1, :, chunk - (padded - num_pos):] = masked
-        ctx.save_for_backward(q, p)
-        ctx.num_pos = num_pos
-        ctx.autocast = autocast_state(query)
-        return scores.view(padded, chunk)[:num_pos]
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        q, p = ctx.saved_tensors
-        num_chunks, chunk, dim = q.shape
-        num_pos = ctx.num_pos
-        g = pad_rows(grad, num_chunks * chunk).view(num_chunks, chunk, chunk)
-        own = g.diagonal(dim1=1, dim2=2).unsqueeze(-1)  # [C, S, 1]: the masked entries' gradient
-        dq = dp = None
-        with torch.autocast(g.device.type, dtype=ctx.autocast or torch.bfloat16, enabled=ctx.autocast is not None):
-            if ctx.needs_input_grad[0]:
-                dq = full_precision(torch.bmm(g, p)).sub_(own * p).view(-1, dim)[:num_pos]
-            if ctx.needs_input_grad[1]:
-                dp = full_precision(torch.bmm(g.transpose(1, 2), q)).sub_(own * q).view(-1, dim)[:num_pos]
-        return dq, dp, None, None
-
-
-def pad_rows(x: Tensor, rows: int) -> Tensor:
-    """``x`` [N, D] with zero rows appended up to ``rows``."""
-    return x if x.shape[0] == rows else torch.nn.functional.pad(x, (0, 0, 0, rows - x.shape[0]))
-
-
-def masked_batch_dot(query: Tensor, positives: Tensor, chunk: int, masked: float) -> Tensor:
-    """Dot scores of each positive against the other positives of its chunk of ``chunk`` rows:
-    [B, D] × [B, D] → [B, chunk], with a positive's own score and the columns past the end of
-    the batch set to ``masked`` (the gradient there is zero, as after ``masked_fill``).
-
-    >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    >>> masked_batch_dot(q, q, chunk=2, masked=-9.0).tolist()
-    [[-9.0, 0.0], [0.0, -9.0], [-9.0, -9.0]]
-    """
-    if query.shape != positives.shape or query.dim() != 2:
-        raise ValueError(f"expected two [B, D] tensors, found {tuple(query.shape)} and {tuple(positives.shape)}")
-    out: Tensor = _MaskedBatchDot.apply(query, positives, chunk, masked)  # type: ignore[no-untyped-call]
     return out

@@ -60,6 +60,19 @@ class LossFunction:
     def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
         raise NotImplementedError
 
+    def value_and_grad(self, pos: Tensor, blocks: tuple[Tensor, ...],
+                       weight: Tensor | None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+        """The loss (detached) and its gradients in ``pos`` and each block (None for an empty
+        block), at once: what a training step needs when the scores are not recorded for
+        autograd. This default differentiates :meth:`loss`; a loss may do it by hand."""
+        with torch.enable_grad():
+            pos_leaf = pos.detach().requires_grad_(True)
+            leaves = [b.detach().requires_grad_(True) for b in blocks]
+            value = self(pos_leaf, leaves, weight)
+            grads = torch.autograd.grad(value, [pos_leaf, *leaves], allow_unused=True, materialize_grads=True)
+        return value.detach(), grads[0], [g.contiguous() if b.shape[-1] else None
+                                          for g, b in zip(grads[1:], blocks, strict=True)]
+
 
 class RankingLoss(LossFunction):
     name = "ranking"
@@ -115,6 +128,18 @@ class SoftmaxLoss(LossFunction):
             return _zero(pos)
         per_edge: Tensor = _SoftmaxPerEdge.apply(pos, *blocks)  # type: ignore[no-untyped-call]
         return _weighted_sum(per_edge, weight)
+
+    def value_and_grad(self, pos: Tensor, blocks: tuple[Tensor, ...],
+                       weight: Tensor | None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+        live = [b for b in blocks if b.shape[-1] > 0]
+        if not live or pos.numel() == 0:
+            return pos.new_zeros(()), torch.zeros_like(pos), [None for _ in blocks]
+        kernels = fused.kernels()
+        gap, total, exps = kernels.softmax_forward(pos, live)
+        value = _weighted_sum(F.softplus(gap), weight)
+        d_pos, d_live = kernels.softmax_backward(gap, total, exps, weight)
+        found = iter(d_live)
+        return value, d_pos, [next(found) if b.shape[-1] > 0 else None for b in blocks]
 
 
 def make_loss(name: str, margin: float = 0.1) -> LossFunction:

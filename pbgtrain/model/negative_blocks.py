@@ -29,6 +29,7 @@ constant.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,8 +37,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from pbgtrain.model import fused
 from pbgtrain.model.comparators import Comparator
-from pbgtrain.model.negatives import NegativeMode
+from pbgtrain.model.losses import LossFunction
+from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
 from pbgtrain.model.precision import autocast_state, full_precision
 
 UniformLayout = Literal["none", "shared", "per_chunk", "all"]
@@ -76,7 +79,8 @@ class BlockShape:
             chunked[:, first + 1:] = value
 
 
-def _stack(parts: Sequence[Tensor]) -> Tensor:
+def stack_sides(parts: Sequence[Tensor]) -> Tensor:
+    """The sides' tensors on a new leading axis (a view for a single side)."""
     return parts[0].unsqueeze(0) if len(parts) == 1 else torch.stack(tuple(parts))
 
 
@@ -87,99 +91,186 @@ def _pad(x: Tensor, rows: int) -> Tensor:
     return torch.cat((x, x.new_zeros(x.shape[0], rows - x.shape[1], *x.shape[2:])), dim=1)
 
 
+@dataclass
+class _Scored:
+    """The blocks of one forward and what their adjoint needs: per block, the two operands and
+    the scores (as the comparator gave them, masks applied)."""
+
+    q: Tensor  # [S, B, D]
+    blocks: list[Tensor]  # [S, B, K_i]
+    operands: list[tuple[Tensor, Tensor, Tensor]]  # (queries, keys, scores) per block, chunked or not
+    kinds: list[str]  # "batch" or the uniform layout, per block
+
+
+def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None, q: Tensor, p: Tensor,
+           candidates: Sequence[Tensor]) -> _Scored:
+    """The blocks of queries ``q`` [S, B, D] (positives ``p``, the batch negatives)."""
+    sides, num_pos, dim = q.shape
+    chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
+    out = _Scored(q, [], [], [])
+    qc: Tensor | None = None
+    if shape.mode is NegativeMode.BATCH_UNIFORM:
+        qc = _pad(q, padded).view(sides * chunks, chunk, dim)
+        pc = _pad(p, padded).view(sides * chunks, chunk, dim)
+        scores = full_precision(cmp.all_pairs(qc, pc))
+        scores.diagonal(dim1=1, dim2=2).fill_(masked)
+        shape.mask_columns(scores, masked)
+        out.operands.append((qc, pc, scores))
+        out.blocks.append(scores.view(sides, padded, chunk)[:, :num_pos])
+        out.kinds.append("batch")
+    if candidates and shape.uniform == "per_chunk":
+        qc = _pad(q, padded).view(sides * chunks, chunk, dim) if qc is None else qc
+        c = stack_sides(candidates).view(sides * chunks, -1, dim)
+        scores = full_precision(cmp.all_pairs(qc, c))
+        out.operands.append((qc, c, scores))
+        out.blocks.append(scores.view(sides, padded, -1)[:, :num_pos])
+        out.kinds.append("per_chunk")
+    elif candidates:
+        if len(candidates) == 1:  # one set of candidates for every side: one product for all queries
+            c = candidates[0]
+            scores = full_precision(cmp.all_pairs(q.view(sides * num_pos, dim), c)).view(sides, num_pos, -1)
+        else:
+            c = stack_sides(candidates)
+            scores = full_precision(cmp.all_pairs(q, c))
+        if own is not None:
+            scores.scatter_(2, own.unsqueeze(2), masked)
+        out.operands.append((q, c, scores))
+        out.blocks.append(scores)
+        out.kinds.append(shape.uniform)
+    return out
+
+
+def _adjoint(cmp: Comparator, shape: BlockShape, own: Tensor | None, scored: _Scored, grads: Sequence[Tensor | None],
+             *, owned: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """``(d queries [S, B, D], d positives [S, B, D] or None, d candidates or None)`` from the
+    blocks' gradients; ``owned``: the gradients may be overwritten (the masked entries zeroed)."""
+    q = scored.q
+    sides, num_pos, dim = q.shape
+    chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
+    dq: Tensor | None = None
+    dp = dc = None
+    for kind, (a, b, scores), g in zip(scored.kinds, scored.operands, grads, strict=True):
+        if g is None:
+            continue
+        if kind in ("batch", "per_chunk"):
+            if padded == num_pos and owned and g.is_contiguous():
+                full = g
+            else:
+                full = g.new_zeros(sides, padded, g.shape[2])
+                full[:, :num_pos] = g
+            full = full.view(sides * chunks, chunk, -1)
+            if kind == "batch":  # the masked scores are constants
+                full.diagonal(dim1=1, dim2=2).zero_()
+                shape.mask_columns(full, 0.0)
+            da, db = cmp.all_pairs_grad(a, b, scores, full)
+            da = full_precision(da).view(sides, padded, dim)[:, :num_pos]
+            if kind == "batch":
+                dp = full_precision(db).view(sides, padded, dim)[:, :num_pos]
+            else:
+                dc = full_precision(db).view(sides, -1, dim)
+        else:
+            if own is not None:
+                g = g.scatter_(2, own.unsqueeze(2), 0.0) if owned else g.scatter(2, own.unsqueeze(2), 0.0)
+            if b.dim() == 2:  # shared by the sides
+                da, dc = cmp.all_pairs_grad(a.view(sides * num_pos, dim), b, scores.view(sides * num_pos, -1),
+                                            g.reshape(sides * num_pos, -1))
+                da = full_precision(da).view(sides, num_pos, dim)
+                dc = full_precision(dc).unsqueeze(0)
+            else:
+                da, dc = cmp.all_pairs_grad(a, b, scores, g)
+                da, dc = full_precision(da), full_precision(dc)
+        dq = da if dq is None else dq + da
+    return (torch.zeros_like(q) if dq is None else dq), dp, dc
+
+
+def _autocast(tensor: Tensor, state: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    if state is None:
+        return contextlib.nullcontext()
+    return torch.autocast(tensor.device.type, dtype=state)
+
+
+def _split(grads: tuple[Tensor, Tensor | None, Tensor | None], num_sides: int,
+           num_candidates: int) -> list[Tensor | None]:
+    dq, dp, dc = grads
+    out: list[Tensor | None] = list(dq.unbind(0))
+    out += list(dp.unbind(0)) if dp is not None else [None] * num_sides
+    if num_candidates:
+        out += list(dc.unbind(0)) if dc is not None else [None] * num_candidates
+    return out
+
+
+def _unpack(num_sides: int, num_candidates: int,
+            tensors: Sequence[Tensor]) -> tuple[Tensor, Tensor, Sequence[Tensor]]:
+    """The stacked queries and positives [S, B, D] and the candidates of ``*tensors``."""
+    candidates = tensors[2 * num_sides:] if num_candidates else ()
+    return stack_sides(tensors[:num_sides]), stack_sides(tensors[num_sides:2 * num_sides]), candidates
+
+
 class _NegativeBlocks(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None, num_sides: int,
                 num_candidates: int, *tensors: Tensor) -> tuple[Tensor, ...]:
-        queries = tensors[:num_sides]
-        positives = tensors[num_sides:2 * num_sides] if shape.mode is NegativeMode.BATCH_UNIFORM else ()
-        candidates = tensors[len(tensors) - num_candidates:]
-        q = _stack(queries)
-        sides, num_pos, dim = q.shape
-        chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
-        ctx.cmp, ctx.shape, ctx.num_sides, ctx.autocast = cmp, shape, num_sides, autocast_state(q)
-        ctx.has_positives, ctx.num_candidates = bool(positives), num_candidates
-        saved: list[Tensor] = [q]
-        blocks: list[Tensor] = []
-        if positives:
-            qc = _pad(q, padded).view(sides * chunks, chunk, dim)
-            pc = _pad(_stack(positives), padded).view(sides * chunks, chunk, dim)
-            scores = full_precision(cmp.all_pairs(qc, pc))
-            scores.diagonal(dim1=1, dim2=2).fill_(masked)
-            shape.mask_columns(scores, masked)
-            saved += [qc, pc, scores]
-            blocks.append(scores.view(sides, padded, chunk)[:, :num_pos])
-        if candidates:
-            if shape.uniform == "per_chunk":
-                qc = _pad(q, padded).view(sides * chunks, chunk, dim)
-                c = _stack(candidates).view(sides * chunks, -1, dim)
-                scores = full_precision(cmp.all_pairs(qc, c))
-                saved += [qc, c, scores]
-                blocks.append(scores.view(sides, padded, -1)[:, :num_pos])
-            else:
-                c = candidates[0].unsqueeze(0) if num_candidates == 1 else _stack(candidates)
-                scores = full_precision(cmp.all_pairs(q, c))
-                if own is not None:
-                    scores.scatter_(2, own.unsqueeze(2), masked)
-                saved += [q, c, scores]
-                blocks.append(scores)
-        ctx.own = own
-        ctx.save_for_backward(*saved)
-        return tuple(blocks)
+        q, p, candidates = _unpack(num_sides, num_candidates, tensors)
+        scored = _score(cmp, shape, masked, own, q, p, candidates)
+        ctx.args = (cmp, shape, own, num_sides, num_candidates, autocast_state(scored.q))
+        ctx.scored = scored
+        return tuple(scored.blocks)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
-        shape: BlockShape = ctx.shape
-        cmp: Comparator = ctx.cmp
-        saved = ctx.saved_tensors
-        q = saved[0]
-        sides, num_pos, dim = q.shape
-        chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
-        dq = torch.zeros_like(q)
-        dp: Tensor | None = None
-        dc: Tensor | None = None
-        k, rest = 0, list(saved[1:])
-        device_type = q.device.type
-        with torch.autocast(device_type, dtype=ctx.autocast or torch.bfloat16, enabled=ctx.autocast is not None):
-            if ctx.has_positives:
-                qc, pc, scores = rest[0:3]
-                rest = rest[3:]
-                g = grads[k]
-                k += 1
-                if g is not None:
-                    full = g.new_zeros(sides, padded, chunk)
-                    full[:, :num_pos] = g
-                    full = full.view(sides * chunks, chunk, chunk)
-                    full.diagonal(dim1=1, dim2=2).zero_()  # the masked scores are constants
-                    shape.mask_columns(full, 0.0)
-                    dqc, dpc = cmp.all_pairs_grad(qc, pc, scores, full)
-                    dq += full_precision(dqc).view(sides, padded, dim)[:, :num_pos]
-                    dp = full_precision(dpc).view(sides, padded, dim)[:, :num_pos]
-            if ctx.num_candidates:
-                qx, c, scores = rest[0:3]
-                g = grads[k]
-                if g is not None:
-                    if shape.uniform == "per_chunk":
-                        full = g.new_zeros(sides, padded, g.shape[2])
-                        full[:, :num_pos] = g
-                        dqc, dcc = cmp.all_pairs_grad(qx, c, scores, full.view(sides * chunks, chunk, -1))
-                        dq += full_precision(dqc).view(sides, padded, dim)[:, :num_pos]
-                        dc = full_precision(dcc).view(sides, -1, dim)
-                    else:
-                        if ctx.own is not None:
-                            g = g.scatter(2, ctx.own.unsqueeze(2), 0.0)
-                        dqx, dcx = cmp.all_pairs_grad(qx, c, scores, g)
-                        dq += full_precision(dqx)
-                        dc = full_precision(dcx)
-                        if ctx.num_candidates == 1 and sides > 1:
-                            dc = dc.sum(0, keepdim=True)
-        num_sides = ctx.num_sides
-        out: list[Tensor | None] = [None] * 6 + list(dq.unbind(0)) if num_sides > 1 else [None] * 6 + [dq[0]]
-        if ctx.has_positives:
-            out += list(dp.unbind(0)) if dp is not None else [None] * num_sides
-        if ctx.num_candidates:
-            out += list(dc.unbind(0)) if dc is not None else [None] * ctx.num_candidates
-        return tuple(out)
+        cmp, shape, own, num_sides, num_candidates, autocast = ctx.args
+        scored: _Scored = ctx.scored
+        del ctx.scored  # consumed: a second backward through this node fails loudly
+        with _autocast(scored.q, autocast):
+            grads_in = _adjoint(cmp, shape, own, scored, grads, owned=False)
+        return (None,) * 6 + tuple(_split(grads_in, num_sides, num_candidates))
+
+
+class _TrainingHead(torch.autograd.Function):
+    """The loss of the sides scored together, its gradient computed in the forward: the positive
+    scores and the blocks, the loss and its gradient in the scores, the adjoints; the backward
+    only scales the saved gradients. Also returns the violators per side (not differentiable)."""
+
+    @staticmethod
+    def forward(ctx: Any, cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, own: Tensor | None,
+                weight: Tensor | None, num_sides: int, num_candidates: int, *tensors: Tensor) -> tuple[Tensor, Tensor]:
+        q, p, candidates = _unpack(num_sides, num_candidates, tensors)
+        pos = cmp.pair(q, p)
+        scored = _score(cmp, shape, MASKED_SCORE, own, q, p, candidates)
+        value, d_pos, d_blocks = loss_fn.value_and_grad(pos, tuple(scored.blocks), weight)
+        real = shape.num_pos if shape.num_real is None else shape.num_real
+        if real == shape.num_pos:
+            violators = fused.kernels().violators(pos, scored.blocks)
+        else:  # padding rows violate nothing
+            violators = fused.kernels().violators(pos[:, :real], [b[:, :real] for b in scored.blocks])
+        with _autocast(q, autocast_state(q)):
+            dq, dp, dc = _adjoint(cmp, shape, own, scored, d_blocks, owned=True)
+        dq_pos, dp_pos = cmp.pair_grad(q, p, pos, d_pos)
+        ctx.saved = (dq.add_(dq_pos) if dq.is_contiguous() else dq + dq_pos,
+                     dp_pos if dp is None else dp_pos.add_(dp), dc, num_sides, num_candidates)
+        ctx.mark_non_differentiable(violators)
+        ctx.set_materialize_grads(False)
+        return value, violators
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _violators: Tensor | None) -> tuple[Tensor | None, ...]:
+        dq, dp, dc, num_sides, num_candidates = ctx.saved
+        del ctx.saved  # consumed: a second backward through this node fails loudly
+        scaled = (dq.mul_(grad), dp.mul_(grad), None if dc is None else dc.mul_(grad))
+        return (None,) * 7 + tuple(_split(scaled, num_sides, num_candidates))
+
+
+def training_head(cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, queries: Sequence[Tensor],
+                  positives: Sequence[Tensor], candidates: Sequence[Tensor], *, weight: Tensor | None = None,
+                  own: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``(loss, violators per side)`` of S sides scored together, laid out as for
+    :func:`negative_blocks`; each side's positive score is ``pair(query, positive)``. The loss is
+    summed over the sides and differentiable in every input; its gradient is computed here, at once."""
+    if shape.uniform == "none":
+        candidates = ()
+    out: tuple[Tensor, Tensor] = _TrainingHead.apply(  # type: ignore[no-untyped-call]
+        cmp, shape, loss_fn, own, weight, len(queries), len(candidates), *queries, *positives, *candidates)
+    return out
 
 
 def negative_blocks(cmp: Comparator, shape: BlockShape, queries: Sequence[Tensor], positives: Sequence[Tensor],
@@ -187,7 +278,7 @@ def negative_blocks(cmp: Comparator, shape: BlockShape, queries: Sequence[Tensor
     """The negative score blocks [S, B, K_i] of S sides (1 or 2) scored together.
 
     ``queries`` [B, D] per side: the other side of each edge, prepared; ``positives`` [B, D] per
-    side (batch negatives; empty unless the mode takes them); ``candidates``: per side (or one
+    side (its batch negatives, when the mode takes them); ``candidates``: per side (or one
     for both sides when the same tensor serves both, ``all`` only), laid out as ``shape.uniform``
     says; ``own`` [S, B]: each positive's own entity (``all`` only).
     """

@@ -10,8 +10,6 @@ partition, its positive masked.
 >>> plan = plan_negatives(RelationSpec("r", "a", "a"), NegativeSampling(2, 3), num_pos=5)
 >>> plan.lhs, plan.chunk_size, plan.num_chunks
 (<NegativeMode.BATCH_UNIFORM: 'batch_uniform'>, 2, 3)
->>> batch_negatives_mask(num_pos=3, chunk_size=2).int().tolist()
-[[[1, 0], [0, 1]], [[1, 1], [0, 1]]]
 """
 
 from __future__ import annotations
@@ -82,20 +80,3 @@ def sample_uniform(num_entities: int, count: int, *, device: torch.device,
     if num_entities <= 0:
         return torch.zeros(0, dtype=torch.long, device=device)
     return torch.randint(num_entities, (count,), generator=generator, device=device)
-
-
-def batch_negatives_mask(num_pos: int, chunk_size: int, device: torch.device | None = None) -> Tensor:
-    """Bool [num_chunks, chunk_size, chunk_size]: True where positive i of a chunk meets batch
-    negative j that is itself (i == j) or padding (past the end of the batch)."""
-    num_chunks = -(-num_pos // chunk_size)
-    idx = torch.arange(chunk_size, device=device)
-    self_pairs = (idx.unsqueeze(1) == idx.unsqueeze(0)).unsqueeze(0)
-    col = torch.arange(num_chunks, device=device).view(-1, 1, 1) * chunk_size + idx.view(1, 1, -1)
-    return self_pairs | (col >= num_pos)
-
-
-def all_negatives_mask(pos_ids: Tensor, num_entities: int) -> Tensor:
-    """Bool [B, N]: True at each positive's own entity (its row offset ``pos_ids[b]``)."""
-    mask = torch.zeros(pos_ids.shape[0], num_entities, dtype=torch.bool, device=pos_ids.device)
-    mask[torch.arange(pos_ids.shape[0], device=pos_ids.device), pos_ids] = True
-    return mask

@@ -27,7 +27,7 @@ from pbgtrain.model.comparators import Comparator, CosComparator, DotComparator
 from pbgtrain.model.inputs import EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
-from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks
+from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks, stack_sides, training_head
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives, sample_uniform
 from pbgtrain.model.precision import full_precision
 from pbgtrain.model.tables import EntityTable
@@ -102,9 +102,9 @@ class ForwardResult:
 
 @dataclass
 class _SideView:
-    """What scoring one side's candidates needs."""
+    """What scoring one side's candidates needs; the positive score is ``pair(query, positives)``
+    (every comparator is symmetric)."""
 
-    pos: Tensor  # [B] scores of the positives, as paired with this side's negatives
     query: Tensor  # [B, D] the other side, prepared (operator included)
     positives: Tensor  # [B, D] this side's positives, prepared (the batch negatives)
     adjust: Callable[[Tensor], Tensor]  # raw embeddings of this side's candidates → prepared
@@ -118,8 +118,7 @@ def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_typ
         u, v = cmp.prepare(u_raw), cmp.prepare(v_raw)
         hv = cmp.prepare(full_precision(h_op(v_raw, rel)))
         gu = cmp.prepare(full_precision(g_op(u_raw, rel)))
-        return (_SideView(cmp.pair(u, hv), hv, u, cmp.prepare),
-                _SideView(cmp.pair(gu, v), gu, v, cmp.prepare))
+        return _SideView(hv, u, cmp.prepare), _SideView(gu, v, cmp.prepare)
     op = model.static_operator(rel)
     g_lhs, g_rhs = model.global_emb(lhs_type), model.global_emb(rhs_type)
 
@@ -130,8 +129,7 @@ def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_typ
         return cmp.prepare(full_precision(op(x if g_rhs is None else x + g_rhs)))
 
     u, v = adjust_lhs(u_raw), adjust_rhs(v_raw)
-    pos = cmp.pair(u, v)
-    return _SideView(pos, v, u, adjust_lhs), _SideView(pos, u, v, adjust_rhs)
+    return _SideView(v, u, adjust_lhs), _SideView(u, v, adjust_rhs)
 
 
 def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, lhs: Tensor,
@@ -202,26 +200,42 @@ def _block_shape(mode: NegativeMode, plan: NegativePlan, candidates: Tensor | No
     return BlockShape(mode, plan.chunk_size, plan.num_pos, uniform, num_real)
 
 
-def score_sides(cmp: Comparator, sides: Sequence[_SideNegatives]) -> Scores:
-    """The scores of both sides: stacked when their blocks have the same shape, else one by one."""
-    groups = [list(sides)] if len(sides) == 2 and sides[0].joins(sides[1]) else [[s] for s in sides]
+@dataclass(frozen=True)
+class _Group:
+    """Sides scored together: their names and the block inputs."""
+
+    sides: tuple[str, ...]
+    shape: BlockShape
+    queries: list[Tensor]
+    positives: list[Tensor]
+    candidates: list[Tensor]
+    own: Tensor | None
+
+
+def _groups(sides: Sequence[_SideNegatives]) -> list[_Group]:
+    """Both sides as one group when their blocks have the same shape, else one group each."""
+    grouped = [list(sides)] if len(sides) == 2 and sides[0].joins(sides[1]) else [[s] for s in sides]
     out = []
-    for group in groups:
-        pos = torch.stack([s.view.pos for s in group]) if len(group) > 1 else group[0].view.pos.unsqueeze(0)
+    for group in grouped:
         first = group[0]
-        if first.shape.mode is NegativeMode.NONE:
-            out.append(SideScores(tuple(s.side for s in group), pos, ()))
-            continue
         candidates = [s.candidates for s in group if s.candidates is not None]
         if len(candidates) == 2 and candidates[0] is candidates[1]:
             candidates = candidates[:1]  # one tensor of every entity serves both sides
-        own = None
-        if first.shape.mode is NegativeMode.ALL:
-            own = torch.stack([s.own for s in group]) if len(group) > 1 else first.own.unsqueeze(0)  # type: ignore[union-attr]
-        positives = [s.view.positives for s in group] if first.shape.mode is NegativeMode.BATCH_UNIFORM else []
-        blocks = negative_blocks(cmp, first.shape, [s.view.query for s in group], positives, candidates,
-                                 masked=MASKED_SCORE, own=own)
-        out.append(SideScores(tuple(s.side for s in group), pos, blocks))
+        owns = [s.own for s in group if s.own is not None]  # every-entity negatives: each positive's own row
+        own = stack_sides(owns) if owns else None
+        out.append(_Group(tuple(s.side for s in group), first.shape, [s.view.query for s in group],
+                          [s.view.positives for s in group], candidates, own))
+    return out
+
+
+def score_sides(cmp: Comparator, sides: Sequence[_SideNegatives]) -> Scores:
+    """The scores of both sides (stacked when their blocks have the same shape)."""
+    out = []
+    for g in _groups(sides):
+        pos = cmp.pair(stack_sides(g.queries), stack_sides(g.positives))
+        blocks = () if g.shape.mode is NegativeMode.NONE else negative_blocks(
+            cmp, g.shape, g.queries, g.positives, g.candidates, masked=MASKED_SCORE, own=g.own)
+        out.append(SideScores(g.sides, pos, blocks))
     return Scores(tuple(out))
 
 
@@ -265,10 +279,18 @@ def _check_tables(model: EmbeddingModel, batch: EdgeBatch, lhs_table: EntityTabl
     return relation.lhs, relation.rhs
 
 
-def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-                  negatives: NegativeSampling, *, generator: torch.Generator | None = None,
-                  requires_grad: bool = True) -> ForwardResult:
-    """Positive and negative scores of ``batch`` and its N3 term (None when disabled)."""
+@dataclass
+class _Prepared:
+    """A batch looked up and transformed, ready to be scored: each side's view and negatives."""
+
+    plan: NegativePlan
+    gathered: list[GatheredRows]
+    sides: list[_SideNegatives]
+    reg: Tensor | None
+
+
+def _prepare(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
+             negatives: NegativeSampling, generator: torch.Generator | None, requires_grad: bool) -> _Prepared:
     lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     relation = model.relation(batch.rel)
     num_pos = len(batch)
@@ -309,12 +331,53 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
         own = ids if mode is NegativeMode.ALL else None
         sides.append(_SideNegatives(side, view, _block_shape(mode, plan, candidates, batch.num_real), candidates,
                                      own))
-    scores = score_sides(model.comparator, sides)
-    if batch.real < num_pos:  # padding rows: no N3
-        real = batch.real
+    real = batch.real
+    if real < num_pos:  # padding rows: no N3
         rel = batch.rel[:real] if isinstance(batch.rel, Tensor) else batch.rel
-        return ForwardResult(scores, regularization(model, rel, u_raw[:real], v_raw[:real]), gathered, plan)
-    return ForwardResult(scores, regularization(model, batch.rel, u_raw, v_raw), gathered, plan)
+        reg = regularization(model, rel, u_raw[:real], v_raw[:real])
+    else:
+        reg = regularization(model, batch.rel, u_raw, v_raw)
+    return _Prepared(plan, gathered, sides, reg)
+
+
+def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
+                  negatives: NegativeSampling, *, generator: torch.Generator | None = None,
+                  requires_grad: bool = True) -> ForwardResult:
+    """Positive and negative scores of ``batch`` and its N3 term (None when disabled): what
+    evaluation ranks, and the reference a training step (:func:`training_loss`) is tested against."""
+    prepared = _prepare(model, lhs_table, rhs_table, batch, negatives, generator, requires_grad)
+    return ForwardResult(score_sides(model.comparator, prepared.sides), prepared.reg, prepared.gathered,
+                         prepared.plan)
+
+
+@dataclass
+class TrainingLoss:
+    """What a training step backpropagates: the loss (relation weight applied), N3 (None when
+    disabled), the violators [lhs, rhs] and the rows to update."""
+
+    loss: Tensor
+    reg: Tensor | None
+    violators: Tensor
+    gathered: list[GatheredRows]
+
+
+def training_loss(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
+                  negatives: NegativeSampling, *, generator: torch.Generator | None = None) -> TrainingLoss:
+    """The loss of ``batch`` as :func:`forward_batch` and the loss function give it, with its
+    gradient in the scores computed at once (:func:`~pbgtrain.model.negative_blocks.training_head`),
+    so that the scores are never recorded for autograd."""
+    prepared = _prepare(model, lhs_table, rhs_table, batch, negatives, generator, True)
+    weight = model.relation(batch.rel).weight
+    loss: Tensor | None = None
+    counts = []
+    for g in _groups(prepared.sides):
+        value, violators = training_head(model.comparator, g.shape, model.loss_fn, g.queries, g.positives,
+                                         g.candidates, weight=batch.weight, own=g.own)
+        loss = value if loss is None else loss + value
+        counts.append(violators)
+    assert loss is not None
+    return TrainingLoss(loss * weight if weight != 1.0 else loss, prepared.reg,
+                        counts[0] if len(counts) == 1 else torch.cat(counts), prepared.gathered)
 
 
 def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode) -> None:
@@ -378,6 +441,7 @@ def score_candidates(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: E
     views = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])
     view = views[SIDES.index(side)]
     cand = view.adjust(rows[SIDES.index(side)][1].view(*cand_ids.shape, -1))
+    pos = model.comparator.pair(view.query, view.positives)
     if cand.dim() == 2:
-        return view.pos, full_precision(model.comparator.all_pairs(view.query, cand))
-    return view.pos, full_precision(model.comparator.all_pairs(view.query.unsqueeze(1), cand).squeeze(1))
+        return pos, full_precision(model.comparator.all_pairs(view.query, cand))
+    return pos, full_precision(model.comparator.all_pairs(view.query.unsqueeze(1), cand).squeeze(1))

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pbgtrain.model import fused
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
-from pbgtrain.model.scoring import Scores, forward_batch
+from pbgtrain.model.scoring import Scores, forward_batch, training_loss
 from pbgtrain.model.tables import EntityTable
 
 __all__ = ["EvalResult", "StepStats", "StepTotals", "add_train_step", "batch_loss", "eval_step",
@@ -57,23 +56,31 @@ class StepTotals:
     """
 
     def __init__(self) -> None:
-        self._sums: Tensor | None = None  # loss, reg, violators lhs, violators rhs (float64)
+        self._loss: Tensor | None = None  # float64 sums on the device
+        self._reg: Tensor | None = None
+        self._violators: Tensor | None = None  # [lhs, rhs]
         self.count = 0
         self.steps = 0
 
     def add(self, loss: Tensor, reg: Tensor | None, count: int, violators: Tensor) -> None:
         """Add a step's loss, regularizer (None: 0), edges and violators ([lhs, rhs])."""
-        reg_row = loss.new_zeros(1) if reg is None else reg.detach().view(1)
-        row = torch.cat((loss.detach().view(1), reg_row, violators.to(loss.dtype)))
-        self._sums = row.double() if self._sums is None else self._sums.add_(row)
+        if self._loss is None or self._violators is None:
+            self._loss = torch.zeros((), dtype=torch.float64, device=loss.device)
+            self._violators = torch.zeros(2, dtype=torch.long, device=loss.device)
+        self._loss.add_(loss.detach())
+        self._violators.add_(violators)
+        if reg is not None:
+            self._reg = reg.detach().double() if self._reg is None else self._reg.add_(reg.detach())
         self.count += count
         self.steps += 1
 
     def result(self) -> StepStats:
         """The sums so far (one read from the device)."""
-        if self._sums is None:
+        if self._loss is None or self._violators is None:
             return StepStats()
-        loss, reg, v_lhs, v_rhs = self._sums.tolist()
+        sums = torch.cat((self._loss.view(1), self._violators.double(),
+                          (self._reg if self._reg is not None else self._loss.new_zeros(())).view(1)))
+        loss, v_lhs, v_rhs, reg = sums.tolist()
         return StepStats(loss, reg, self.count, int(v_lhs), int(v_rhs))
 
 
@@ -116,27 +123,18 @@ def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityT
     """:func:`train_step`, its sums added to ``totals`` without reading them back from the device."""
     if len(batch) == 0:
         return
-    fwd = forward_batch(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
-                        generator=generator, requires_grad=True)
-    loss = batch_loss(model, fwd.scores, batch)
-    total = loss if fwd.reg is None else loss + fwd.reg
+    step = training_loss(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
+                         generator=generator)
+    total = step.loss if step.reg is None else step.loss + step.reg
     if total.requires_grad:  # not when both sides are frozen and the relation has nothing to train
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(total)
-        for gathered in fwd.gathered:
+        for gathered in step.gathered:
             gathered.apply_row_adagrad(model.spec.lr)
         if optimizer is not None:
             optimizer.step()
-    with torch.no_grad():
-        count = fused.kernels().violators
-        groups = fwd.scores.groups
-        real = batch.real
-        if real < len(batch):  # padding rows violate nothing
-            counts = [count(g.pos[:, :real], [b[:, :real] for b in g.neg_blocks]) for g in groups]
-        else:
-            counts = [count(g.pos, list(g.neg_blocks)) for g in groups]
-        totals.add(loss, fwd.reg, real, counts[0] if len(counts) == 1 else torch.cat(counts))
+    totals.add(step.loss, step.reg, batch.real, step.violators)
 
 
 @torch.no_grad()

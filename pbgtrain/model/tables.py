@@ -59,6 +59,7 @@ class EntityTable:
         self.entity_type = entity_type
         self.partition = partition
         self._occurrence: Tensor | None = None  # row → one of its positions in the last ids given
+        self._positions: Tensor | None = None  # 0, 1, 2, … (kept: the same every step)
 
     def representatives(self, ids: Tensor) -> Tensor:
         """For each position of ``ids``, a position of the same row in ``ids``, the same for all
@@ -70,7 +71,9 @@ class EntityTable:
         """
         if self._occurrence is None or self._occurrence.device != ids.device:
             self._occurrence = torch.empty(self.num_entities, dtype=torch.long, device=ids.device)
-        self._occurrence.index_put_((ids,), torch.arange(len(ids), device=ids.device))
+        if self._positions is None or len(self._positions) < len(ids) or self._positions.device != ids.device:
+            self._positions = torch.arange(len(ids), device=ids.device)
+        self._occurrence.index_put_((ids,), self._positions[:len(ids)])
         return self._occurrence.index_select(0, ids)
 
     @classmethod
