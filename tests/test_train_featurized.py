@@ -5,10 +5,12 @@ the planted-topic task is learned, and the seed-002 rules stop what they must.""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import EdgeBucket, FeatureLists, write_bucket
@@ -177,3 +179,22 @@ def test_dynamic_relations_with_a_featurized_side_train_and_evaluate(tmp_path: P
     assert result.final_version == 2 and result.iterations[-1].train.count == n
     metrics = evaluate_checkpoint(load_run_config(config)).metrics
     assert metrics.count == n and "20 batch negatives" in str(metrics)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_featurized_sample_trains_on_a_gpu_as_on_a_cpu(tmp_path: Path, featurized_sample: Path) -> None:
+    """PBG #237: a featurized type (bags of features, embedding_bag means, row Adagrad on the
+    feature rows) trains with --device cuda; the checkpoint validates and ranks the held-out
+    edges as the CPU run's does."""
+    copies = {}
+    for device in ("cpu", "cuda"):
+        dest = tmp_path / device
+        shutil.copytree(featurized_sample, dest)
+        config = dest / "checkpoint" / "config.json"
+        run = load_run_config(config, ["num_epochs=4"], base=dest)
+        assert fit(run, FitOptions(seed=0, device=device)).final_version == 4
+        assert validate_path(config, base=dest).ok
+        result = evaluate_checkpoint(load_run_config(config, base=dest), EvalOptions(device=device))
+        copies[device] = result.metrics.values()["mrr"]
+    assert copies["cuda"] == pytest.approx(copies["cpu"], abs=0.05)

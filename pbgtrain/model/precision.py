@@ -63,6 +63,8 @@ def full_precision(x: Tensor) -> Tensor:
 
 def autocast_state(x: Tensor) -> torch.dtype | None:
     """The autocast dtype in force for ``x``'s device (None when autocast is off), to re-enter in
-    a custom backward."""
+    a custom backward; the meta device, which only propagates shapes, has no autocast)."""
     kind = x.device.type
+    if kind == "meta":
+        return None
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None

@@ -57,8 +57,7 @@ class N3Regularizer:
         """Σ over edges of the Σ|p|³ of each edge's relation (``cube_sums`` is [R])."""
         if cube_sums is None:
             return None
-        counts = torch.bincount(rel, minlength=cube_sums.shape[0]).to(cube_sums.dtype)
-        return (cube_sums * counts).sum()
+        return cube_sums.index_select(0, rel).sum()  # no bincount: its length would depend on the ids
 
     def __call__(self, embedding_term: Tensor, operator_terms: Sequence[Tensor | None]) -> Tensor:
         total = embedding_term

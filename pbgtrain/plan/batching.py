@@ -259,6 +259,10 @@ class Batches:
         for start, end in itertools.pairwise(bounds):
             yield self.edge_idx[start:end]
 
+    def to(self, device: torch.device) -> Batches:
+        """The same batches with ``edge_idx`` on ``device`` (offsets and relations stay on the host)."""
+        return Batches(self.edge_idx.to(device), self.offsets, self.relations)
+
     def relation(self, k: int) -> int | None:
         return None if self.relations is None else int(self.relations[k])
 

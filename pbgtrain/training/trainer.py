@@ -140,8 +140,8 @@ class Trainer:
         totals = StepTotals()
         shown, loss_shown = StepStats(), 0.0
         for batches in prepared.worker_batches:
-            for k, idx in enumerate(batches):
-                idx = idx.to(self.device, non_blocking=True)
+            on_device = batches.to(self.device)  # one copy of the chunk's order; each batch a slice of it
+            for k, idx in enumerate(on_device):
                 rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
                 relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
                 batch = edges.batch(idx, rel_of, *self.model.spec.featurized_sides(relation))
