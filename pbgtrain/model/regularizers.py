@@ -5,6 +5,7 @@ global embedding and the operator) and, once per edge, the parameters of the edg
 operator. With a complex operator (complex_diagonal) both use the modulus of each
 (real, imaginary) pair instead of the absolute value of each coordinate.
 
+>>> import torch
 >>> reg = N3Regularizer(0.5)
 >>> reg.embedding_term([torch.tensor([[1.0, -2.0]])], complex_valued=False).item()
 9.0
