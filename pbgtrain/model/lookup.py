@@ -59,7 +59,7 @@ def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, m
     each bag's mean, zeros for an empty bag), differentiable into ``GatheredRows.leaf`` unless
     ``frozen`` (the table is never written: no gradient, ``max_norm`` applied to the copy).
     """
-    ids_of = [g.data if isinstance(g, FeatureBags) else g.reshape(-1) for g in groups]
+    ids_of = [g.data if isinstance(g, FeatureBags) else g if g.dim() == 1 else g.reshape(-1) for g in groups]
     sizes = [int(i.numel()) for i in ids_of]
     flat = ids_of[0] if len(ids_of) == 1 else torch.cat(ids_of) if ids_of else \
         table.weights.new_zeros(0, dtype=torch.long)

@@ -71,9 +71,9 @@ class EntityTable:
         """
         if self._occurrence is None or self._occurrence.device != ids.device:
             self._occurrence = torch.empty(self.num_entities, dtype=torch.long, device=ids.device)
-        if self._positions is None or len(self._positions) < len(ids) or self._positions.device != ids.device:
-            self._positions = torch.arange(len(ids), device=ids.device)
-        self._occurrence.index_put_((ids,), self._positions[:len(ids)])
+        if self._positions is None or len(self._positions) != len(ids) or self._positions.device != ids.device:
+            self._positions = torch.arange(len(ids), device=ids.device)  # a step's ids have the same length
+        self._occurrence.index_put_((ids,), self._positions)
         return self._occurrence.index_select(0, ids)
 
     @classmethod
