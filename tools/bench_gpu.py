@@ -26,6 +26,11 @@ Scenarios (``--scenario``, repeatable; default: the three GPU ones where CUDA is
    test edges (sampled candidates), ``pbgio export`` (npy), ``pbgio index build`` (IVF; skipped
    without FAISS). ``--scale 0.05 --device cpu`` is the 1/20-size run of a development machine.
 
+Beside each training figure, a fresh run of one edge chunk of about ``--profile-batches`` batches
+under ``torch.profiler`` gives the share of its wall time the GPU was busy (kernel time over
+wall time), kernel launches per batch (on a CPU: aten operations per batch) and the host's CPU
+time per batch (the profiler's own cost included: compare runs, not absolutes).
+
 Sizes scale with ``--scale`` (entities and edges; 0.01 makes every scenario a smoke run). Each run
 is a fresh child process training from scratch (inputs not validated, ``eval_fraction`` 0). Figures
 are printed, never asserted. Without CUDA the GPU scenarios print "skipped" and exit 0.
@@ -73,12 +78,58 @@ if device.startswith("cuda"):
     torch.cuda.reset_peak_memory_stats()
 result = fit(run, FitOptions(device=device, precision=ARGS["precision"], validate=False,
                              partition_memory=ARGS["partition_memory"], compile=ARGS["compile"]))
+peak_gpu_bytes = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
+profiled = None
+if ARGS["profile_batches"] and result.iterations:
+    # A fresh run of one edge chunk of about profile_batches batches under the profiler: where the
+    # host's time goes per batch, how many kernels it launches, how busy the device is.
+    import math, tempfile, time
+    from torch.profiler import ProfilerActivity, profile
+    batch_size = run.config.batch_size
+    chunks = max(1, math.ceil(result.iterations[0].train.count / (batch_size * ARGS["profile_batches"])))
+    scratch = tempfile.mkdtemp(prefix="profiled-", dir=Path(ARGS["config"]).parent)
+    again = load_run_config(Path(ARGS["config"]), [*ARGS["overrides"], f"checkpoint_path={scratch}",
+                                                   f"num_edge_chunks={chunks}"])
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        one = fit(again, FitOptions(device=device, precision=ARGS["precision"], validate=False, max_iterations=1,
+                                    partition_memory=ARGS["partition_memory"], compile=ARGS["compile"]))
+        if cuda:
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    batches = max(1, math.ceil(one.iterations[0].train.count / batch_size))
+    events = prof.events()
+    launch_names = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"}
+    launches = sum(e.name in launch_names for e in events) if cuda else sum(e.name.startswith("aten::") for e in events)
+    busy = None
+    if cuda:
+        from torch.autograd import DeviceType
+        busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6 / wall
+    host = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
+    profiled = {"batches": batches, "wall_seconds": wall, "launches_per_batch": launches / batches,
+                "launches_are": "CUDA kernel launches" if cuda else "aten operations",
+                "host_ms_per_batch": 1e3 * host / batches, "device_busy_share": busy}
+    import shutil
+    shutil.rmtree(scratch, ignore_errors=True)
 emit(iterations=[{"seconds": r.seconds, "edges": r.train.count, "loss": r.train.loss / max(r.train.count, 1)}
                  for r in result.iterations],
-     movement=result.movement[0],
-     peak_gpu_bytes=torch.cuda.max_memory_allocated() if device.startswith("cuda") else None,
+     movement=result.movement[0], peak_gpu_bytes=peak_gpu_bytes, profiled=profiled,
      gpu=torch.cuda.get_device_name() if device.startswith("cuda") else None)
 """
+
+
+def profile_cells(run: ChildRun) -> list[str]:
+    """Device busy share, launches per batch and host ms per batch of the run's profiled chunk."""
+    p = run.result.get("profiled")
+    if not p:
+        return ["-", "-", "-"]
+    busy = "-" if p["device_busy_share"] is None else f"{100 * p['device_busy_share']:.0f}%"
+    return [busy, f"{p['launches_per_batch']:.0f}", f"{p['host_ms_per_batch']:.2f}"]
+
+
+PROFILE_HEADER = ["device busy", "launches/batch", "host ms/batch"]
 
 
 def graph(workdir: Path, *, nodes: int, edges: int, partitions: int, seed: int) -> Path:
@@ -98,12 +149,13 @@ def graph(workdir: Path, *, nodes: int, edges: int, partitions: int, seed: int) 
 
 
 def train(config: Path, *, device: str, precision: str, epochs: int, compile_step: bool,
-          partition_memory: float | None = None, extra: list[str] | None = None) -> ChildRun:
+          partition_memory: float | None = None, extra: list[str] | None = None,
+          profile_batches: int = 0) -> ChildRun:
     shutil.rmtree(config.parent / "checkpoint", ignore_errors=True)
     overrides = [*MODEL, f"num_epochs={epochs}", "num_edge_chunks=1", *(extra or [])]
     run = run_python(CHILD, {"config": str(config), "overrides": overrides, "device": device,
                              "precision": precision, "partition_memory": partition_memory,
-                             "compile": compile_step})
+                             "compile": compile_step, "profile_batches": profile_batches})
     if run.result is None:
         sys.exit(f"training failed (exit {run.returncode}): {run.failure()}")
     return run
@@ -124,7 +176,8 @@ def livejournal(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                    partitions=1, seed=args.seed)
     rows, raw = [], []
     for precision in args.precision:
-        run = train(config, device=args.device, precision=precision, epochs=args.epochs, compile_step=args.compile)
+        run = train(config, device=args.device, precision=precision, epochs=args.epochs, compile_step=args.compile,
+                    profile_batches=args.profile_batches)
         raw.append({"precision": precision, **run.result, "peak_rss_bytes": run.peak_rss_bytes})
         rates = epoch_rates(run)
         best = max(rates)
@@ -133,9 +186,9 @@ def livejournal(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                      f"{best / ORIGINAL_LIVEJOURNAL_EDGES_PER_S:.1f}x",
                      f"{(run.result['peak_gpu_bytes'] or 0) / GIB:.1f}",
                      "-" if share is None else f"{100 * share:.1f}%",
-                     f"{run.result['iterations'][-1]['loss']:.4f}"])
+                     f"{run.result['iterations'][-1]['loss']:.4f}", *profile_cells(run)])
     print(format_table(["precision", "edges/s per epoch", "x original (1.26M)", "peak GPU GiB", "roofline",
-                        "last loss"], rows))
+                        "last loss", *PROFILE_HEADER], rows))
     return {"rows": rows, "runs": raw}
 
 
@@ -164,29 +217,32 @@ def oversize(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     target = min(args.oversize_factor * card, 0.4 * host, 0.4 * disk)
     nodes = int(target / (4 * 101) * args.scale)
     config = graph(work / "oversize", nodes=nodes, edges=int(args.edges * args.scale), partitions=8, seed=args.seed)
-    run = train(config, device=args.device, precision=args.precision[0], epochs=1, compile_step=args.compile)
+    run = train(config, device=args.device, precision=args.precision[0], epochs=1, compile_step=args.compile,
+                profile_batches=args.profile_batches)
     it, moved = run.result["iterations"][0], run.result["movement"]
     table_gib = nodes * 404 / GIB
     rows = [[f"{nodes:,}", f"{table_gib:.1f} ({table_gib * GIB / card:.2f}x card)",
              f"{it['edges'] / it['seconds']:,.0f}",
              f"{it['seconds']:.1f}", f"{moved['seconds_swapping']:.1f}",
              f"{(moved['bytes_saved'] + moved['bytes_loaded']) / GIB:.1f}", str(moved["partitions_kept_in_memory"]),
-             f"{(run.result['peak_gpu_bytes'] or 0) / GIB:.1f}"]]
+             f"{(run.result['peak_gpu_bytes'] or 0) / GIB:.1f}", *profile_cells(run)]]
     print(format_table(["entities", "embeddings + state GiB", "edges/s", "epoch s", "swapping s", "GiB moved",
-                        "kept on GPU", "peak GPU GiB"], rows))
+                        "kept on GPU", "peak GPU GiB", *PROFILE_HEADER], rows))
     return {"rows": rows, "runs": [{**run.result, "entities": nodes, "card_bytes": card}]}
 
 
 def cpu_partitioned(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = graph(work / "cpu-partitioned", nodes=int(10_000_000 * args.scale), edges=int(args.edges * args.scale),
                    partitions=8, seed=args.seed)
-    run = train(config, device="cpu", precision="fp32", epochs=1, compile_step=args.compile)
+    run = train(config, device="cpu", precision="fp32", epochs=1, compile_step=args.compile,
+                profile_batches=args.profile_batches)
     it, moved = run.result["iterations"][0], run.result["movement"]
     rate = it["edges"] / it["seconds"]
     rows = [[f"{it['edges']:,}", f"{it['seconds']:.1f}", f"{rate:,.0f}", f"{rate * 12 * 100 * 2000 / 1e9:.0f}",
              f"{moved['seconds_swapping']:.1f}", f"{(moved['bytes_saved'] + moved['bytes_loaded']) / GIB:.1f}",
-             f"{run.peak_rss_bytes / GIB:.2f}"]]
-    print(format_table(["edges", "epoch s", "edges/s", "GFLOP/s", "swapping s", "GiB moved", "peak RSS GiB"], rows))
+             f"{run.peak_rss_bytes / GIB:.2f}", *profile_cells(run)]]
+    print(format_table(["edges", "epoch s", "edges/s", "GFLOP/s", "swapping s", "GiB moved", "peak RSS GiB",
+                        *PROFILE_HEADER], rows))
     return {"rows": rows, "runs": [{**run.result, "peak_rss_bytes": run.peak_rss_bytes}]}
 
 
@@ -310,6 +366,9 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies entities and edges")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the card's peak (default: H100/H200's)")
     parser.add_argument("--compile", action="store_true", help="train with --compile (torch.compile'd passes)")
+    parser.add_argument("--profile-batches", type=int, default=50,
+                        help="profile a fresh run of about this many batches (0: none): device busy share, kernel "
+                             "launches (on a CPU: aten operations) and host ms per batch")
     parser.add_argument("--freebase-epochs", type=int, default=10)
     parser.add_argument("--freebase-negatives", type=int, default=500, help="same-batch and uniform, each")
     parser.add_argument("--seed", type=int, default=0)
