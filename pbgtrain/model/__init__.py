@@ -14,13 +14,23 @@ from pbgtrain.model.model import (
     EmbeddingModel,
     ModelSpec,
     NegativeSampling,
+    RelationAdagrad,
     RelationSpec,
     make_relation_optimizer,
 )
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives
 from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
 from pbgtrain.model.regularizers import N3Regularizer
-from pbgtrain.model.scoring import ForwardResult, Scores, candidate_space_query, forward_batch, score_candidates
+from pbgtrain.model.scoring import (
+    ForwardResult,
+    Scores,
+    SideScores,
+    TrainingLoss,
+    candidate_space_query,
+    forward_batch,
+    score_candidates,
+    training_loss,
+)
 from pbgtrain.model.step import EvalResult, StepStats, StepTotals, add_train_step, batch_loss, eval_step, train_step
 from pbgtrain.model.tables import EntityTable, row_adagrad_
 
@@ -43,10 +53,13 @@ __all__ = [
     "NegativePlan",
     "NegativeSampling",
     "Operator",
+    "RelationAdagrad",
     "RelationSpec",
     "Scores",
+    "SideScores",
     "StepStats",
     "StepTotals",
+    "TrainingLoss",
     "add_train_step",
     "batch_loss",
     "candidate_space_query",
@@ -64,4 +77,5 @@ __all__ = [
     "row_adagrad_",
     "score_candidates",
     "train_step",
+    "training_loss",
 ]
