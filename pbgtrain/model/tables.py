@@ -70,9 +70,10 @@ class EntityTable:
         [2, 4, 2, 3, 4]
         """
         if self._occurrence is None or self._occurrence.device != ids.device:
-            self._occurrence = torch.empty(self.num_entities, dtype=torch.long, device=ids.device)
+            # positions within one step's ids: 4 bytes a row (int32) while the table trains
+            self._occurrence = torch.empty(self.num_entities, dtype=torch.int32, device=ids.device)
         if self._positions is None or len(self._positions) != len(ids) or self._positions.device != ids.device:
-            self._positions = torch.arange(len(ids), device=ids.device)  # a step's ids have the same length
+            self._positions = torch.arange(len(ids), dtype=torch.int32, device=ids.device)  # the same every step
         self._occurrence.index_put_((ids,), self._positions)
         return self._occurrence.index_select(0, ids)
 
