@@ -174,3 +174,16 @@ def test_cuda_step_matches_cpu() -> None:
         results.append((stats.loss, table.weights.cpu()))
     assert results[0][0] == pytest.approx(results[1][0])
     torch.testing.assert_close(results[0][1], results[1][1])
+
+
+def test_relation_adagrad_steps_every_group_once_when_one_needs_torchs_step() -> None:
+    """A group torch's step must take (here a complex parameter) sends the whole step there,
+    decided before any group moves: no group is stepped twice."""
+    from pbgtrain.model import RelationAdagrad
+
+    plain = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
+    odd = torch.nn.Parameter(torch.tensor([1.0 + 1.0j]))
+    opt = RelationAdagrad([{"params": [plain]}, {"params": [odd]}], lr=0.5, eps=1e-10)
+    plain.grad, odd.grad = torch.tensor([2.0, 0.0]), torch.tensor([2.0 + 0.0j])
+    opt.step()
+    assert plain.detach().tolist() == [0.5, 1.0] and float(opt.state[plain]["step"]) == 1.0

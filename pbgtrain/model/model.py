@@ -275,15 +275,14 @@ class RelationAdagrad(torch.optim.Adagrad):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        trained = [[p for p in group["params"] if p.grad is not None] for group in self.param_groups]
         if closure is not None or any(g["lr_decay"] or g["weight_decay"] or g["maximize"] or g["differentiable"]
-                                      for g in self.param_groups):
-            return super().step(closure)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+                                      for g in self.param_groups) or \
+                any(p.grad.is_sparse or torch.is_complex(p) for params in trained for p in params):
+            return super().step(closure)  # decided before any group steps: no group takes two steps
+        for group, params in zip(self.param_groups, trained, strict=True):
             if not params:
                 continue
-            if any(p.grad.is_sparse or torch.is_complex(p) for p in params):
-                return super().step(closure)
             grads = [p.grad for p in params]
             states = [self.state[p] for p in params]
             sums = [state["sum"] for state in states]
