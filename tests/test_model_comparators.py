@@ -106,35 +106,21 @@ def test_unknown_comparator() -> None:
 
 @pytest.mark.parametrize("name", ["dot", "cos", "l2", "squared_l2"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_all_pairs_grad_is_the_adjoint_of_all_pairs(name: str, bias: bool) -> None:
-    """all_pairs_grad gives what autograd gives through all_pairs, batched over a leading axis
-    and with the clamped (coincident) pairs of l2 taking no gradient."""
+@pytest.mark.parametrize(("scores_of", "rows_of_b", "seed"), [("all_pairs", 3, 0), ("pair", 4, 1)])
+def test_grads_are_the_adjoints_of_the_scores(name: str, bias: bool, scores_of: str, rows_of_b: int,
+                                              seed: int) -> None:
+    """pair_grad and all_pairs_grad give what autograd gives through pair and all_pairs, batched
+    over a leading axis and with the clamped (coincident) pairs of l2 taking no gradient."""
     cmp = make_comparator(name, bias=bias)
-    gen = torch.Generator().manual_seed(0)
+    score, adjoint = getattr(cmp, scores_of), getattr(cmp, f"{scores_of}_grad")
+    gen = torch.Generator().manual_seed(seed)
     a = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(2, 3, 5, generator=gen, dtype=torch.float64)
+    b = torch.randn(2, rows_of_b, 5, generator=gen, dtype=torch.float64)
     b[:, 0] = a[:, 0].detach()  # a pair at distance 0
     b.requires_grad_(True)
-    scores = cmp.all_pairs(a, b)
+    scores = score(a, b)
     grad = torch.randn(scores.shape, generator=gen, dtype=torch.float64)
     expected = torch.autograd.grad(scores, (a, b), grad)
-    got = cmp.all_pairs_grad(a.detach(), b.detach(), scores.detach(), grad)
-    for g, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(g, e)
-
-
-@pytest.mark.parametrize("name", ["dot", "cos", "l2", "squared_l2"])
-@pytest.mark.parametrize("bias", [False, True])
-def test_pair_grad_is_the_adjoint_of_pair(name: str, bias: bool) -> None:
-    cmp = make_comparator(name, bias=bias)
-    gen = torch.Generator().manual_seed(1)
-    a = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64)
-    b[:, 0] = a[:, 0].detach()  # a pair at distance 0
-    b.requires_grad_(True)
-    scores = cmp.pair(a, b)
-    grad = torch.randn(scores.shape, generator=gen, dtype=torch.float64)
-    expected = torch.autograd.grad(scores, (a, b), grad)
-    got = cmp.pair_grad(a.detach(), b.detach(), scores.detach(), grad)
+    got = adjoint(a.detach(), b.detach(), scores.detach(), grad)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)

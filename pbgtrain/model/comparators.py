@@ -100,6 +100,11 @@ def _distance_grads(a: Tensor, b: Tensor, per_pair: Tensor) -> tuple[Tensor, Ten
     return da, db
 
 
+def _l2_per_pair(scores: Tensor, grad: Tensor) -> Tensor:
+    """``grad / score``: d(−√x)/dx · dx/da = (a − b) / score; zero where the distance was clamped."""
+    return torch.where(scores >= -math.sqrt(L2_CLAMP), 0.0, grad / scores)
+
+
 class L2Comparator(Comparator):
     """−‖a − b‖, with the squared distance clamped at 1e-30 before the square root."""
 
@@ -111,17 +116,14 @@ class L2Comparator(Comparator):
         return -(a - b).square().sum(-1).clamp_min(L2_CLAMP).sqrt()
 
     def pair_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
-        per_pair = torch.where(scores >= -math.sqrt(L2_CLAMP), 0.0, grad / scores).unsqueeze(-1)
-        da = (a - b).mul_(per_pair)
+        da = (a - b).mul_(_l2_per_pair(scores, grad).unsqueeze(-1))
         return da, -da
 
     def all_pairs(self, a: Tensor, b: Tensor) -> Tensor:
         return -_squared_distances(a, b).clamp_min(L2_CLAMP).sqrt()
 
     def all_pairs_grad(self, a: Tensor, b: Tensor, scores: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
-        # d(−√x)/dx · dx/da = (a − b) / score, zero where the distance was clamped
-        per_pair = torch.where(scores >= -math.sqrt(L2_CLAMP), 0.0, grad / scores)
-        return _distance_grads(a, b, per_pair)
+        return _distance_grads(a, b, _l2_per_pair(scores, grad))
 
 
 class SquaredL2Comparator(Comparator):

@@ -66,10 +66,15 @@ class BlockShape:
     def padded(self) -> int:
         return self.num_chunks * self.chunk
 
+    @property
+    def real(self) -> int:
+        """How many positives are edges (the rest is padding)."""
+        return self.num_pos if self.num_real is None else self.num_real
+
     def mask_columns(self, scores: Tensor, value: float) -> None:
         """Set the batch-negative columns [S·chunks, chunk, chunk] that are no positive (past
         ``num_real``, or past the batch in the last chunk) to ``value``."""
-        real = self.num_pos if self.num_real is None else self.num_real
+        real = self.real
         if self.padded == real:
             return
         chunked = scores.view(-1, self.num_chunks, self.chunk, self.chunk)
@@ -238,7 +243,7 @@ class _TrainingHead(torch.autograd.Function):
         pos = cmp.pair(q, p)
         scored = _score(cmp, shape, MASKED_SCORE, own, q, p, candidates)
         value, d_pos, d_blocks = loss_fn.value_and_grad(pos, tuple(scored.blocks), weight)
-        real = shape.num_pos if shape.num_real is None else shape.num_real
+        real = shape.real
         if real == shape.num_pos:
             violators = fused.kernels().violators(pos, scored.blocks)
         else:  # padding rows violate nothing
