@@ -26,15 +26,12 @@ import os
 import shutil
 import statistics
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _benchutil import CHILD_PROLOGUE, REPO_ROOT, environment, format_table, run_python, write_json
-
-DATASETS = REPO_ROOT.parent / "shared" / "datasets"
 
 CHILD = CHILD_PROLOGUE + r"""
 import pbgtrain
@@ -58,21 +55,9 @@ def example_config(work: Path) -> Path:
 
 
 def kinship_config(work: Path) -> Path:
-    config = work / "kinship" / "config.json"
-    if config.is_file():
-        return config
-    archive = DATASETS / "kinship.tar.gz"
-    if not archive.is_file():
-        sys.exit(f"skipped: {archive} is absent (../shared/datasets)")
-    config.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(config.parent, filter="data")
-    shutil.copy(REPO_ROOT / "recipes" / "kinship.json", config)
-    from pbgio.importers import import_edge_lists
+    from bench_quality import prepare  # the recipe's config and its imported layout, as the quality benchmark has them
 
-    import_edge_lists(config, [config.parent / "kinship" / f"{s}.tsv" for s in ("train", "valid", "test")],
-                      overwrite=True)
-    return config
+    return prepare(work, "kinship") / "config.json"
 
 
 GRAPHS: dict[str, Any] = {
