@@ -467,36 +467,42 @@ def test_max_norm_renormalises_looked_up_rows_in_place() -> None:
     torch.testing.assert_close(table.weights[1:], weights[1:])  # in norm, and not looked up
 
 
+@pytest.mark.parametrize("layout", ["shared", "per_chunk"])
 @pytest.mark.parametrize("comparator", ["dot", "l2"])
 @pytest.mark.parametrize(("num_pos", "chunk", "real"), [(12, 4, 12), (10, 4, 10), (7, 7, 7), (5, 3, 5), (1, 1, 1),
                                                         (10, 4, 6), (12, 4, 3)])
 def test_negative_blocks_match_masked_fill_of_the_chunked_products(comparator: str, num_pos: int, chunk: int,
-                                                                   real: int) -> None:
-    """Both sides' batch and uniform blocks, scored stacked, give masked_fill's scores of the
+                                                                   real: int, layout: str) -> None:
+    """Both sides' batch and uniform negatives, scored stacked, give masked_fill's scores of the
     chunked products and their gradients: the masked entries (own positive, padding past the batch
-    or past ``real``) score MASKED_SCORE and pass no gradient."""
+    or past ``real``) score MASKED_SCORE and pass no gradient. The uniform columns follow the batch
+    columns, in their own block or in one block with them (:meth:`BlockShape.merges`)."""
     from pbgtrain.model.comparators import make_comparator
     from pbgtrain.model.negative_blocks import BlockShape, negative_blocks
     from pbgtrain.model.negatives import NegativeMode
 
     cmp = make_comparator(comparator)
     gen = torch.Generator().manual_seed(num_pos)
-    q, p, c = (torch.randn(2, n, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-               for n in (num_pos, num_pos, 3))
-    shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk, num_pos, "shared", real)
-    blocks = negative_blocks(cmp, shape, list(q), list(p), list(c), masked=MASKED_SCORE)
     chunks = -(-num_pos // chunk)
+    per_chunk = layout == "per_chunk"
+    q, p, c = (torch.randn(2, n, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+               for n in (num_pos, num_pos, 3 * chunks if per_chunk else 3))
+    shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk, num_pos, layout, real)  # type: ignore[arg-type]
+    blocks = negative_blocks(cmp, shape, list(q), list(p), list(c), masked=MASKED_SCORE)
+    assert len(blocks) == (1 if shape.merges(3) else 2)
     pad = (0, 0, 0, chunks * chunk - num_pos)
     mask = batch_negatives_mask(real, chunk, chunks)
     expected = []
     for s in range(2):
-        batch = cmp.all_pairs(F.pad(q[s], pad).view(chunks, chunk, 5), F.pad(p[s], pad).view(chunks, chunk, 5))
-        expected.append((batch.masked_fill(mask, MASKED_SCORE).view(-1, chunk)[:num_pos], cmp.all_pairs(q[s], c[s])))
-    for k in range(2):
-        torch.testing.assert_close(blocks[k], torch.stack([e[k] for e in expected]))
-    upstream = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in blocks]
-    want = torch.autograd.grad(sum((torch.stack([e[k] for e in expected]) * upstream[k]).sum() for k in range(2)),
-                               (q, p, c))
-    got = torch.autograd.grad(sum((b * u).sum() for b, u in zip(blocks, upstream, strict=True)), (q, p, c))
+        qc = F.pad(q[s], pad).view(chunks, chunk, 5)
+        batch = cmp.all_pairs(qc, F.pad(p[s], pad).view(chunks, chunk, 5))
+        uniform = cmp.all_pairs(qc, c[s].view(chunks, 3, 5)).view(-1, 3)[:num_pos] if per_chunk \
+            else cmp.all_pairs(q[s], c[s])
+        expected.append(torch.cat((batch.masked_fill(mask, MASKED_SCORE).view(-1, chunk)[:num_pos], uniform), 1))
+    got_scores, want_scores = torch.cat(blocks, -1), torch.stack(expected)
+    torch.testing.assert_close(got_scores, want_scores)
+    upstream = torch.randn(want_scores.shape, generator=gen, dtype=torch.float64)
+    want = torch.autograd.grad((want_scores * upstream).sum(), (q, p, c))
+    got = torch.autograd.grad((got_scores * upstream).sum(), (q, p, c))
     for w, g in zip(want, got, strict=True):
         torch.testing.assert_close(g, w)

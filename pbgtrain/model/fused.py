@@ -63,9 +63,9 @@ def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
     dims = (-2, -1)
     if not blocks:
         return pos.new_zeros(pos.shape[:-1], dtype=torch.long)
-    counts = torch.count_nonzero(blocks[0] > threshold, dim=dims)
+    counts = (blocks[0] > threshold).sum(dims)  # a bool sum counts in int64 (count_nonzero copies first)
     for b in blocks[1:]:
-        counts += torch.count_nonzero(b > threshold, dim=dims)
+        counts += (b > threshold).sum(dims)
     return counts
 
 

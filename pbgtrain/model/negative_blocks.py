@@ -72,16 +72,26 @@ class BlockShape:
         return self.num_pos if self.num_real is None else self.num_real
 
     def mask_columns(self, scores: Tensor, value: float) -> None:
-        """Set the batch-negative columns [S·chunks, chunk, chunk] that are no positive (past
-        ``num_real``, or past the batch in the last chunk) to ``value``."""
+        """Set the batch-negative columns of [S·chunks, chunk, W] (the first ``chunk`` of each
+        row; W − chunk uniform columns may follow) that are no positive (past ``num_real``, or
+        past the batch in the last chunk) to ``value``."""
         real = self.real
         if self.padded == real:
             return
-        chunked = scores.view(-1, self.num_chunks, self.chunk, self.chunk)
+        chunked = scores.view(-1, self.num_chunks, self.chunk, scores.shape[-1])
         first, offset = divmod(real, self.chunk)
-        chunked[:, first, :, offset:] = value
+        chunked[:, first, :, offset:self.chunk] = value
         if first + 1 < self.num_chunks:
-            chunked[:, first + 1:] = value
+            chunked[:, first + 1:, :, :self.chunk] = value
+
+    def merges(self, num_uniform: int) -> bool:
+        """Whether ``num_uniform`` uniform candidates per side join the batch negatives' product
+        (one block of [batch | uniform] columns per chunk): when each chunk has its own, and when
+        they are shared and no more than a chunk (shared by several chunks, they are copied per
+        chunk: at most as many rows as the positives then). A rule of the configuration, not of
+        the batch's length, so that a padded batch is scored as the batch itself."""
+        return self.mode is NegativeMode.BATCH_UNIFORM and num_uniform > 0 and (
+            self.uniform == "per_chunk" or (self.uniform == "shared" and num_uniform <= self.chunk))
 
 
 def stack_sides(parts: Sequence[Tensor]) -> Tensor:
@@ -113,24 +123,29 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
     sides, num_pos, dim = q.shape
     chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
     out = _Scored(q, [], [], [])
-    qc: Tensor | None = None
+    per_chunk = shape.uniform == "per_chunk"
+    merged = bool(candidates) and shape.merges(candidates[0].shape[0] // (chunks if per_chunk else 1))
     if shape.mode is NegativeMode.BATCH_UNIFORM:
         qc = _pad(q, padded).view(sides * chunks, chunk, dim)
-        pc = _pad(p, padded).view(sides * chunks, chunk, dim)
-        scores = full_precision(cmp.all_pairs(qc, pc))
+        keys = _pad(p, padded).view(sides * chunks, chunk, dim)
+        if merged:
+            c = stack_sides(candidates)
+            c = c if per_chunk else c.unsqueeze(1).expand(sides, chunks, -1, dim)  # a copy per chunk
+            keys = torch.cat((keys, c.reshape(sides * chunks, -1, dim)), dim=1)
+        scores = full_precision(cmp.all_pairs(qc, keys))
         scores.diagonal(dim1=1, dim2=2).fill_(masked)
         shape.mask_columns(scores, masked)
-        out.operands.append((qc, pc, scores))
-        out.blocks.append(scores.view(sides, padded, chunk)[:, :num_pos])
+        out.operands.append((qc, keys, scores))
+        out.blocks.append(scores.view(sides, padded, -1)[:, :num_pos])
         out.kinds.append("batch")
-    if candidates and shape.uniform == "per_chunk":
-        qc = _pad(q, padded).view(sides * chunks, chunk, dim) if qc is None else qc
+    if candidates and not merged and per_chunk:  # uniform negatives only, each chunk its own
+        qc = _pad(q, padded).view(sides * chunks, chunk, dim)
         c = stack_sides(candidates).view(sides * chunks, -1, dim)
         scores = full_precision(cmp.all_pairs(qc, c))
         out.operands.append((qc, c, scores))
         out.blocks.append(scores.view(sides, padded, -1)[:, :num_pos])
         out.kinds.append("per_chunk")
-    elif candidates:
+    elif candidates and not merged:
         if len(candidates) == 1:  # one set of candidates for every side: one product for all queries
             c = candidates[0]
             scores = full_precision(cmp.all_pairs(q.view(sides * num_pos, dim), c)).view(sides, num_pos, -1)
@@ -169,10 +184,14 @@ def _adjoint(cmp: Comparator, shape: BlockShape, own: Tensor | None, scored: _Sc
                 shape.mask_columns(full, 0.0)
             da, db = cmp.all_pairs_grad(a, b, scores, full)
             da = full_precision(da).view(sides, padded, dim)[:, :num_pos]
-            if kind == "batch":
-                dp = full_precision(db).view(sides, padded, dim)[:, :num_pos]
+            db = full_precision(db)
+            if kind == "per_chunk":
+                dc = db.view(sides, -1, dim)
             else:
-                dc = full_precision(db).view(sides, -1, dim)
+                dp = db[:, :chunk].reshape(sides, padded, dim)[:, :num_pos]
+                if db.shape[1] > chunk:  # the uniform candidates' columns, merged into the batch's block
+                    dc = db[:, chunk:].reshape(sides, chunks, -1, dim)
+                    dc = dc.reshape(sides, -1, dim) if shape.uniform == "per_chunk" else dc.sum(1)
         else:
             if own is not None:
                 g = g.scatter_(2, own.unsqueeze(2), 0.0) if owned else g.scatter(2, own.unsqueeze(2), 0.0)
