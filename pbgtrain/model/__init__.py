@@ -7,6 +7,7 @@ candidates, for ranking metrics).
 
 from pbgtrain.model.allocator import keep_freed_memory, release_freed_memory
 from pbgtrain.model.comparators import Comparator, make_comparator
+from pbgtrain.model.gradients import TrainingStep, training_gradients
 from pbgtrain.model.inputs import BucketEdges, EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.losses import LossFunction, make_loss
@@ -25,11 +26,9 @@ from pbgtrain.model.scoring import (
     ForwardResult,
     Scores,
     SideScores,
-    TrainingLoss,
     candidate_space_query,
     forward_batch,
     score_candidates,
-    training_loss,
 )
 from pbgtrain.model.step import EvalResult, StepStats, StepTotals, add_train_step, batch_loss, eval_step, train_step
 from pbgtrain.model.tables import EntityTable, row_adagrad_
@@ -59,7 +58,7 @@ __all__ = [
     "SideScores",
     "StepStats",
     "StepTotals",
-    "TrainingLoss",
+    "TrainingStep",
     "add_train_step",
     "batch_loss",
     "candidate_space_query",
@@ -77,5 +76,5 @@ __all__ = [
     "row_adagrad_",
     "score_candidates",
     "train_step",
-    "training_loss",
+    "training_gradients",
 ]

@@ -38,9 +38,15 @@ class Comparator:
     all_pairs_is_dot = True
     #: ``all_pairs_grad`` reads the scores (a distance's derivative depends on the distance)
     grad_reads_scores = False
+    #: ``prepare`` changes its input (else it returns it as it is, and the step skips it)
+    prepares = False
 
     def prepare(self, x: Tensor) -> Tensor:
         return x
+
+    def prepare_grad(self, x: Tensor, grad: Tensor) -> Tensor:
+        """The gradient of ``x`` from ``grad``, the gradient of ``prepare(x)``."""
+        return grad
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         """Scores of row i of ``a`` with row i of ``b``: [..., D] × [..., D] → [...]."""
@@ -79,10 +85,19 @@ class CosComparator(Comparator):
     """Cosine similarity: L2-normalise in ``prepare``, then dot (a zero vector stays zero)."""
 
     name = "cos"
+    prepares = True
 
     def prepare(self, x: Tensor) -> Tensor:
         norm: Tensor = x.norm(dim=-1, keepdim=True)
         return x / norm.clamp_min(COS_NORM_CLAMP)
+
+    def prepare_grad(self, x: Tensor, grad: Tensor) -> Tensor:
+        # y = x / max(|x|, c): (g − y (y·g)) / |x| where the norm is not clamped, g / c where it is
+        norm = x.norm(dim=-1, keepdim=True)
+        scale = norm.clamp_min(COS_NORM_CLAMP)
+        y = x / scale
+        along = (y * grad).sum(-1, keepdim=True)
+        return torch.where(norm >= COS_NORM_CLAMP, (grad - y * along) / scale, grad / scale)
 
 
 def _squared_distances(a: Tensor, b: Tensor) -> Tensor:
@@ -154,9 +169,13 @@ class BiasedComparator(Comparator):
     def __init__(self, base: Comparator) -> None:
         self.base = base
         self.name = base.name
+        self.prepares = base.prepares  # coordinate 0 passes as it is
 
     def prepare(self, x: Tensor) -> Tensor:
         return torch.cat((x[..., :1], self.base.prepare(x[..., 1:])), dim=-1)
+
+    def prepare_grad(self, x: Tensor, grad: Tensor) -> Tensor:
+        return torch.cat((grad[..., :1], self.base.prepare_grad(x[..., 1:], grad[..., 1:])), dim=-1)
 
     def pair(self, a: Tensor, b: Tensor) -> Tensor:
         return self.base.pair(a[..., 1:], b[..., 1:]) + a[..., 0] + b[..., 0]

@@ -40,6 +40,21 @@ class GatheredRows:
     ids: Tensor
     leaf: Tensor
     representative: Tensor | None = None
+    groups: Sequence[Tensor | FeatureBags] = ()  # what was looked up, in the leaf's order
+    sizes: Sequence[int] = ()  # the leaf's rows per group
+
+    def set_grad(self, group_grads: Sequence[Tensor | None]) -> None:
+        """Set the leaf's gradient from each group's ([len(group), D]; None: zeros), as autograd
+        would have accumulated it through :func:`gather_rows`'s views and bag means."""
+        pieces = []
+        for group, size, grad in zip(self.groups, self.sizes, group_grads, strict=True):
+            if grad is None:
+                pieces.append(self.leaf.new_zeros(size, self.leaf.shape[1]))
+            elif isinstance(group, FeatureBags):
+                pieces.append(bag_means_grad(group.offsets, size, grad))
+            else:
+                pieces.append(grad)
+        self.leaf.grad = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
     def apply_row_adagrad(self, lr: float) -> None:
         """Apply the leaf's gradient (if any) to the table with row-wise Adagrad."""
@@ -52,12 +67,15 @@ class GatheredRows:
 
 
 def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, max_norm: float | None,
-                requires_grad: bool, frozen: bool = False) -> tuple[GatheredRows, list[Tensor]]:
+                requires_grad: bool, frozen: bool = False,
+                updates: bool | None = None) -> tuple[GatheredRows, list[Tensor]]:
     """Look up several groups of ``table``: row offsets, or feature bags of a featurized type.
 
     Returns the gathered rows and one embedding tensor per group ([len(group), D]; for bags,
-    each bag's mean, zeros for an empty bag), differentiable into ``GatheredRows.leaf`` unless
-    ``frozen`` (the table is never written: no gradient, ``max_norm`` applied to the copy).
+    each bag's mean, zeros for an empty bag), differentiable into ``GatheredRows.leaf`` when
+    ``requires_grad`` unless ``frozen`` (the table is never written: no gradient, ``max_norm``
+    applied to the copy). ``updates`` (default: ``requires_grad``): the rows will be updated
+    from a gradient that the leaf is given (:meth:`GatheredRows.set_grad`, or autograd).
     """
     ids_of = [g.data if isinstance(g, FeatureBags) else g if g.dim() == 1 else g.reshape(-1) for g in groups]
     sizes = [int(i.numel()) for i in ids_of]
@@ -69,13 +87,21 @@ def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, m
     if max_norm is not None and frozen:
         with torch.no_grad():
             torch.embedding_renorm_(leaf, torch.arange(len(flat), device=leaf.device), max_norm, 2.0)
-    trains = requires_grad and not frozen
-    if trains:
+    if requires_grad and not frozen:
         leaf.requires_grad_(True)
+    trains = (requires_grad if updates is None else updates) and not frozen
     parts = list(torch.split_with_sizes(leaf, sizes)) if len(groups) > 1 else [leaf]
     rows = [bag_means(part, torch.arange(len(part), device=part.device), g.offsets)
             if isinstance(g, FeatureBags) else part for g, part in zip(groups, parts, strict=True)]
-    return GatheredRows(table, flat, leaf, table.representatives(flat) if trains else None), rows
+    return GatheredRows(table, flat, leaf, table.representatives(flat) if trains else None, groups, sizes), rows
+
+
+def bag_means_grad(offsets: Tensor, num_rows: int, grad: Tensor) -> Tensor:
+    """The gradient of the feature rows [num_rows, D] of :func:`bag_means` (rows in bag order)
+    from ``grad`` [B, D]: each row gets its bag's gradient over the bag's size."""
+    sizes = offsets.diff()
+    bag_of = torch.repeat_interleave(torch.arange(len(sizes), device=grad.device), sizes, output_size=num_rows)
+    return grad.index_select(0, bag_of) / sizes.clamp_min(1).index_select(0, bag_of).unsqueeze(1).to(grad.dtype)
 
 
 def bag_means(rows: Tensor, index: Tensor, offsets: Tensor) -> Tensor:

@@ -25,6 +25,7 @@ from pbgtrain.model.operators import (
     make_operator,
 )
 from pbgtrain.model.regularizers import N3Regularizer
+from pbgtrain.model.scalars import constant
 
 if TYPE_CHECKING:
     from pbgio.config import ConfigSchema
@@ -286,10 +287,12 @@ class RelationAdagrad(torch.optim.Adagrad):
             grads = [p.grad for p in params]
             states = [self.state[p] for p in params]
             sums = [state["sum"] for state in states]
-            torch._foreach_add_([state["step"] for state in states], 1)
+            for state in states:  # a loop of 0-dim adds: _foreach_add_ converts its number once per tensor
+                state["step"].add_(constant(1, state["step"]))
             torch._foreach_addcmul_(sums, grads, grads, value=1)
             std = torch._foreach_sqrt(sums)
-            torch._foreach_add_(std, group["eps"])
+            for s in std:
+                s.add_(constant(group["eps"], s))
             torch._foreach_addcdiv_(params, grads, std, value=-group["lr"])
         return None
 

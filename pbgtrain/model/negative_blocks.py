@@ -1,4 +1,5 @@
-"""Negative scores of one side, or of both sides at once, as one autograd node.
+"""Negative scores of one side, or of both sides at once: for evaluation (one autograd node) and
+for training (:func:`training_head`: the loss and its gradients, by hand).
 
 The sides of a batch are scored together when their negatives have the same shape (the usual
 case: both sides take batch + uniform negatives, or both score every entity): their queries,
@@ -11,7 +12,9 @@ The blocks, for S sides of B positives, chunks of ``chunk`` (the last padded wit
 - batch negatives [S, B, chunk]: each positive against the positives of its chunk, its own
   score and the padding columns set to :data:`~pbgtrain.model.negatives.MASKED_SCORE`;
 - uniform negatives [S, B, U]: against U candidates shared by the batch, or against each
-  chunk's own U (``share_uniform_negs`` false);
+  chunk's own U (``share_uniform_negs`` false); when each chunk has its own, or the shared ones
+  are no more than a chunk, they are the batch negatives' block's last columns instead
+  ([S, B, chunk + U], one product: :meth:`BlockShape.merges`);
 - every entity [S, B, N] (``all_negs``): the positive's own entity masked.
 
 The backward applies the comparator's adjoint (:meth:`~pbgtrain.model.comparators.Comparator.all_pairs_grad`)
@@ -250,51 +253,43 @@ class _NegativeBlocks(torch.autograd.Function):
         return (None,) * 6 + tuple(_split(grads_in, num_sides, num_candidates))
 
 
-class _TrainingHead(torch.autograd.Function):
-    """The loss of the sides scored together, its gradient computed in the forward: the positive
-    scores and the blocks, the loss and its gradient in the scores, the adjoints; the backward
-    only scales the saved gradients. Also returns the violators per side (not differentiable)."""
+@dataclass(frozen=True)
+class HeadGradients:
+    """The loss of the sides scored together (summed over them), their violators [S], and the
+    loss's gradients in the inputs of :func:`training_head`: queries and positives [S, B, D], and
+    the candidates stacked as given ([S or 1, K, D]; None without candidates)."""
 
-    @staticmethod
-    def forward(ctx: Any, cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, own: Tensor | None,
-                weight: Tensor | None, num_sides: int, num_candidates: int, *tensors: Tensor) -> tuple[Tensor, Tensor]:
-        q, p, candidates = _unpack(num_sides, num_candidates, tensors)
-        pos = cmp.pair(q, p)
-        scored = _score(cmp, shape, MASKED_SCORE, own, q, p, candidates)
-        value, d_pos, d_blocks = loss_fn.value_and_grad(pos, tuple(scored.blocks), weight)
-        real = shape.real
-        if real == shape.num_pos:
-            violators = fused.kernels().violators(pos, scored.blocks)
-        else:  # padding rows violate nothing
-            violators = fused.kernels().violators(pos[:, :real], [b[:, :real] for b in scored.blocks])
-        with _autocast(q, autocast_state(q)):
-            dq, dp, dc = _adjoint(cmp, shape, own, scored, d_blocks, owned=True)
-        dq_pos, dp_pos = cmp.pair_grad(q, p, pos, d_pos)
-        ctx.saved = (dq.add_(dq_pos) if dq.is_contiguous() else dq + dq_pos,
-                     dp_pos if dp is None else dp_pos.add_(dp), dc, num_sides, num_candidates)
-        ctx.mark_non_differentiable(violators)
-        ctx.set_materialize_grads(False)
-        return value, violators
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor, _violators: Tensor | None) -> tuple[Tensor | None, ...]:
-        dq, dp, dc, num_sides, num_candidates = ctx.saved
-        del ctx.saved  # consumed: a second backward through this node fails loudly
-        scaled = (dq.mul_(grad), dp.mul_(grad), None if dc is None else dc.mul_(grad))
-        return (None,) * 7 + tuple(_split(scaled, num_sides, num_candidates))
+    loss: Tensor
+    violators: Tensor
+    d_queries: Tensor
+    d_positives: Tensor
+    d_candidates: Tensor | None
 
 
+@torch.no_grad()
 def training_head(cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, queries: Sequence[Tensor],
                   positives: Sequence[Tensor], candidates: Sequence[Tensor], *, weight: Tensor | None = None,
-                  own: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """``(loss, violators per side)`` of S sides scored together, laid out as for
-    :func:`negative_blocks`; each side's positive score is ``pair(query, positive)``. The loss is
-    summed over the sides and differentiable in every input; its gradient is computed here, at once."""
+                  own: Tensor | None = None) -> HeadGradients:
+    """The loss of S sides scored together, laid out as for :func:`negative_blocks` (each side's
+    positive score is ``pair(query, positive)``), and its gradients: the positive scores and the
+    blocks, the loss and its gradient in the scores (:meth:`LossFunction.value_and_grad`), then
+    the comparator's adjoints; nothing is recorded for autograd."""
     if shape.uniform == "none":
         candidates = ()
-    out: tuple[Tensor, Tensor] = _TrainingHead.apply(  # type: ignore[no-untyped-call]
-        cmp, shape, loss_fn, own, weight, len(queries), len(candidates), *queries, *positives, *candidates)
-    return out
+    q, p = stack_sides(queries), stack_sides(positives)
+    pos = cmp.pair(q, p)
+    scored = _score(cmp, shape, MASKED_SCORE, own, q, p, candidates)
+    value, d_pos, d_blocks = loss_fn.value_and_grad(pos, tuple(scored.blocks), weight)
+    real = shape.real
+    if real == shape.num_pos:
+        violators = fused.kernels().violators(pos, scored.blocks)
+    else:  # padding rows violate nothing
+        violators = fused.kernels().violators(pos[:, :real], [b[:, :real] for b in scored.blocks])
+    with _autocast(q, autocast_state(q)):
+        dq, dp, dc = _adjoint(cmp, shape, own, scored, d_blocks, owned=True)
+    dq_pos, dp_pos = cmp.pair_grad(q, p, pos, d_pos)
+    return HeadGradients(value, violators, dq.add_(dq_pos) if dq.is_contiguous() else dq + dq_pos,
+                         dp_pos if dp is None else dp_pos.add_(dp), dc)
 
 
 def negative_blocks(cmp: Comparator, shape: BlockShape, queries: Sequence[Tensor], positives: Sequence[Tensor],

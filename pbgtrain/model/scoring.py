@@ -17,17 +17,25 @@ takes its uniform negatives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from pbgtrain.model.chains import (
+    Chain,
+    Traced,
+    dynamic_operator_link,
+    prepare_link,
+    shift_link,
+    static_operator_link,
+)
 from pbgtrain.model.comparators import Comparator, CosComparator, DotComparator
 from pbgtrain.model.inputs import EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
-from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks, stack_sides, training_head
+from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks, stack_sides
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives, sample_uniform
 from pbgtrain.model.precision import full_precision
 from pbgtrain.model.tables import EntityTable
@@ -105,31 +113,34 @@ class _SideView:
     """What scoring one side's candidates needs; the positive score is ``pair(query, positives)``
     (every comparator is symmetric)."""
 
-    query: Tensor  # [B, D] the other side, prepared (operator included)
-    positives: Tensor  # [B, D] this side's positives, prepared (the batch negatives)
-    adjust: Callable[[Tensor], Tensor]  # raw embeddings of this side's candidates → prepared
+    traced_query: Traced  # [B, D] the other side, prepared (operator included)
+    traced_positives: Traced  # [B, D] this side's positives, prepared (the batch negatives)
+    adjust: Chain  # raw embeddings of this side's candidates → prepared
+
+    @property
+    def query(self) -> Tensor:
+        return self.traced_query.out
+
+    @property
+    def positives(self) -> Tensor:
+        return self.traced_positives.out
 
 
 def _side_views(model: EmbeddingModel, rel: int | Tensor, lhs_type: str, rhs_type: str,
                 u_raw: Tensor, v_raw: Tensor) -> tuple[_SideView, _SideView]:
-    cmp = model.comparator
+    prepare = prepare_link(model.comparator)
     if isinstance(rel, Tensor):
         g_op, h_op = model.dynamic_operators()
-        u, v = cmp.prepare(u_raw), cmp.prepare(v_raw)
-        hv = cmp.prepare(full_precision(h_op(v_raw, rel)))
-        gu = cmp.prepare(full_precision(g_op(u_raw, rel)))
-        return _SideView(hv, u, cmp.prepare), _SideView(gu, v, cmp.prepare)
+        plain = Chain.of(prepare)
+        u, v = plain.trace(u_raw), plain.trace(v_raw)
+        hv = Chain.of(dynamic_operator_link(h_op, rel), prepare).trace(v_raw)
+        gu = Chain.of(dynamic_operator_link(g_op, rel), prepare).trace(u_raw)
+        return _SideView(hv, u, plain), _SideView(gu, v, plain)
     op = model.static_operator(rel)
-    g_lhs, g_rhs = model.global_emb(lhs_type), model.global_emb(rhs_type)
-
-    def adjust_lhs(x: Tensor) -> Tensor:
-        return cmp.prepare(x if g_lhs is None else x + g_lhs)
-
-    def adjust_rhs(x: Tensor) -> Tensor:
-        return cmp.prepare(full_precision(op(x if g_rhs is None else x + g_rhs)))
-
-    u, v = adjust_lhs(u_raw), adjust_rhs(v_raw)
-    return _SideView(v, u, adjust_lhs), _SideView(u, v, adjust_rhs)
+    lhs_chain = Chain.of(shift_link(model.global_emb(lhs_type)), prepare)
+    rhs_chain = Chain.of(shift_link(model.global_emb(rhs_type)), static_operator_link(op), prepare)
+    u, v = lhs_chain.trace(u_raw), rhs_chain.trace(v_raw)
+    return _SideView(v, u, lhs_chain), _SideView(u, v, rhs_chain)
 
 
 def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, lhs: Tensor,
@@ -154,7 +165,7 @@ def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_tab
     batch = EdgeBatch(lhs, rhs, rel)
     lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
-    _, rows = _gather((lhs_table, rhs_table), [[batch.entities("lhs")], [batch.entities("rhs")]],
+    _, rows, _ = _gather((lhs_table, rhs_table), [[batch.entities("lhs")], [batch.entities("rhs")]],
                       max_norm=model.spec.max_norm, requires_grad=False, frozen=frozen)
     view = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])[SIDES.index(side)]
     cand_type = lhs_type if side == "lhs" else rhs_type
@@ -181,8 +192,12 @@ class _SideNegatives:
     side: str
     view: _SideView
     shape: BlockShape
-    candidates: Tensor | None
+    traced_candidates: Traced | None
     own: Tensor | None  # its positives' own rows (every-entity negatives only)
+
+    @property
+    def candidates(self) -> Tensor | None:
+        return None if self.traced_candidates is None else self.traced_candidates.out
 
     def joins(self, other: _SideNegatives) -> bool:
         """Whether the two sides' blocks have the same shape, so that they are scored stacked."""
@@ -201,67 +216,77 @@ def _block_shape(mode: NegativeMode, plan: NegativePlan, candidates: Tensor | No
 
 
 @dataclass(frozen=True)
-class _Group:
+class ScoreGroup:
     """Sides scored together: their names and the block inputs."""
 
     sides: tuple[str, ...]
     shape: BlockShape
-    queries: list[Tensor]
-    positives: list[Tensor]
-    candidates: list[Tensor]
+    queries: list[Traced]
+    positives: list[Traced]
+    candidates: list[Traced]
     own: Tensor | None
 
+    def tensors(self, traced: list[Traced]) -> list[Tensor]:
+        return [t.out for t in traced]
 
-def _groups(sides: Sequence[_SideNegatives]) -> list[_Group]:
+
+def score_groups(sides: Sequence[_SideNegatives]) -> list[ScoreGroup]:
     """Both sides as one group when their blocks have the same shape, else one group each."""
     grouped = [list(sides)] if len(sides) == 2 and sides[0].joins(sides[1]) else [[s] for s in sides]
     out = []
     for group in grouped:
         first = group[0]
-        candidates = [s.candidates for s in group if s.candidates is not None]
+        candidates = [s.traced_candidates for s in group if s.traced_candidates is not None]
         if len(candidates) == 2 and candidates[0] is candidates[1]:
             candidates = candidates[:1]  # one tensor of every entity serves both sides
         owns = [s.own for s in group if s.own is not None]  # every-entity negatives: each positive's own row
         own = stack_sides(owns) if owns else None
-        out.append(_Group(tuple(s.side for s in group), first.shape, [s.view.query for s in group],
-                          [s.view.positives for s in group], candidates, own))
+        out.append(ScoreGroup(tuple(s.side for s in group), first.shape, [s.view.traced_query for s in group],
+                          [s.view.traced_positives for s in group], candidates, own))
     return out
 
 
 def score_sides(cmp: Comparator, sides: Sequence[_SideNegatives]) -> Scores:
     """The scores of both sides (stacked when their blocks have the same shape)."""
     out = []
-    for g in _groups(sides):
-        pos = cmp.pair(stack_sides(g.queries), stack_sides(g.positives))
+    for g in score_groups(sides):
+        queries, positives = g.tensors(g.queries), g.tensors(g.positives)
+        pos = cmp.pair(stack_sides(queries), stack_sides(positives))
         blocks = () if g.shape.mode is NegativeMode.NONE else negative_blocks(
-            cmp, g.shape, g.queries, g.positives, g.candidates, masked=MASKED_SCORE, own=g.own)
+            cmp, g.shape, queries, positives, g.tensors(g.candidates), masked=MASKED_SCORE, own=g.own)
         out.append(SideScores(g.sides, pos, blocks))
     return Scores(tuple(out))
 
 
+Source = tuple[int, int]
+"""Where a group of rows sits: (which gathered table, which of its groups)."""
+
+
 def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor | FeatureBags]], *, max_norm: float | None,
-            requires_grad: bool,
-            frozen: Sequence[bool] = (False, False)) -> tuple[list[GatheredRows], list[list[Tensor]]]:
+            requires_grad: bool, frozen: Sequence[bool] = (False, False),
+            updates: bool | None = None) -> tuple[list[GatheredRows], list[list[Tensor]], list[list[Source]]]:
     """Gather each side's groups, once per distinct table (lhs and rhs may share one, and then a
     group both sides hold, every entity, is gathered once); a ``frozen`` side's table is only read
-    (see :func:`~pbgtrain.model.lookup.gather_rows`)."""
+    (see :func:`~pbgtrain.model.lookup.gather_rows`). Also returns where each side's groups sit."""
     if tables[0] is tables[1]:
         own = [g for g in groups[1] if not any(g is mine for mine in groups[0])]
         g, rows = gather_rows(tables[0], [*groups[0], *own], max_norm=max_norm, requires_grad=requires_grad,
-                              frozen=frozen[0] or frozen[1])
+                              frozen=frozen[0] or frozen[1], updates=updates)
         n = len(groups[0])
-        rest = iter(rows[n:])
-        rhs_rows = []
+        rest = iter(range(n, len(rows)))
+        rhs_parts = []
         for group in groups[1]:
             mine = [i for i, m in enumerate(groups[0]) if m is group]
-            rhs_rows.append(rows[mine[0]] if mine else next(rest))
-        return [g], [rows[:n], rhs_rows]
-    out_g, out_rows = [], []
-    for table, side_groups, side_frozen in zip(tables, groups, frozen, strict=True):
-        g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad, frozen=side_frozen)
+            rhs_parts.append(mine[0] if mine else next(rest))
+        return [g], [rows[:n], [rows[i] for i in rhs_parts]], [[(0, i) for i in range(n)], [(0, i) for i in rhs_parts]]
+    out_g, out_rows, where = [], [], []
+    for index, (table, side_groups, side_frozen) in enumerate(zip(tables, groups, frozen, strict=True)):
+        g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad, frozen=side_frozen,
+                              updates=updates)
         out_g.append(g)
         out_rows.append(rows)
-    return out_g, out_rows
+        where.append([(index, i) for i in range(len(rows))])
+    return out_g, out_rows, where
 
 
 def _check_tables(model: EmbeddingModel, batch: EdgeBatch, lhs_table: EntityTable,
@@ -280,17 +305,28 @@ def _check_tables(model: EmbeddingModel, batch: EdgeBatch, lhs_table: EntityTabl
 
 
 @dataclass
-class _Prepared:
+class PreparedBatch:
     """A batch looked up and transformed, ready to be scored: each side's view and negatives."""
 
     plan: NegativePlan
     gathered: list[GatheredRows]
     sides: list[_SideNegatives]
-    reg: Tensor | None
+    sources: dict[int, Source]  # id of each traced tensor → the rows it was computed from
+    raw: tuple[Source, Source]  # where the positives' rows of lhs and rhs sit
+    raw_rows: tuple[Tensor, Tensor]  # and those rows
+
+    def real_positives(self, batch: EdgeBatch) -> tuple[int | Tensor, Tensor, Tensor]:
+        """The relation(s), lhs and rhs rows of ``batch``'s edges, its padding left out (no N3)."""
+        real = batch.real
+        u_raw, v_raw = self.raw_rows
+        if real == len(batch):
+            return batch.rel, u_raw, v_raw
+        return batch.rel[:real] if isinstance(batch.rel, Tensor) else batch.rel, u_raw[:real], v_raw[:real]
 
 
-def _prepare(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-             negatives: NegativeSampling, generator: torch.Generator | None, requires_grad: bool) -> _Prepared:
+def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
+             negatives: NegativeSampling, generator: torch.Generator | None, requires_grad: bool,
+             updates: bool | None = None) -> PreparedBatch:
     lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     relation = model.relation(batch.rel)
     num_pos = len(batch)
@@ -313,71 +349,39 @@ def _prepare(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTab
                                               device=table.device, generator=generator))
         groups.append(side_groups)
     frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
-    gathered, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad, frozen=frozen)
+    gathered, rows, where = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad,
+                                    frozen=frozen, updates=updates)
     u_raw, v_raw = rows[0][0], rows[1][0]
     views = _side_views(model, batch.rel, lhs_type, rhs_type, u_raw, v_raw)
+    sources = {id(views[0].traced_query): where[1][0], id(views[0].traced_positives): where[0][0],
+               id(views[1].traced_query): where[0][0], id(views[1].traced_positives): where[1][0]}
     sides = []
-    shared_candidates: Tensor | None = None
-    for side, view, side_rows, ids in zip(SIDES, views, rows, pos_ids, strict=True):
+    shared_candidates: Traced | None = None
+    for side, view, side_rows, side_where, ids in zip(SIDES, views, rows, where, pos_ids, strict=True):
         mode = plan.mode(side)
         candidates = None
         if len(side_rows) > 1:
             if side == "rhs" and side_rows[1] is rows[0][-1] and view.adjust == views[0].adjust:
                 candidates = shared_candidates  # the lhs side's candidates: the same rows, prepared alike
             else:
-                candidates = view.adjust(side_rows[1])
+                candidates = view.adjust.trace(side_rows[1])
+                sources[id(candidates)] = side_where[1]
         if side == "lhs":
             shared_candidates = candidates
         own = ids if mode is NegativeMode.ALL else None
-        sides.append(_SideNegatives(side, view, _block_shape(mode, plan, candidates, batch.num_real), candidates,
-                                     own))
-    real = batch.real
-    if real < num_pos:  # padding rows: no N3
-        rel = batch.rel[:real] if isinstance(batch.rel, Tensor) else batch.rel
-        reg = regularization(model, rel, u_raw[:real], v_raw[:real])
-    else:
-        reg = regularization(model, batch.rel, u_raw, v_raw)
-    return _Prepared(plan, gathered, sides, reg)
-
+        shape = _block_shape(mode, plan, None if candidates is None else candidates.out, batch.num_real)
+        sides.append(_SideNegatives(side, view, shape, candidates, own))
+    return PreparedBatch(plan, gathered, sides, sources, (where[0][0], where[1][0]), (u_raw, v_raw))
 
 def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
                   negatives: NegativeSampling, *, generator: torch.Generator | None = None,
                   requires_grad: bool = True) -> ForwardResult:
     """Positive and negative scores of ``batch`` and its N3 term (None when disabled): what
-    evaluation ranks, and the reference a training step (:func:`training_loss`) is tested against."""
-    prepared = _prepare(model, lhs_table, rhs_table, batch, negatives, generator, requires_grad)
-    return ForwardResult(score_sides(model.comparator, prepared.sides), prepared.reg, prepared.gathered,
-                         prepared.plan)
-
-
-@dataclass
-class TrainingLoss:
-    """What a training step backpropagates: the loss (relation weight applied), N3 (None when
-    disabled), the violators [lhs, rhs] and the rows to update."""
-
-    loss: Tensor
-    reg: Tensor | None
-    violators: Tensor
-    gathered: list[GatheredRows]
-
-
-def training_loss(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-                  negatives: NegativeSampling, *, generator: torch.Generator | None = None) -> TrainingLoss:
-    """The loss of ``batch`` as :func:`forward_batch` and the loss function give it, with its
-    gradient in the scores computed at once (:func:`~pbgtrain.model.negative_blocks.training_head`),
-    so that the scores are never recorded for autograd."""
-    prepared = _prepare(model, lhs_table, rhs_table, batch, negatives, generator, True)
-    weight = model.relation(batch.rel).weight
-    loss: Tensor | None = None
-    counts = []
-    for g in _groups(prepared.sides):
-        value, violators = training_head(model.comparator, g.shape, model.loss_fn, g.queries, g.positives,
-                                         g.candidates, weight=batch.weight, own=g.own)
-        loss = value if loss is None else loss + value
-        counts.append(violators)
-    assert loss is not None
-    return TrainingLoss(loss * weight if weight != 1.0 else loss, prepared.reg,
-                        counts[0] if len(counts) == 1 else torch.cat(counts), prepared.gathered)
+    evaluation ranks, and the reference that a training step's gradients
+    (:func:`~pbgtrain.model.gradients.training_gradients`) are tested against."""
+    prepared = prepare_batch(model, lhs_table, rhs_table, batch, negatives, generator, requires_grad)
+    reg = regularization(model, *prepared.real_positives(batch)) if model.regularizer.enabled else None
+    return ForwardResult(score_sides(model.comparator, prepared.sides), reg, prepared.gathered, prepared.plan)
 
 
 def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode) -> None:
@@ -437,7 +441,7 @@ def score_candidates(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: E
     groups: list[list[Tensor | FeatureBags]] = [[batch.entities("lhs")], [batch.entities("rhs")]]
     groups[SIDES.index(side)].append(cand_ids)
     frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
-    _, rows = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=False, frozen=frozen)
+    _, rows, _ = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=False, frozen=frozen)
     views = _side_views(model, rel, lhs_type, rhs_type, rows[0][0], rows[1][0])
     view = views[SIDES.index(side)]
     cand = view.adjust(rows[SIDES.index(side)][1].view(*cand_ids.shape, -1))

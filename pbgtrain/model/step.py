@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pbgtrain.model.gradients import training_gradients
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
-from pbgtrain.model.scoring import Scores, forward_batch, training_loss
+from pbgtrain.model.scoring import Scores, forward_batch
 from pbgtrain.model.tables import EntityTable
 
 __all__ = ["EvalResult", "StepStats", "StepTotals", "add_train_step", "batch_loss", "eval_step",
@@ -123,17 +124,14 @@ def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityT
     """:func:`train_step`, its sums added to ``totals`` without reading them back from the device."""
     if len(batch) == 0:
         return
-    step = training_loss(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
-                         generator=generator)
-    total = step.loss if step.reg is None else step.loss + step.reg
-    if total.requires_grad:  # not when both sides are frozen and the relation has nothing to train
-        if optimizer is not None:
-            optimizer.zero_grad(set_to_none=True)
-        torch.autograd.backward(total)
-        for gathered in step.gathered:
-            gathered.apply_row_adagrad(model.spec.lr)
-        if optimizer is not None:
-            optimizer.step()
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+    step = training_gradients(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
+                              generator=generator)
+    for gathered in step.gathered:
+        gathered.apply_row_adagrad(model.spec.lr)
+    if optimizer is not None:
+        optimizer.step()
     totals.add(step.loss, step.reg, batch.real, step.violators)
 
 

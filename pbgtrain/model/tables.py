@@ -17,10 +17,10 @@ occurrences add nothing.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
+
+from pbgtrain.model.scalars import constant
 
 ADAGRAD_EPS = 1e-10
 
@@ -39,18 +39,6 @@ def row_adagrad_(weights: Tensor, state_sum: Tensor, ids: Tensor, grad: Tensor, 
     scale = new_sum.add_(constant(eps, new_sum)).rsqrt_().mul_(constant(-lr, new_sum)).unsqueeze(1)
     step = grad.mul_(scale) if consume_grad else grad * scale
     weights.index_add_(0, ids, step)
-
-
-@functools.lru_cache(maxsize=256)
-def _constant(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
-    return torch.tensor(value, dtype=dtype, device=device)
-
-
-def constant(value: float, like: Tensor) -> Tensor:
-    """``value`` as a 0-dim tensor of ``like``'s dtype and device, made once: an operand that
-    the arithmetic takes as it is, where a Python number is first converted to a tensor on every
-    call (a copy and four more dispatched operations on a CPU). Never written to."""
-    return _constant(float(value), like.dtype, like.device)
 
 
 class EntityTable:
