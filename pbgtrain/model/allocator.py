@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 _M_TRIM_THRESHOLD = -1
@@ -25,7 +26,9 @@ _M_MMAP_MAX = -4
 _MMAP_THRESHOLD_MAX = 32 << 20  # glibc's cap on 64-bit
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc, looked up once (``find_library`` runs ``ldconfig``: milliseconds a call)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
