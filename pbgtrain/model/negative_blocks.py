@@ -33,6 +33,7 @@ constant.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,8 +99,32 @@ class BlockShape:
 
 
 def stack_sides(parts: Sequence[Tensor]) -> Tensor:
-    """The sides' tensors on a new leading axis (a view for a single side)."""
-    return parts[0].unsqueeze(0) if len(parts) == 1 else torch.stack(tuple(parts))
+    """The sides' tensors on a new leading axis: a view for a single side, and for sides that
+    follow each other in memory (rows gathered in one piece: the positives of lhs and rhs, or
+    their uniform candidates, when nothing transforms them); else a copy.
+
+    >>> rows = torch.arange(8.0).view(4, 2)
+    >>> stack_sides([rows[:2], rows[2:]]).data_ptr() == rows.data_ptr()
+    True
+    """
+    first = parts[0]
+    if len(parts) == 1:
+        return first.unsqueeze(0)
+    if all(_follows(a, b) for a, b in itertools.pairwise(parts)):
+        return first.as_strided((len(parts), *first.shape), (first.numel(), *first.stride()))
+    return torch.stack(tuple(parts))
+
+
+def _follows(a: Tensor, b: Tensor) -> bool:
+    """Whether ``b`` is laid out as ``a`` and starts where ``a`` ends, in the same storage."""
+    return (a.is_contiguous() and b.shape == a.shape and b.stride() == a.stride() and b.dtype == a.dtype
+            and b.device == a.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+            and b.storage_offset() == a.storage_offset() + a.numel())
+
+
+def _rows(x: Tensor, rows: int) -> Tensor:
+    """The first ``rows`` rows of axis 1 (``x`` itself when it has no more)."""
+    return x if x.shape[1] == rows else x[:, :rows]
 
 
 def _pad(x: Tensor, rows: int) -> Tensor:
@@ -133,20 +158,21 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
         keys = _pad(p, padded).view(sides * chunks, chunk, dim)
         if merged:
             c = stack_sides(candidates)
-            c = c if per_chunk else c.unsqueeze(1).expand(sides, chunks, -1, dim)  # a copy per chunk
+            if not per_chunk and chunks > 1:
+                c = c.unsqueeze(1).expand(sides, chunks, -1, dim)  # a copy per chunk
             keys = torch.cat((keys, c.reshape(sides * chunks, -1, dim)), dim=1)
         scores = full_precision(cmp.all_pairs(qc, keys))
         scores.diagonal(dim1=1, dim2=2).fill_(masked)
         shape.mask_columns(scores, masked)
         out.operands.append((qc, keys, scores))
-        out.blocks.append(scores.view(sides, padded, -1)[:, :num_pos])
+        out.blocks.append(_rows(scores.view(sides, padded, -1), num_pos))
         out.kinds.append("batch")
     if candidates and not merged and per_chunk:  # uniform negatives only, each chunk its own
         qc = _pad(q, padded).view(sides * chunks, chunk, dim)
         c = stack_sides(candidates).view(sides * chunks, -1, dim)
         scores = full_precision(cmp.all_pairs(qc, c))
         out.operands.append((qc, c, scores))
-        out.blocks.append(scores.view(sides, padded, -1)[:, :num_pos])
+        out.blocks.append(_rows(scores.view(sides, padded, -1), num_pos))
         out.kinds.append("per_chunk")
     elif candidates and not merged:
         if len(candidates) == 1:  # one set of candidates for every side: one product for all queries
@@ -186,15 +212,15 @@ def _adjoint(cmp: Comparator, shape: BlockShape, own: Tensor | None, scored: _Sc
                 full.diagonal(dim1=1, dim2=2).zero_()
                 shape.mask_columns(full, 0.0)
             da, db = cmp.all_pairs_grad(a, b, scores, full)
-            da = full_precision(da).view(sides, padded, dim)[:, :num_pos]
+            da = _rows(full_precision(da).view(sides, padded, dim), num_pos)
             db = full_precision(db)
             if kind == "per_chunk":
                 dc = db.view(sides, -1, dim)
             else:
-                dp = db[:, :chunk].reshape(sides, padded, dim)[:, :num_pos]
+                dp = _rows(db[:, :chunk].reshape(sides, padded, dim), num_pos)
                 if db.shape[1] > chunk:  # the uniform candidates' columns, merged into the batch's block
                     dc = db[:, chunk:].reshape(sides, chunks, -1, dim)
-                    dc = dc.reshape(sides, -1, dim) if shape.uniform == "per_chunk" else dc.sum(1)
+                    dc = dc.reshape(sides, -1, dim) if shape.uniform == "per_chunk" or chunks == 1 else dc.sum(1)
         else:
             if own is not None:
                 g = g.scatter_(2, own.unsqueeze(2), 0.0) if owned else g.scatter(2, own.unsqueeze(2), 0.0)

@@ -268,17 +268,16 @@ def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor | Fe
     """Gather each side's groups, once per distinct table (lhs and rhs may share one, and then a
     group both sides hold, every entity, is gathered once); a ``frozen`` side's table is only read
     (see :func:`~pbgtrain.model.lookup.gather_rows`). Also returns where each side's groups sit."""
-    if tables[0] is tables[1]:
-        own = [g for g in groups[1] if not any(g is mine for mine in groups[0])]
-        g, rows = gather_rows(tables[0], [*groups[0], *own], max_norm=max_norm, requires_grad=requires_grad,
+    if tables[0] is tables[1]:  # the sides' groups interleaved (lhs and rhs positives side by side), each once
+        combined: list[Tensor | FeatureBags] = []
+        parts: list[list[int]] = [[], []]
+        for k in range(max(len(groups[0]), len(groups[1]))):
+            for side_groups, side_parts in zip(groups, parts, strict=True):
+                if k < len(side_groups):
+                    side_parts.append(_position(combined, side_groups[k]))
+        g, rows = gather_rows(tables[0], combined, max_norm=max_norm, requires_grad=requires_grad,
                               frozen=frozen[0] or frozen[1], updates=updates)
-        n = len(groups[0])
-        rest = iter(range(n, len(rows)))
-        rhs_parts = []
-        for group in groups[1]:
-            mine = [i for i, m in enumerate(groups[0]) if m is group]
-            rhs_parts.append(mine[0] if mine else next(rest))
-        return [g], [rows[:n], [rows[i] for i in rhs_parts]], [[(0, i) for i in range(n)], [(0, i) for i in rhs_parts]]
+        return [g], [[rows[i] for i in p] for p in parts], [[(0, i) for i in p] for p in parts]
     out_g, out_rows, where = [], [], []
     for index, (table, side_groups, side_frozen) in enumerate(zip(tables, groups, frozen, strict=True)):
         g, rows = gather_rows(table, side_groups, max_norm=max_norm, requires_grad=requires_grad, frozen=side_frozen,
@@ -287,6 +286,15 @@ def _gather(tables: Sequence[EntityTable], groups: Sequence[Sequence[Tensor | Fe
         out_rows.append(rows)
         where.append([(index, i) for i in range(len(rows))])
     return out_g, out_rows, where
+
+
+def _position(groups: list[Tensor | FeatureBags], group: Tensor | FeatureBags) -> int:
+    """Where ``group`` (the object itself) is in ``groups``, appended if absent."""
+    for i, known in enumerate(groups):
+        if known is group:
+            return i
+    groups.append(group)
+    return len(groups) - 1
 
 
 def _check_tables(model: EmbeddingModel, batch: EdgeBatch, lhs_table: EntityTable,

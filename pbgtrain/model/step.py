@@ -68,10 +68,10 @@ class StepTotals:
         if self._loss is None or self._violators is None:
             self._loss = torch.zeros((), dtype=torch.float64, device=loss.device)
             self._violators = torch.zeros(2, dtype=torch.long, device=loss.device)
-        self._loss.add_(loss.detach())
+        self._loss.add_(loss)
         self._violators.add_(violators)
         if reg is not None:
-            self._reg = reg.detach().double() if self._reg is None else self._reg.add_(reg.detach())
+            self._reg = reg.double() if self._reg is None else self._reg.add_(reg)
         self.count += count
         self.steps += 1
 
