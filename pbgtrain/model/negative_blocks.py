@@ -101,7 +101,8 @@ class BlockShape:
 def stack_sides(parts: Sequence[Tensor]) -> Tensor:
     """The sides' tensors on a new leading axis: a view for a single side, and for sides that
     follow each other in memory (rows gathered in one piece: the positives of lhs and rhs, or
-    their uniform candidates, when nothing transforms them); else a copy.
+    their uniform candidates, when nothing transforms them) unless autograd records them
+    (``as_strided``'s backward assumes its input's own layout); else a copy.
 
     >>> rows = torch.arange(8.0).view(4, 2)
     >>> stack_sides([rows[:2], rows[2:]]).data_ptr() == rows.data_ptr()
@@ -110,7 +111,8 @@ def stack_sides(parts: Sequence[Tensor]) -> Tensor:
     first = parts[0]
     if len(parts) == 1:
         return first.unsqueeze(0)
-    if all(_follows(a, b) for a, b in itertools.pairwise(parts)):
+    recorded = torch.is_grad_enabled() and any(p.requires_grad for p in parts)  # as_strided's backward would not do
+    if not recorded and all(_follows(a, b) for a, b in itertools.pairwise(parts)):
         return first.as_strided((len(parts), *first.shape), (first.numel(), *first.stride()))
     return torch.stack(tuple(parts))
 
