@@ -65,7 +65,7 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
     """The loss of ``batch`` as :func:`forward_batch` and the loss function give it, and its
     gradients, by hand: the scores' (:func:`~pbgtrain.model.negative_blocks.training_head`), then
     back through each side's chain (:mod:`pbgtrain.model.chains`) to the looked-up rows and the
-    relation parameters, plus N3's (:func:`regularization_grads`). Nothing is recorded for
+    relation parameters, plus N3's (:func:`regularization_and_grads`). Nothing is recorded for
     autograd; a test compares the gradients with autograd's through :func:`forward_batch`."""
     prepared = prepare_batch(model, lhs_table, rhs_table, batch, negatives, generator, False, updates=True)
     scale = model.relation(batch.rel).weight
