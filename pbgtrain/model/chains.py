@@ -28,7 +28,7 @@ from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator
 from pbgtrain.model.operators import DynamicOperator as DynamicOperatorModule
-from pbgtrain.model.operators import Operator, add_grad
+from pbgtrain.model.operators import Operator, add_grad, rows_sum
 from pbgtrain.model.precision import full_precision
 
 
@@ -50,7 +50,7 @@ class Shift:
         return x + self.emb
 
     def backward(self, x: Tensor, grad: Tensor) -> Tensor:
-        add_grad(self.emb, grad.reshape(-1, grad.shape[-1]).sum(0))
+        add_grad(self.emb, rows_sum(grad))
         return grad
 
 

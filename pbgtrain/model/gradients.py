@@ -69,11 +69,12 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
     autograd; a test compares the gradients with autograd's through :func:`forward_batch`."""
     prepared = prepare_batch(model, lhs_table, rhs_table, batch, negatives, generator, False, updates=True)
     scale = model.relation(batch.rel).weight
-    traced_grads: dict[int, tuple[Traced, Tensor]] = {}
+    traced: dict[int, Traced] = {}
+    traced_grads: dict[int, Tensor] = {}
 
-    def add(traced: Traced, grad: Tensor) -> None:
-        seen = traced_grads.get(id(traced))
-        traced_grads[id(traced)] = (traced, grad if seen is None else seen[1] + grad)
+    def add(t: Traced, grad: Tensor) -> None:
+        traced[id(t)] = t
+        _accumulate(traced_grads, id(t), grad)
 
     loss: Tensor | None = None
     counts = []
@@ -90,8 +91,8 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
                 add(candidates, head.d_candidates[i])
     assert loss is not None
     row_grads: dict[Source, Tensor] = {}
-    for traced, grad in traced_grads.values():
-        _accumulate(row_grads, prepared.sources[id(traced)], traced.backward(grad * scale if scale != 1.0 else grad))
+    for key, grad in traced_grads.items():
+        _accumulate(row_grads, prepared.sources[key], traced[key].backward(grad * scale if scale != 1.0 else grad))
     reg = None
     if model.regularizer.enabled:
         reg, *reg_grads = regularization_and_grads(model, *prepared.real_positives(batch))
@@ -110,29 +111,25 @@ def regularization_and_grads(model: EmbeddingModel, rel: int | Tensor, u_raw: Te
     """:func:`regularization` (which must be enabled) and its gradients in ``u_raw`` and
     ``v_raw``, without autograd; the operators' parameters' gradients are added to their ``.grad``."""
     coef = model.regularizer.coef
-    op_total: Tensor | None = None
     if isinstance(rel, Tensor):
         g_op, h_op = model.dynamic_operators()
         complex_valued, emb_factor = h_op.complex_valued, 2.0
-        edges: Tensor | None = None  # each relation's edges (no bincount: a fixed length)
-        for op in (h_op, g_op):
-            for magnitude, params in op.magnitudes():
-                if edges is None:
-                    edges = magnitude.new_zeros(op.num_relations).index_add_(0, rel, magnitude.new_ones(len(rel)))
-                cubes = magnitude.square().mul_(magnitude).reshape(op.num_relations, -1).sum(1).dot(edges)
-                op_total = cubes if op_total is None else op_total + cubes
-                scale = magnitude.mul_(edges.view(-1, *(1,) * (magnitude.dim() - 1))).mul_(3 * coef)
-                for param in params:
-                    add_grad(param, param.detach() * scale)
+        magnitudes = [*h_op.magnitudes(), *g_op.magnitudes()]
+        # each parameter row counted once per edge of its relation (no bincount: a fixed length)
+        edges: Tensor | None = u_raw.new_zeros(h_op.num_relations).index_add_(0, rel, u_raw.new_ones(len(rel))) \
+            if magnitudes else None
     else:
         static = model.static_operator(rel)
         complex_valued, emb_factor = static.complex_valued, 1.0
-        for magnitude, params in static.magnitudes():
-            cubes = magnitude.square().mul_(magnitude).sum().mul_(len(u_raw))
-            op_total = cubes if op_total is None else op_total + cubes
-            scale = magnitude.mul_(3 * coef * len(u_raw))
-            for param in params:
-                add_grad(param, param.detach() * scale)
+        magnitudes, edges = static.magnitudes(), None  # counted once per edge of the batch
+    op_total: Tensor | None = None
+    for magnitude, params in magnitudes:
+        count = float(len(u_raw)) if edges is None else edges.view(-1, *(1,) * (magnitude.dim() - 1))
+        cubes = magnitude.square().mul_(magnitude).mul_(count).sum()
+        op_total = cubes if op_total is None else op_total + cubes
+        scale = magnitude.mul_(count).mul_(3 * coef)
+        for param in params:
+            add_grad(param, param.detach() * scale)
     u_cubes, du = cubed_magnitudes_and_grad(u_raw, complex_valued)
     v_cubes, dv = cubed_magnitudes_and_grad(v_raw, complex_valued)
     emb_total = (u_cubes + v_cubes).mul_(emb_factor)

@@ -63,7 +63,7 @@ def _complex_product(x: Tensor, real: Tensor, imag: Tensor) -> Tensor:
     return out
 
 
-def _records(*tensors: Tensor) -> bool:
+def records(*tensors: Tensor) -> bool:
     """Whether autograd records an operation on ``tensors`` (else a Function's apply is overhead only)."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
@@ -72,7 +72,7 @@ def complex_multiply(x: Tensor, real: Tensor, imag: Tensor) -> Tensor:
     """(a + ib)(c + id) with x = [a | b] (last axis) and the operator c + id (broadcast to a)."""
     if x.shape[-1] % 2:
         raise ValueError(f"complex embeddings need an even dimension, found {x.shape[-1]}")
-    if not _records(x, real, imag):
+    if not records(x, real, imag):
         return _complex_product(x, real, imag)
     out: Tensor = _ComplexMultiply.apply(x, real, imag)  # type: ignore[no-untyped-call]
     return out
@@ -96,7 +96,7 @@ class _ModulusCubeSum(torch.autograd.Function):
 def modulus_cube_sum(real: Tensor, imag: Tensor, per_row: bool = False) -> Tensor:
     """Σ |real + i·imag|³, over everything or (``per_row``) over the last axis; the gradient
     ``3|z|·(re, im)`` is defined at 0."""
-    if not _records(real, imag):
+    if not records(real, imag):
         return _cube_sum(torch.hypot(real, imag), per_row)
     out: Tensor = _ModulusCubeSum.apply(real, imag, per_row)  # type: ignore[no-untyped-call]
     return out

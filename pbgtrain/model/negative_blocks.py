@@ -43,6 +43,7 @@ from torch import Tensor
 
 from pbgtrain.model import fused
 from pbgtrain.model.comparators import Comparator
+from pbgtrain.model.kernels import records
 from pbgtrain.model.losses import LossFunction
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
 from pbgtrain.model.precision import autocast_state, full_precision
@@ -111,8 +112,7 @@ def stack_sides(parts: Sequence[Tensor]) -> Tensor:
     first = parts[0]
     if len(parts) == 1:
         return first.unsqueeze(0)
-    recorded = torch.is_grad_enabled() and any(p.requires_grad for p in parts)  # as_strided's backward would not do
-    if not recorded and all(_follows(a, b) for a, b in itertools.pairwise(parts)):
+    if not records(*parts) and all(_follows(a, b) for a, b in itertools.pairwise(parts)):
         return first.as_strided((len(parts), *first.shape), (first.numel(), *first.stride()))
     return torch.stack(tuple(parts))
 

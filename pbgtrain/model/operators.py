@@ -61,7 +61,7 @@ def add_row_grads(param: Tensor, rel: Tensor, rows: Tensor) -> None:
     param.grad.index_add_(0, rel, rows if rows.dtype == param.dtype else rows.to(param.dtype))
 
 
-def _rows_sum(x: Tensor) -> Tensor:
+def rows_sum(x: Tensor) -> Tensor:
     """[..., D] summed over every leading axis: [D] (a new tensor)."""
     return x.reshape(-1, x.shape[-1]).sum(0)
 
@@ -136,7 +136,7 @@ class DiagonalOperator(Operator):
         return x * self.diagonal
 
     def vjp(self, x: Tensor, grad: Tensor) -> Tensor:
-        add_grad(self.diagonal, _rows_sum(grad * x))
+        add_grad(self.diagonal, rows_sum(grad * x))
         return grad * self.diagonal.detach()
 
     def cube_sum(self) -> Tensor | None:
@@ -154,7 +154,7 @@ class TranslationOperator(Operator):
         return x + self.translation
 
     def vjp(self, x: Tensor, grad: Tensor) -> Tensor:
-        add_grad(self.translation, _rows_sum(grad))
+        add_grad(self.translation, rows_sum(grad))
         return grad
 
     def cube_sum(self) -> Tensor | None:
@@ -194,7 +194,7 @@ class AffineOperator(Operator):
         return torch.matmul(x, self.linear_transformation.t()) + self.translation
 
     def vjp(self, x: Tensor, grad: Tensor) -> Tensor:
-        add_grad(self.translation, _rows_sum(grad))
+        add_grad(self.translation, rows_sum(grad))
         return _linear_vjp(self.linear_transformation, x, grad)
 
     def cube_sum(self) -> Tensor | None:
@@ -220,8 +220,8 @@ class ComplexDiagonalOperator(Operator):
         trains = self.real.requires_grad or self.imag.requires_grad
         dx, d_real, d_imag = complex_multiply_grads(x, self.real.detach(), self.imag.detach(), grad, parameters=trains)
         if d_real is not None and d_imag is not None:
-            add_grad(self.real, _rows_sum(d_real))
-            add_grad(self.imag, _rows_sum(d_imag))
+            add_grad(self.real, rows_sum(d_real))
+            add_grad(self.imag, rows_sum(d_imag))
         assert dx is not None
         return dx
 
