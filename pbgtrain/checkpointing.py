@@ -51,6 +51,7 @@ from pbgio.errors import ConfigError
 from pbgio.optimizer_state import decode_adagrad, decode_row_adagrad, encode_row_adagrad, encode_state_dict
 from pbgio.spec.checkpoint import private_to_public, public_to_private
 from pbgio.storage import AnyPath
+from pbgtrain.model.relation_adagrad import RelationAdagrad
 from pbgtrain.model.tables import EntityTable
 from pbgtrain.plan.batching import IterationStep, stable_seed
 from pbgtrain.plan.buckets import PartitionKey, WrittenPartitions
@@ -163,7 +164,7 @@ class TrainingCheckpoint:
         (it is init_path's: relations may have been appended since)."""
         return directory is self.init and self.config.dynamic_relations
 
-    def restore_model(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+    def restore_model(self, model: torch.nn.Module, optimizer: RelationAdagrad | None,
                       relation_lr: float) -> None:
         """The model and its Adagrad state from :meth:`model_source` (nothing: a fresh model);
         dynamic operators of fewer relations, from init_path, grow."""
@@ -180,7 +181,7 @@ class TrainingCheckpoint:
             self.restore_optimizer(optimizer, state, path, relation_lr, shapes)
 
     @staticmethod
-    def restore_optimizer(optimizer: torch.optim.Optimizer, state: ModelState, source: str, lr: float,
+    def restore_optimizer(optimizer: RelationAdagrad, state: ModelState, source: str, lr: float,
                           stored_shapes: list[tuple[int, ...]] | None = None) -> None:
         """Load a model file's Adagrad state into ``optimizer`` (its parameters in the original's
         order); the learning rate stays the config's ``lr`` (the stored one is the old run's).
@@ -333,7 +334,7 @@ def model_params(model: torch.nn.Module) -> dict[str, np.ndarray]:
     return params
 
 
-def stored_param_shapes(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def stored_param_shapes(model: torch.nn.Module, optimizer: RelationAdagrad,
                         params: Mapping[str, np.ndarray]) -> list[tuple[int, ...]]:
     """Shapes of the stored ``params`` (public names) in the optimizer's parameter order."""
     names = {id(p): name for name, p in model.named_parameters()}

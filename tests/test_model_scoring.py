@@ -25,6 +25,7 @@ from pbgtrain.model import (
     EntityTable,
     ModelSpec,
     NegativeSampling,
+    RelationAdagrad,
     RelationSpec,
     forward_batch,
     make_loss,
@@ -351,7 +352,7 @@ def test_relation_optimizer_is_adagrad_at_relation_lr() -> None:
     spec = ModelSpec({"e": 2}, (RelationSpec("r", "e", "e", operator="diagonal"),), lr=0.5, relation_lr=0.25)
     model = EmbeddingModel(spec)
     optimizer = make_relation_optimizer(model)
-    assert isinstance(optimizer, torch.optim.Adagrad)
+    assert isinstance(optimizer, RelationAdagrad)  # torch.optim.Adagrad's state and update
     assert optimizer.param_groups[0]["lr"] == 0.25
     p = model.rhs_operators[0].diagonal
     p.grad = torch.tensor([2.0, 0.0])

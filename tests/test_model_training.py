@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -176,14 +180,79 @@ def test_cuda_step_matches_cpu() -> None:
     torch.testing.assert_close(results[0][1], results[1][1])
 
 
-def test_relation_adagrad_steps_every_group_once_when_one_needs_torchs_step() -> None:
-    """A group torch's step must take (here a complex parameter) sends the whole step there,
-    decided before any group moves: no group is stepped twice."""
+def _adagrad_pair(settings: dict[str, float | bool]) -> tuple[list[torch.nn.Parameter], Any,
+                                                            list[torch.nn.Parameter], Any]:
+    """The same two parameter groups under RelationAdagrad and torch.optim.Adagrad, ``settings``
+    loaded into both from torch's state dict (as a checkpoint would carry them)."""
     from pbgtrain.model import RelationAdagrad
 
-    plain = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
-    odd = torch.nn.Parameter(torch.tensor([1.0 + 1.0j]))
-    opt = RelationAdagrad([{"params": [plain]}, {"params": [odd]}], lr=0.5, eps=1e-10)
-    plain.grad, odd.grad = torch.tensor([2.0, 0.0]), torch.tensor([2.0 + 0.0j])
-    opt.step()
-    assert plain.detach().tolist() == [0.5, 1.0] and float(opt.state[plain]["step"]) == 1.0
+    gen = torch.Generator().manual_seed(3)
+    values = [torch.randn(4, 3, generator=gen), torch.randn(5, generator=gen), torch.randn(2, 2, generator=gen)]
+    ours = [torch.nn.Parameter(v.clone()) for v in values]
+    theirs = [torch.nn.Parameter(v.clone()) for v in values]
+    reference = torch.optim.Adagrad([{"params": theirs[:2]}, {"params": theirs[2:]}], lr=0.3, eps=1e-10)
+    for group in reference.param_groups:
+        group.update(settings)
+    optimizer = RelationAdagrad([{"params": ours[:2]}, {"params": ours[2:]}], lr=0.3, eps=1e-10)
+    optimizer.load_state_dict(reference.state_dict())
+    return ours, optimizer, theirs, reference
+
+
+@pytest.mark.parametrize("settings", [{}, {"lr_decay": 0.1}, {"weight_decay": 0.01}, {"maximize": True}])
+def test_relation_adagrad_steps_and_states_as_torchs_adagrad(settings: dict[str, float | bool]) -> None:
+    """Three steps (a parameter without a gradient in one of them) leave the parameters and the
+    state dict torch.optim.Adagrad leaves, at the original's settings and at others a loaded
+    state may carry."""
+    ours, optimizer, theirs, reference = _adagrad_pair(settings)
+    gen = torch.Generator().manual_seed(4)
+    for k in range(3):
+        grads = [torch.randn(p.shape, generator=gen) for p in ours]
+        for i, (mine, torchs, grad) in enumerate(zip(ours, theirs, grads, strict=True)):
+            mine.grad = torchs.grad = None if (k == 1 and i == 1) else grad.clone()
+        optimizer.step()
+        reference.step()
+        optimizer.zero_grad()
+        reference.zero_grad()
+    for mine, torchs in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine.detach(), torchs.detach())
+    got, want = optimizer.state_dict(), reference.state_dict()
+    assert got["param_groups"] == want["param_groups"]
+    assert got["state"].keys() == want["state"].keys()
+    for index, state in want["state"].items():
+        assert got["state"][index].keys() == state.keys()
+        for key, value in state.items():
+            torch.testing.assert_close(got["state"][index][key], value)
+
+
+def test_relation_adagrad_loads_an_older_torchs_state_and_refuses_other_groups() -> None:
+    """``step`` stored as a number and hyperparameters missing (an older torch's state dict) load
+    as torch's defaults; a state of other parameter groups is refused, naming both."""
+    from pbgtrain.model import RelationAdagrad
+
+    p = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    optimizer = RelationAdagrad([p], lr=0.5)
+    optimizer.load_state_dict({"state": {0: {"step": 7, "sum": torch.tensor([1.0, 2.0])}},
+                               "param_groups": [{"lr": 0.1, "eps": 1e-10, "params": [0]}]})
+    state = optimizer.state[p]
+    assert state["step"].dtype == torch.float32 and float(state["step"]) == 7
+    assert state["sum"].dtype == torch.float64
+    assert optimizer.param_groups[0]["lr_decay"] == 0 and optimizer.param_groups[0]["maximize"] is False
+    with pytest.raises(ValueError, match=r"\[2\] parameters per group, this optimizer \[1\]"):
+        optimizer.load_state_dict({"state": {}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]})
+
+
+def test_fit_does_not_import_torch_dynamo(tmp_path: Path) -> None:
+    """A fit's relation optimizer is not a torch.optim.Optimizer, whose construction imports
+    torch._dynamo (about a second at every fit)."""
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from pbgio.example import build_example\n"
+            "from pbgtrain.config import load_run_config\n"
+            "from pbgtrain.train import FitOptions, fit\n"
+            "build_example(Path('ex'))\n"
+            "fit(load_run_config(Path('ex/config.json'), ['num_epochs=1', 'checkpoint_path=ex/checkpoint']),"
+            " FitOptions(validate=False))\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -15,13 +15,13 @@ from pbgtrain.model.model import (
     EmbeddingModel,
     ModelSpec,
     NegativeSampling,
-    RelationAdagrad,
     RelationSpec,
     make_relation_optimizer,
 )
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives
 from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
 from pbgtrain.model.regularizers import N3Regularizer
+from pbgtrain.model.relation_adagrad import ParameterOptimizer, RelationAdagrad
 from pbgtrain.model.scoring import (
     ForwardResult,
     Scores,
@@ -52,6 +52,7 @@ __all__ = [
     "NegativePlan",
     "NegativeSampling",
     "Operator",
+    "ParameterOptimizer",
     "RelationAdagrad",
     "RelationSpec",
     "Scores",

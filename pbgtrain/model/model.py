@@ -10,7 +10,7 @@ state dict uses the original's private names, which pbgio maps to checkpoint nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -25,7 +25,7 @@ from pbgtrain.model.operators import (
     make_operator,
 )
 from pbgtrain.model.regularizers import N3Regularizer
-from pbgtrain.model.scalars import constant
+from pbgtrain.model.relation_adagrad import RelationAdagrad
 
 if TYPE_CHECKING:
     from pbgio.config import ConfigSchema
@@ -258,46 +258,7 @@ class EmbeddingModel(nn.Module):
         return [p for p in self.parameters() if p.requires_grad]
 
 
-class RelationAdagrad(torch.optim.Adagrad):
-    """``torch.optim.Adagrad`` whose step is the plain dense update of the original's settings
-    (no learning-rate decay, no weight decay): ``sum += g²``, ``p -= lr · g / (√sum + eps)``, on
-    every parameter with a gradient at once (``torch._foreach_*``), without the per-step layers
-    of the general optimizer nor its read of the step count from the device. Its state is
-    Adagrad's (``sum``, ``step``), so its ``state_dict`` is the one the original reads and writes;
-    other settings (a loaded ``lr_decay``, ``weight_decay``, ``maximize``) take torch's step.
-
-    >>> p = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
-    >>> opt = RelationAdagrad([p], lr=0.5, eps=1e-10)
-    >>> p.grad = torch.tensor([2.0, 0.0])
-    >>> opt.step()
-    >>> p.detach().tolist(), opt.state[p]["sum"].tolist(), float(opt.state[p]["step"])
-    ([0.5, 1.0], [4.0, 0.0], 1.0)
-    """
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        trained = [[p for p in group["params"] if p.grad is not None] for group in self.param_groups]
-        if closure is not None or any(g["lr_decay"] or g["weight_decay"] or g["maximize"] or g["differentiable"]
-                                      for g in self.param_groups) or \
-                any(p.grad.is_sparse or torch.is_complex(p) for params in trained for p in params):
-            return super().step(closure)  # decided before any group steps: no group takes two steps
-        for group, params in zip(self.param_groups, trained, strict=True):
-            if not params:
-                continue
-            grads = [p.grad for p in params]
-            states = [self.state[p] for p in params]
-            sums = [state["sum"] for state in states]
-            for state in states:  # a loop of 0-dim adds: _foreach_add_ converts its number once per tensor
-                state["step"].add_(constant(1, state["step"]))
-            torch._foreach_addcmul_(sums, grads, grads, value=1)
-            std = torch._foreach_sqrt(sums)
-            for s in std:
-                s.add_(constant(group["eps"], s))
-            torch._foreach_addcdiv_(params, grads, std, value=-group["lr"])
-        return None
-
-
-def make_relation_optimizer(model: EmbeddingModel) -> torch.optim.Optimizer | None:
+def make_relation_optimizer(model: EmbeddingModel) -> RelationAdagrad | None:
     """Adagrad over the relation parameters at ``relation_lr`` (:class:`RelationAdagrad`); None
     when there are none.
 

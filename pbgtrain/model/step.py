@@ -22,6 +22,7 @@ from torch import Tensor
 from pbgtrain.model.gradients import training_gradients
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
+from pbgtrain.model.relation_adagrad import ParameterOptimizer
 from pbgtrain.model.scoring import Scores, forward_batch
 from pbgtrain.model.tables import EntityTable
 
@@ -106,7 +107,7 @@ def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tenso
 
 
 def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-               optimizer: torch.optim.Optimizer | None, *, generator: torch.Generator | None = None,
+               optimizer: ParameterOptimizer | None, *, generator: torch.Generator | None = None,
                negatives: NegativeSampling | None = None) -> StepStats:
     """Score the batch, backpropagate loss + reg, update the touched table rows (row Adagrad at
     ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`);
@@ -119,7 +120,7 @@ def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityT
 
 
 def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable,
-                   batch: EdgeBatch, optimizer: torch.optim.Optimizer | None, *,
+                   batch: EdgeBatch, optimizer: ParameterOptimizer | None, *,
                    generator: torch.Generator | None = None, negatives: NegativeSampling | None = None) -> None:
     """:func:`train_step`, its sums added to ``totals`` without reading them back from the device."""
     if len(batch) == 0:
