@@ -2,8 +2,8 @@
 them (Typer refuses any other value itself), :func:`pbgtrain.training.fit_plan.resolve_fit`
 checks a Python caller's value against the same declaration.
 
->>> PRECISIONS, [init.value for init in OperatorInit]
-(('fp32', 'tf32', 'bf16'), ['identity', 'random'])
+>>> PRECISIONS, PRECISION_CHOICES, [init.value for init in OperatorInit]
+(('fp32', 'tf32', 'bf16'), ('fp32', 'tf32', 'bf16', 'auto'), ['identity', 'random'])
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ Precision = Literal["fp32", "tf32", "bf16"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "tf32", "bf16")
 """Arithmetic precision of the score matrix products (:mod:`pbgtrain.model.precision`)."""
 
-PrecisionChoice = enum.Enum("PrecisionChoice", {p: p for p in PRECISIONS}, type=str)  # type: ignore[misc]
-"""``--precision`` on the command line: :data:`PRECISIONS` as an enum."""
+PRECISION_CHOICES: tuple[str, ...] = (*PRECISIONS, "auto")
+"""What ``--precision`` takes: a precision, or ``auto`` (bf16 where the device computes it
+natively, else fp32: :func:`pbgtrain.training.device.resolve_precision`)."""
+
+PrecisionChoice = enum.Enum("PrecisionChoice", {p: p for p in PRECISION_CHOICES}, type=str)  # type: ignore[misc]
+"""``--precision`` on the command line: :data:`PRECISION_CHOICES` as an enum."""
 
 
 class OperatorInit(str, enum.Enum):

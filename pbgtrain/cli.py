@@ -31,8 +31,10 @@ app = typer.Typer(
 
 
 PrecisionOption = Annotated[PrecisionChoice | None, typer.Option(
-    "--precision", help="Matrix products in fp32 (the reference), tf32 (CUDA tensor cores) or bf16; embeddings "
-    "and optimizer state stay float32 (default: bf16 on a GPU when the config sets half_precision, else fp32).")]
+    "--precision", help="Matrix products in fp32 (the reference), tf32 (CUDA tensor cores), bf16, or auto: bf16 "
+    "where the device computes it natively (a GPU; a CPU with AVX-512 BF16 or AMX), else fp32. Embeddings and "
+    "optimizer state stay float32. The choice is said on the run's first line (default: bf16 on a GPU when the "
+    "config sets half_precision, else fp32).")]
 
 
 def _load(config: str, overrides: list[str] | None, base: str | None) -> Any:
@@ -61,6 +63,11 @@ def fit(
         "identity (the original's), or drawn from init_scale · N(0, 1) like the entities, which spares models of "
         "symmetric relations (WN18RR) epochs of scoring each entity highest against itself. Operators read from "
         "the checkpoint or init_path replace them either way; pbgtrain's own option.")] = OperatorInit.identity,
+    relation_prediction: Annotated[float, typer.Option(
+        "--relation-prediction", metavar="W", help="Also train each edge to predict its relation: every relation "
+        "is scored for the edge's pair on each side, and W times that cross-entropy is added to the loss (an "
+        "auxiliary objective, Chen et al. 2021; dynamic relations only). Only training changes: the checkpoint is "
+        "an ordinary one. 0: off; pbgtrain's own option.")] = 0.0,
     compile_step: Annotated[bool, typer.Option(
         "--compile", help="Fuse the step's elementwise passes (softmax loss, violators) with torch.compile: "
         "Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, once.")] = False,
@@ -128,7 +135,8 @@ def fit(
                          precision=None if precision is None else precision.value,
                          partition_memory=partition_memory, compile=compile_step, static_shapes=static_shapes,
                          frozen_types=frozenset(freeze or ()),
-                         validation=validation, operator_init=operator_init.value)
+                         validation=validation, operator_init=operator_init.value,
+                         relation_prediction=relation_prediction)
     distributed = rank is not None or _under_torchrun()
     if distributed:
         _stop_on_sigterm()

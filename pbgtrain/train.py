@@ -306,8 +306,12 @@ def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter
 
 
 def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:
-    """Once per run: what runs differently from what the config may suggest."""
+    """Once per run: the device and precision, then what runs differently from what the config
+    may suggest."""
     cfg = trainer.cfg
+    threads = torch.get_num_threads()
+    reporter.log(f"training on {trainer.device} ({threads} thread{'s' if threads != 1 else ''}), "
+                 f"{trainer.plan.precision_note}")
     if cfg.background_io:
         reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
     if trainer.frozen:

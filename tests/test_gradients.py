@@ -9,6 +9,8 @@ independent reference in ``tests/test_model_scoring.py`` and ``tests/test_static
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import Tensor, nn
@@ -19,7 +21,7 @@ from pbgtrain.model.chains import Chain, Prepare, Shift, StaticOperator
 from pbgtrain.model.comparators import make_comparator
 from pbgtrain.model.gradients import regularization_and_grads, training_gradients
 from pbgtrain.model.inputs import FeatureBags
-from pbgtrain.model.lookup import gather_rows
+from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.operators import make_dynamic_operator, make_operator
 from pbgtrain.model.scoring import forward_batch, regularization
 from pbgtrain.model.step import batch_loss
@@ -169,4 +171,95 @@ def test_training_gradients_are_autograds_through_forward_batch(operator: str, c
     torch.testing.assert_close(step.reg, ref.reg.detach())
     torch.testing.assert_close(step.gathered[0].leaf.grad, want_leaf)
     for got, want in zip(_grads(model), want_params, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def _relation_prediction_reference(model: EmbeddingModel, rel: Tensor, u: Tensor, v: Tensor, weight: Tensor,
+                                   coef: float) -> Tensor:
+    """The relation-prediction loss written out: each side's scores of every relation, one
+    relation at a time, and torch's cross-entropy (autograd takes its gradients)."""
+    g_op, h_op = model.dynamic_operators()
+    cmp = model.comparator
+    total = u.new_zeros(())
+    for op, query, other in ((h_op, v, u), (g_op, u, v)):
+        logits = torch.stack([cmp.pair(cmp.prepare(op(query, torch.full_like(rel, r))), cmp.prepare(other))
+                              for r in range(op.num_relations)], dim=1)
+        total = total + (torch.nn.functional.cross_entropy(logits, rel, reduction="none") * weight).sum()
+    return total * coef
+
+
+def _dense(gathered: GatheredRows, count: int) -> Tensor:
+    """A gathered leaf's gradient summed per table row."""
+    assert gathered.leaf.grad is not None
+    return gathered.leaf.grad.new_zeros(count, gathered.leaf.shape[1]).index_add_(0, gathered.ids,
+                                                                                  gathered.leaf.grad)
+
+
+@pytest.mark.parametrize(("operator", "comparator"),
+                         [("complex_diagonal", "dot"), ("diagonal", "dot"), ("translation", "dot"),
+                          ("linear", "cos"), ("translation", "l2"), ("diagonal", "squared_l2")])
+def test_relation_prediction_gradients_are_autograds(operator: str, comparator: str, monkeypatch: Any) -> None:
+    """A step with relation prediction: its loss is the entity loss plus the reference's
+    relation cross-entropy (weighted edges, a padded batch), and every gradient (table rows,
+    operators of both sides) is autograd's through the reference forward and the written-out
+    relation loss. With the dot comparator the diagonal, complex-diagonal and translation
+    operators take the bilinear way, the others the expanded one, in chunks of two edges."""
+    import pbgtrain.model.relation_prediction as rp
+
+    monkeypatch.setattr(rp, "CHUNK_ELEMENTS", 2 * 4 * 6)
+    negs = NegativeSampling(3, 4)
+    spec = ModelSpec({"e": 6}, (RelationSpec("r", "e", "e", operator=operator),), num_dynamic_rels=4,
+                     comparator=comparator, loss_fn="softmax", regularization_coef=0.01, global_emb=False,
+                     train_negatives=negs, relation_prediction=0.3)
+    model = _randomize(EmbeddingModel(spec), 20)
+    assert isinstance(model, EmbeddingModel)
+    weights = torch.randn(12, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(21))
+    gen = torch.Generator().manual_seed(22)
+    edge_weight = torch.rand(5, generator=gen, dtype=torch.float64) + 0.5
+    batch = EdgeBatch(torch.randint(12, (5,), generator=gen), torch.randint(12, (5,), generator=gen),
+                      torch.randint(4, (5,), generator=gen), edge_weight).pad(7)
+
+    ref_table = EntityTable(weights.clone())
+    ref = forward_batch(model, ref_table, ref_table, batch, negs, generator=torch.Generator().manual_seed(23))
+    leaf = weights.clone().requires_grad_(True)
+    real = batch.real
+    assert isinstance(batch.rel, Tensor)
+    predicted = _relation_prediction_reference(model, batch.rel[:real], leaf[batch.lhs[:real]],
+                                               leaf[batch.rhs[:real]], edge_weight, 0.3)
+    want_loss = batch_loss(model, ref.scores, batch) + predicted
+    assert ref.reg is not None
+    (want_loss + ref.reg).backward()
+    assert leaf.grad is not None
+    want_rows, want_params = _dense(ref.gathered[0], 12) + leaf.grad, _grads(model)
+    model.zero_grad(set_to_none=True)
+
+    table = EntityTable(weights.clone())
+    step = training_gradients(model, table, table, batch, negs, generator=torch.Generator().manual_seed(23))
+    torch.testing.assert_close(step.loss, want_loss.detach())
+    torch.testing.assert_close(_dense(step.gathered[0], 12), want_rows)
+    for got, want in zip(_grads(model), want_params, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("operator", ["complex_diagonal", "diagonal", "translation"])
+def test_relation_prediction_bilinear_way_equals_the_expanded_one(operator: str) -> None:
+    """The two ways to every relation's scores give the same loss and gradients."""
+    import pbgtrain.model.relation_prediction as rp
+
+    spec = ModelSpec({"e": 6}, (RelationSpec("r", "e", "e", operator=operator),), num_dynamic_rels=5,
+                     comparator="dot", global_emb=False, relation_prediction=0.7)
+    model = _randomize(EmbeddingModel(spec), 30)
+    assert isinstance(model, EmbeddingModel)
+    g_op, _ = model.dynamic_operators()
+    gen = torch.Generator().manual_seed(31)
+    u, v = (torch.randn(8, 6, generator=gen, dtype=torch.float64) for _ in range(2))
+    rel, scale = torch.randint(5, (8,), generator=gen), torch.rand(8, generator=gen, dtype=torch.float64)
+    ways = [lambda: rp._bilinear_term(rp.BILINEAR[type(g_op)], g_op, rel, u, v, scale),
+            lambda: rp._expanded_term(model.comparator, g_op, rel, u, v, scale)]
+    results = []
+    for way in ways:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            results.append([*way(), *_grads(model)])
+    for got, want in zip(*results, strict=True):
         torch.testing.assert_close(got, want)

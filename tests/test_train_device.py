@@ -69,9 +69,38 @@ def test_half_precision_in_the_config_selects_bf16_on_a_gpu(tmp_path: Path) -> N
 
     cfg = load_run_config(config).config
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert resolve_precision(None, cfg, cuda) == "bf16" and resolve_precision("fp32", cfg, cuda) == "fp32"
-    assert resolve_precision(None, cfg, cpu) == "fp32"  # as the original, which uses it on CUDA only
-    assert resolve_precision("bf16", cfg, cpu) == "bf16"
+    assert resolve_precision(None, cfg, cuda)[0] == "bf16" and resolve_precision("fp32", cfg, cuda)[0] == "fp32"
+    assert resolve_precision(None, cfg, cpu)[0] == "fp32"  # as the original, which uses it on CUDA only
+    assert resolve_precision("bf16", cfg, cpu)[0] == "bf16"
+
+
+@pytest.mark.parametrize(("amx", "avx512_bf16", "want"), [(False, False, "fp32"), (False, True, "bf16"),
+                                                          (True, False, "bf16")])
+def test_precision_auto_takes_bf16_where_the_cpu_computes_it_and_bf16_elsewhere_is_warned_of(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, amx: bool, avx512_bf16: bool, want: str) -> None:
+    """``auto``: bf16 on a CPU with AMX or AVX-512 BF16, else fp32, said on the run's line; an
+    explicit bf16 on a CPU without either runs, with a warning of its measured cost."""
+    from pbgtrain.training.device import resolve_precision
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    cfg = load_run_config(_planted(tmp_path, num_epochs=1)).config
+    cpu = torch.device("cpu")
+    precision, line = resolve_precision("auto", cfg, cpu)
+    assert precision == want and line.startswith(f"precision {want} (--precision auto: ")
+    assert ("AMX" if amx else "AVX-512 BF16" if avx512_bf16 else "no native bf16") in line
+    precision, line = resolve_precision("bf16", cfg, cpu)
+    assert precision == "bf16"
+    assert line.startswith("warning: --precision bf16: ") == (want == "fp32"), line
+    assert resolve_precision("fp32", cfg, cpu) == ("fp32", "precision fp32")
+
+
+def test_the_run_says_its_device_and_precision_first(tmp_path: Path) -> None:
+    config = _planted(tmp_path, num_epochs=1)
+    result = pbgtrain("fit", str(config), "--precision", "auto", "--no-progress", "-p", "workers=1")
+    assert result.returncode == 0, result.stderr
+    first = result.stderr.splitlines()[0]  # what the run reports goes to stderr, its summary to stdout
+    assert first.startswith("training on cpu (1 thread), precision ") and "--precision auto" in first, first
 
 
 def test_an_out_of_range_id_is_a_pbgio_error_naming_file_and_row_even_unvalidated(tmp_path: Path) -> None:

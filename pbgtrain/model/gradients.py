@@ -39,6 +39,7 @@ from pbgtrain.model.model import EmbeddingModel, NegativeSampling
 from pbgtrain.model.negative_blocks import training_head
 from pbgtrain.model.operators import add_grad
 from pbgtrain.model.regularizers import cubed_magnitudes_and_grad
+from pbgtrain.model.relation_prediction import relation_prediction_and_grads
 from pbgtrain.model.scoring import Source, prepare_batch, score_groups
 from pbgtrain.model.tables import EntityTable
 
@@ -93,16 +94,26 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
     row_grads: dict[Source, Tensor] = {}
     for key, grad in traced_grads.items():
         _accumulate(row_grads, prepared.sources[key], traced[key].backward(grad * scale if scale != 1.0 else grad))
+    loss = loss * scale if scale != 1.0 else loss
+    padding = len(batch) - batch.real
     reg = None
     if model.regularizer.enabled:
         reg, *reg_grads = regularization_and_grads(model, *prepared.real_positives(batch))
-        padding = len(batch) - batch.real
         for source, grad in zip(prepared.raw, reg_grads, strict=True):
+            _accumulate(row_grads, source, F.pad(grad, (0, 0, 0, padding)) if padding else grad)
+    if model.spec.relation_prediction:
+        rel, u_raw, v_raw = prepared.real_positives(batch)
+        assert isinstance(rel, Tensor)  # dynamic relations (ModelSpec checks it)
+        weight = None if batch.weight is None else batch.weight[:batch.real]
+        predicted, *rp_grads = relation_prediction_and_grads(model, rel, u_raw, v_raw, weight,
+                                                             model.spec.relation_prediction)
+        loss = loss + predicted
+        for source, grad in zip(prepared.raw, rp_grads, strict=True):
             _accumulate(row_grads, source, F.pad(grad, (0, 0, 0, padding)) if padding else grad)
     for index, gathered in enumerate(prepared.gathered):
         if gathered.representative is not None:  # not a frozen table
             gathered.set_grad([row_grads.get((index, part)) for part in range(len(gathered.sizes))])
-    return TrainingStep(loss * scale if scale != 1.0 else loss, reg,
+    return TrainingStep(loss, reg,
                         counts[0] if len(counts) == 1 else torch.cat(counts), prepared.gathered)
 
 

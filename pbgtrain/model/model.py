@@ -78,6 +78,9 @@ class ModelSpec:
     ``frozen`` names the entity types kept fixed (``pbgtrain fit --freeze``; not a config key):
     their tables are looked up without gradients and never written (``max_norm`` clips the
     looked-up copy), and their global embeddings are not trained either.
+    ``relation_prediction`` weighs the auxiliary relation-prediction loss of a training step
+    (``pbgtrain fit --relation-prediction``, dynamic relations; 0: off;
+    :mod:`pbgtrain.model.relation_prediction`).
     """
 
     entity_dimensions: dict[str, int]
@@ -97,6 +100,7 @@ class ModelSpec:
     eval_negatives: NegativeSampling = field(default_factory=lambda: NegativeSampling(1000, 1000))
     featurized: frozenset[str] = frozenset()
     frozen: frozenset[str] = frozenset()
+    relation_prediction: float = 0.0
 
     @property
     def dynamic(self) -> bool:
@@ -108,9 +112,10 @@ class ModelSpec:
 
     @classmethod
     def from_config(cls, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
-                    share_uniform_negs: bool = True, frozen: frozenset[str] = frozenset()) -> ModelSpec:
+                    share_uniform_negs: bool = True, frozen: frozenset[str] = frozenset(),
+                    relation_prediction: float = 0.0) -> ModelSpec:
         """The spec of ``config``; ``num_dynamic_rels`` is required with dynamic relations;
-        ``frozen``: the entity types kept fixed (a run option, see :class:`ModelSpec`)."""
+        ``frozen`` and ``relation_prediction``: run options (see :class:`ModelSpec`)."""
         if config.dynamic_relations and num_dynamic_rels is None:
             raise ValueError("dynamic_relations needs num_dynamic_rels (dynamic_rel_count.txt)")
         train = NegativeSampling(config.num_batch_negs, config.num_uniform_negs, config.disable_lhs_negs,
@@ -138,7 +143,29 @@ class ModelSpec:
             eval_negatives=evaluation,
             featurized=frozenset(config.featurized_types()),
             frozen=frozenset(frozen),
+            relation_prediction=relation_prediction,
         )
+
+
+def relation_prediction_problem(weight: float, dynamic: bool, operator: str) -> str | None:
+    """Why relation prediction at ``weight`` cannot train (None when it can, or is off): it needs
+    dynamic relations (every relation between the same entities, each with its own parameters)
+    and an operator with parameters (the identity scores every relation alike).
+
+    >>> relation_prediction_problem(0.1, True, "complex_diagonal") is None
+    True
+    >>> print(relation_prediction_problem(0.1, False, "diagonal"))
+    relation prediction needs dynamic_relations (it scores every relation of an edge's pair)
+    """
+    if weight < 0 or weight != weight:
+        return f"expected a weight ≥ 0, found {weight:g}"
+    if weight == 0:
+        return None
+    if not dynamic:
+        return "relation prediction needs dynamic_relations (it scores every relation of an edge's pair)"
+    if operator == "none":
+        return "relation prediction needs an operator with parameters (operator 'none' scores every relation alike)"
+    return None
 
 
 class EmbeddingModel(nn.Module):
@@ -175,9 +202,10 @@ class EmbeddingModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: ConfigSchema, num_dynamic_rels: int | None = None, *,
-                    share_uniform_negs: bool = True, frozen: frozenset[str] = frozenset()) -> EmbeddingModel:
+                    share_uniform_negs: bool = True, frozen: frozenset[str] = frozenset(),
+                    relation_prediction: float = 0.0) -> EmbeddingModel:
         return cls(ModelSpec.from_config(config, num_dynamic_rels, share_uniform_negs=share_uniform_negs,
-                                         frozen=frozen))
+                                         frozen=frozen, relation_prediction=relation_prediction))
 
     @staticmethod
     def _check(spec: ModelSpec) -> None:
@@ -187,6 +215,9 @@ class EmbeddingModel(nn.Module):
             raise ValueError(f"dynamic relations need exactly one relation, found {len(spec.relations)}")
         if spec.dynamic and spec.global_emb:
             raise ValueError("global embeddings cannot be used with dynamic relations")
+        problem = relation_prediction_problem(spec.relation_prediction, spec.dynamic, spec.relations[0].operator)
+        if problem is not None:
+            raise ValueError(f"relation_prediction={spec.relation_prediction:g}: {problem}")
         if spec.train_negatives.disable_lhs_negs and spec.train_negatives.disable_rhs_negs:
             raise ValueError("negatives cannot be disabled on both sides")
         unknown = sorted(spec.featurized - set(spec.entity_dimensions))

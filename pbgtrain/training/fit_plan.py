@@ -28,7 +28,8 @@ import torch
 
 from pbgio.errors import MissingArtifactError, UsageError
 from pbgio.layout import Layout
-from pbgtrain.choices import PRECISIONS, OperatorInit, Precision
+from pbgtrain.choices import PRECISION_CHOICES, OperatorInit, Precision
+from pbgtrain.model.model import relation_prediction_problem
 from pbgtrain.training.device import resolve_device, resolve_precision
 
 
@@ -62,7 +63,7 @@ class FitOptions:
     max_iterations: int | None = None
     rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
     peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
-    precision: str | None = None  # fp32, tf32 or bf16 (default: bf16 with half_precision on a GPU, else fp32)
+    precision: str | None = None  # fp32, tf32, bf16 or auto (default: bf16 with half_precision on a GPU, else fp32)
     partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
     read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
     compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
@@ -71,6 +72,7 @@ class FitOptions:
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
     validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
     operator_init: str = OperatorInit.identity.value  # --operator-init (OperatorInit)
+    relation_prediction: float = 0.0  # --relation-prediction: weight of the relation loss (0: off)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class FitPlan:
     frozen_types: frozenset[str]
     operator_init: OperatorInit
     validation: ValidationOptions | None  # paths absolute, values checked
+    relation_prediction: float = 0.0
+    precision_note: str = ""  # the precision and why, the run's first line (a warning when it will be slow)
     seed: int = 0
     validate: bool = True
     interactive: bool = False
@@ -102,7 +106,8 @@ def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
     :class:`~pbgio.errors.UsageError` whose message starts with it."""
     device = resolve_device(options.device, layout)
     asked = None if options.precision is None else _plain(options.precision)
-    precision = resolve_precision(_choice("--precision", asked, PRECISIONS), layout.config, device)
+    precision, precision_note = resolve_precision(_choice("--precision", asked, PRECISION_CHOICES), layout.config,
+                                                  device)
     problem = frozen_types_problem(layout.config, options.frozen_types)
     if problem is not None:
         raise UsageError(f"--freeze: {problem}")
@@ -111,13 +116,19 @@ def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
     if problem is not None:
         raise UsageError(problem)
     _check_numbers(options, layout.config.num_machines)
+    cfg = layout.config
+    problem = relation_prediction_problem(options.relation_prediction, cfg.dynamic_relations,
+                                          cfg.relations[0].operator if cfg.relations else "none")
+    if problem is not None:
+        raise UsageError(f"--relation-prediction: {problem}")
     return FitPlan(layout, device, precision, frozenset(options.frozen_types), OperatorInit(operator_init),
                    None if options.validation is None else _checked_validation(layout, options.validation),
                    seed=options.seed, validate=options.validate, interactive=options.interactive,
                    max_seconds=options.max_seconds, max_iterations=options.max_iterations, rank=options.rank,
                    peer_timeout=options.peer_timeout, partition_memory=options.partition_memory,
                    read_ahead_partitions=options.read_ahead_partitions, compile=options.compile,
-                   static_shapes=options.static_shapes, remote_cache=options.remote_cache)
+                   static_shapes=options.static_shapes, remote_cache=options.remote_cache,
+                   relation_prediction=options.relation_prediction, precision_note=precision_note)
 
 
 def _plain(value: str | enum.Enum) -> str:

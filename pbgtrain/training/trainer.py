@@ -72,7 +72,8 @@ class Trainer:
                        for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         num_dynamic = read_dynamic_rel_count(layout.entity_path) if cfg.dynamic_relations else None
         self.frozen = plan.frozen_types
-        self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen)
+        self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen,
+                                                relation_prediction=plan.relation_prediction)
         if plan.operator_init is OperatorInit.random:  # before the restore: what a checkpoint holds replaces it
             self.model.draw_operators(cfg.init_scale, stable_seed("operators", plan.seed))
         self.model = self.model.to(self.device)
@@ -204,6 +205,8 @@ class Trainer:
                                "trained_from": wall_started, "trained_until": time.time()}
             if self.frozen:  # the checkpoint does not record --freeze; the learning curve does
                 line[EXTRA_KEY]["frozen_types"] = sorted(self.frozen)
+            if self.plan.relation_prediction:  # nor --relation-prediction
+                line[EXTRA_KEY]["relation_prediction"] = self.plan.relation_prediction
             lines.append(line)
             reporter.bucket_done(f"  bucket {bucket}: {bucket_stats.count:,} edges in "
                                  f"{time.perf_counter() - bucket_started:.2f} s, loss "

@@ -211,3 +211,34 @@ def test_original_resumes_a_validation_driven_run(original: Original, tmp_path: 
     assert len(again) == cell.epochs + 1 and again[:-1] == records  # carried on from the records before
     report = ours_validate(config_path)
     assert report.ok, "after pbgtrain resumed with --valid: " + validation_message(report)
+
+
+def test_original_resumes_a_run_trained_with_relation_prediction(original: Original, tmp_path: Path) -> None:
+    """``fit --relation-prediction`` changes training only: on the dynamic-relations cell
+    (complex_diagonal, dot, N3) its checkpoint validates, the original trains one more epoch from
+    it, and the directory still validates and resumes in pbgtrain."""
+    from pbgtrain.config import load_run_config
+    from pbgtrain.train import FitOptions, fit
+
+    cell = next(c for c in CELLS if c.name == "dynamic")
+    root = tmp_path / "cell"
+    train, test = cell.write_inputs(root)
+    ours_import(write_json(root / "import.json", cell.config(root, edge_paths=("train", "test"))), [train, test],
+                weight_col=3 if cell.weighted else None)
+    config = cell.config(root)
+    config_path = write_json(root / "config.json", config)
+    options = FitOptions(relation_prediction=0.5)
+    fit(load_run_config(config_path), options)
+    report = ours_validate(config_path)
+    assert report.ok, "a checkpoint trained with relation prediction: " + validation_message(report)
+    ckpt = CheckpointDir(root / "checkpoint")
+    version = ckpt.read_version()
+    assert version > 0
+    assert any(line.get("pbgtrain", {}).get("relation_prediction") == 0.5 for line in ckpt.read_stats())
+
+    original.cli("train", config, [], workdir=tmp_path / "run", overrides=[f"num_epochs={cell.epochs + 1}"])
+    assert ckpt.read_version() == version + cell.num_chunks
+    report = ours_validate(config_path)
+    assert report.ok, "after the original resumed a run trained with relation prediction: " + validation_message(report)
+    fit(load_run_config(config_path, [f"num_epochs={cell.epochs + 2}"]), options)
+    assert ckpt.read_version() == version + 2 * cell.num_chunks
