@@ -24,9 +24,10 @@ PrecisionChoice = enum.Enum("PrecisionChoice", {p: p for p in PRECISION_CHOICES}
 
 
 class OperatorInit(str, enum.Enum):
-    """How a fresh run's relation operators start (``--operator-init``): as the identity (the
-    original's), or drawn from ``init_scale · N(0, 1)`` like the entities. Operators read from a
-    checkpoint or ``init_path`` replace them either way."""
+    """How a fresh run's relation operators start (``--operator-init``): drawn from
+    ``init_scale · N(0, 1)`` like the entities (``random``, the default of ``pbgtrain fit``), or as
+    the identity (the original's behaviour). Operators read from a checkpoint or ``init_path``
+    replace them either way."""
 
     identity = "identity"
     random = "random"

@@ -1,6 +1,6 @@
-"""``pbgtrain fit --operator-init random`` (``FitOptions.operator_init``): a fresh run's relation
-operators are drawn from ``init_scale · N(0, 1)``, seeded by the run's seed; a resumed run keeps
-what its checkpoint holds; the default stays the original's identity operators; a wrong name is a
+"""``pbgtrain fit --operator-init random`` (``FitOptions.operator_init``, the default): a fresh run's
+relation operators are drawn from ``init_scale · N(0, 1)``, seeded by the run's seed; a resumed run
+keeps what its checkpoint holds; ``identity`` starts them as the original does; a wrong name is a
 usage error.
 
 The example layout (``pbgio example``) has the relations follows (translation) and likes
@@ -46,10 +46,17 @@ def _operators(config: Path, overrides: list[str], options: FitOptions) -> dict[
     return {name: params[name] for name in OPERATOR_PARAMS}
 
 
-def test_the_default_keeps_the_originals_identity_operators(example_template: Path, tmp_path: Path) -> None:
-    ops = _operators(_copy(example_template, tmp_path / "a"), FROZEN_OPERATORS, FitOptions(seed=1))
+def test_identity_keeps_the_originals_operators_and_the_default_draws_them(example_template: Path,
+                                                                           tmp_path: Path) -> None:
+    ops = _operators(_copy(example_template, tmp_path / "a"), FROZEN_OPERATORS,
+                     FitOptions(seed=1, operator_init="identity"))
     assert not ops["relations/0/operator/rhs/translation"].any()
     assert (ops["relations/1/operator/rhs/diagonal"] == 1).all()
+    default = _operators(_copy(example_template, tmp_path / "b"), FROZEN_OPERATORS, FitOptions(seed=1))
+    drawn = _operators(_copy(example_template, tmp_path / "c"), FROZEN_OPERATORS,
+                       FitOptions(seed=1, operator_init="random"))
+    assert all(np.array_equal(default[name], drawn[name]) for name in OPERATOR_PARAMS)
+    assert np.abs(default["relations/1/operator/rhs/diagonal"]).max() < 0.01
 
 
 def test_random_operators_are_drawn_at_init_scale_and_seeded(example_template: Path, tmp_path: Path) -> None:
@@ -100,9 +107,9 @@ def test_an_unknown_initialisation_is_a_usage_error(example_template: Path, tmp_
 
 def test_the_cli_option_reaches_the_run(example_template: Path, tmp_path: Path) -> None:
     config = _copy(example_template, tmp_path / "a")
-    args = ["fit", str(config), *(a for o in FROZEN_OPERATORS for a in ("-p", o)), "--operator-init", "random",
+    args = ["fit", str(config), *(a for o in FROZEN_OPERATORS for a in ("-p", o)), "--operator-init", "identity",
             "--no-progress"]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     diagonal = CheckpointDir(config.parent / "checkpoint").read_model().params["relations/1/operator/rhs/diagonal"]
-    assert np.abs(diagonal).max() < 0.01
+    assert (diagonal == 1).all()

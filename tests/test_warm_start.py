@@ -200,13 +200,16 @@ def test_dynamic_relations_grow_with_the_model(tmp_path: Path) -> None:
     assert (root / "data/dynamic_rel_count.txt").read_text().strip() == "5"
     stored = CheckpointDir(root / "model").read_model()
     assert validate_path(warm).ok, validate_path(warm).issues
-    trainer = Trainer(resolve_fit(load_run_config(warm), FitOptions(seed=5)))
+    drawn = model_params(Trainer(resolve_fit(load_run_config(warm), FitOptions(seed=5))).model)
+    trainer = Trainer(resolve_fit(load_run_config(warm), FitOptions(seed=5, operator_init="identity")))
     params = model_params(trainer.model)
     for name, value in stored.params.items():
         assert value.shape[0] == 3 and params[name].shape == (5, *value.shape[1:])
         np.testing.assert_array_equal(params[name][:3], value)
         fresh = np.ones_like(params[name][3:]) if name.endswith("real") else np.zeros_like(params[name][3:])
         np.testing.assert_array_equal(params[name][3:], fresh)  # as a fresh complex_diagonal operator
+        np.testing.assert_array_equal(drawn[name][:3], value)  # by default, the new rows are drawn
+        assert not np.array_equal(drawn[name][3:], fresh)
     assert trainer.optimizer is not None
     names = [n for n, _ in trainer.model.named_parameters()]
     stored_shapes = [value.shape for value in stored.params.values()]

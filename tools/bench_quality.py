@@ -25,6 +25,8 @@ realistic ranks).
 
     .venv/bin/python tools/bench_quality.py                      # all five datasets
     .venv/bin/python tools/bench_quality.py fb15k-237 --pykeen   # one, with PyKEEN beside it
+    .venv/bin/python tools/bench_quality.py fb15k-237 --extra '--relation-prediction 1'  # a try beside it
+    .venv/bin/python tools/bench_quality.py kinship --device cuda
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ try:
     get_command(app).main(["fit", str(work / "config.json"), "-p", "edge_paths=data/train", "--no-progress",
                            "--valid", str(work / "data" / "valid"),
                            *[a for s in ("train", "valid", "test") for a in ("--filter", str(work / "data" / s))],
-                           *ARGS["options"]], standalone_mode=False)
+                           "--device", ARGS["device"], *ARGS["options"]], standalone_mode=False)
 except SystemExit as stop:
     if stop.code:
         raise
@@ -118,7 +120,7 @@ until = {l["epoch_idx"] + 1: l["pbgtrain"]["trained_until"] for l in buckets}  #
 edges = sum(l["stats"]["count"] for l in buckets)
 train_seconds = sum(l["pbgtrain"]["trained_until"] - l["pbgtrain"]["trained_from"] for l in buckets)
 run = load_run_config(work / "config.json", ["checkpoint_path=model/best"])
-test = evaluate_checkpoint(run, EvalOptions(edge_paths=[work / "data" / "test"],
+test = evaluate_checkpoint(run, EvalOptions(edge_paths=[work / "data" / "test"], device=ARGS["device"],
                                             filter_paths=[work / "data" / s for s in ("train", "valid", "test")]))
 m = test.metrics
 emit(best_version=best, epochs=max(until), minutes_to_best=(until[best] - first) / 60,
@@ -128,13 +130,14 @@ emit(best_version=best, epochs=max(until), minutes_to_best=(until[best] - first)
 """
 
 
-def run_recipe(root: Path, name: str) -> dict[str, Any]:
+def run_recipe(root: Path, name: str, device: str = "cpu", extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Train and evaluate ``name``'s recipe on ``device``, ``extra`` fit options after the recipe's."""
     work = prepare(root, name)
     shutil.rmtree(work / "model", ignore_errors=True)
-    options, _ = recipe_options(name)
-    print(f"{name}: pbgtrain fit {work / 'config.json'} -p edge_paths=data/train --valid … {' '.join(options)}",
-          flush=True)
-    run = run_python(CHILD, {"work": str(work), "options": options})
+    options = [*recipe_options(name)[0], *extra]
+    print(f"{name}: pbgtrain fit {work / 'config.json'} -p edge_paths=data/train --valid … --device {device} "
+          f"{' '.join(options)}", flush=True)
+    run = run_python(CHILD, {"work": str(work), "options": options, "device": device})
     if not run.ok:
         sys.exit(f"{name}: training failed: {run.failure()}")
     return {**run.result, "peak_rss_bytes": run.peak_rss_bytes, "log": run.stderr}
@@ -217,6 +220,9 @@ def main() -> None:
     parser.add_argument("--pykeen-version", default="1.11.1")
     parser.add_argument("--pykeen-minutes", type=float, default=None,
                         help="training minutes per PyKEEN mode (default: the recipe's --max-minutes)")
+    parser.add_argument("--device", default="cpu", help="train and evaluate on this device (cpu, cuda, cuda:N)")
+    parser.add_argument("--extra", default="", help="fit options added after the recipe's, as one string (a try "
+                        "beside the recipe, e.g. '--relation-prediction 1'); said in the output")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
 
@@ -229,9 +235,10 @@ def main() -> None:
         if args.pykeen_only:
             prepare(args.root, name)
         else:
-            ours = run_recipe(args.root, name)
+            ours = run_recipe(args.root, name, args.device, tuple(args.extra.split()))
             figures[name]["pbgtrain"] = ours
-            rows.append([name, "pbgtrain (recipe)", f"{ours['mrr']:.4f}", f"{ours['hits1']:.4f}",
+            label = f"pbgtrain (recipe{' ' + args.extra if args.extra else ''}, {args.device})"
+            rows.append([name, label, f"{ours['mrr']:.4f}", f"{ours['hits1']:.4f}",
                          f"{ours['hits10']:.4f}", f"{ours['minutes_to_best']:.1f}", f"{ours['minutes']:.1f}",
                          f"{ours['edges_per_s']:,.0f}", f"{ours['peak_rss_bytes'] / 2**30:.2f}"])
             print(f"  valid MRR by version: {', '.join(f'v{v} {m:.4f}' for v, m in ours['valid'])}; picked "

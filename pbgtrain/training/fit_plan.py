@@ -10,7 +10,7 @@ the trainer and the fit loop take the plan and check nothing again.
 >>> from pbgio.layout import Layout
 >>> plan = resolve_fit(Layout.load(example_config()), FitOptions(frozen_types=frozenset({"item"})))
 >>> plan.device, plan.precision, sorted(plan.frozen_types), plan.operator_init.value
-(device(type='cpu'), 'fp32', ['item'], 'identity')
+(device(type='cpu'), 'fp32', ['item'], 'random')
 >>> resolve_fit(Layout.load(example_config()), FitOptions(frozen_types=frozenset({"items"})))
 Traceback (most recent call last):
 ...
@@ -71,7 +71,7 @@ class FitOptions:
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
     validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
-    operator_init: str = OperatorInit.identity.value  # --operator-init (OperatorInit)
+    operator_init: str = OperatorInit.random.value  # --operator-init (OperatorInit; identity: the original's)
     relation_prediction: float = 0.0  # --relation-prediction: weight of the relation loss (0: off)
 
 
