@@ -180,6 +180,14 @@ def test_cuda_step_matches_cpu() -> None:
     torch.testing.assert_close(results[0][1], results[1][1])
 
 
+def _saved(state_dict: dict[str, Any]) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    torch.save(state_dict, out)
+    return out.getvalue()
+
+
 def _adagrad_pair(settings: dict[str, float | bool]) -> tuple[list[torch.nn.Parameter], Any,
                                                             list[torch.nn.Parameter], Any]:
     """The same two parameter groups under RelationAdagrad and torch.optim.Adagrad, ``settings``
@@ -217,6 +225,8 @@ def test_relation_adagrad_steps_and_states_as_torchs_adagrad(settings: dict[str,
         torch.testing.assert_close(mine.detach(), torchs.detach())
     got, want = optimizer.state_dict(), reference.state_dict()
     assert got["param_groups"] == want["param_groups"]
+    assert [list(g) for g in got["param_groups"]] == [list(g) for g in want["param_groups"]]  # key order too
+    assert _saved(got) == _saved(want)  # byte for byte: a checkpoint's blob is the same as torch's
     assert got["state"].keys() == want["state"].keys()
     for index, state in want["state"].items():
         assert got["state"][index].keys() == state.keys()

@@ -39,6 +39,12 @@ DEFAULTS: dict[str, Any] = {"lr_decay": 0, "weight_decay": 0, "initial_accumulat
 """torch's Adagrad hyperparameters besides ``lr`` and ``eps``, at its defaults (the original's)."""
 
 
+def _group(params: list[torch.Tensor], lr: float, eps: float) -> dict[str, Any]:
+    """A param group with its keys in torch's order (a pickled state dict is then byte for byte torch's)."""
+    return {"params": params, "lr": lr, "lr_decay": 0, "eps": eps, "weight_decay": 0, "initial_accumulator_value": 0,
+            "foreach": None, "maximize": False, "differentiable": False, "fused": None}
+
+
 class ParameterOptimizer(Protocol):
     """What a training step asks of the relation parameters' optimizer: :class:`RelationAdagrad`,
     or any ``torch.optim.Optimizer``."""
@@ -58,9 +64,11 @@ class RelationAdagrad:
                  eps: float = 1e-10) -> None:
         given: list[Any] = list(params)
         groups: list[dict[str, Any]] = given if given and isinstance(given[0], dict) else [{"params": given}]
-        self.param_groups: list[dict[str, Any]] = [
-            {"params": list(group["params"]), "lr": lr, "eps": eps, **DEFAULTS,
-             **{k: v for k, v in group.items() if k != "params"}} for group in groups]
+        self.param_groups: list[dict[str, Any]] = []
+        for group in groups:
+            made = _group(list(group["params"]), lr, eps)
+            made.update((k, v) for k, v in group.items() if k != "params")
+            self.param_groups.append(made)
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
         for group in self.param_groups:
             for p in group["params"]:
@@ -124,9 +132,13 @@ class RelationAdagrad:
         for i, saved_state in state_dict["state"].items():
             p = position[i]
             self.state[p] = {key: _state_value(key, value, p) for key, value in saved_state.items()}
-        self.param_groups = [{**DEFAULTS, **{k: v for k, v in saved.items() if k != "params"},
-                              "params": group["params"]}
-                             for saved, group in zip(saved_groups, self.param_groups, strict=True)]
+        loaded = []
+        for saved, group in zip(saved_groups, self.param_groups, strict=True):
+            made = {k: group["params"] if k == "params" else v for k, v in saved.items()}  # the saved order, as torch
+            for key, value in DEFAULTS.items():  # an older torch's state lacks some (torch adds them last)
+                made.setdefault(key, value)
+            loaded.append(made)
+        self.param_groups = loaded
 
 
 def _state_value(key: str, value: Any, param: torch.Tensor) -> Any:
