@@ -387,7 +387,7 @@ def report(
 ) -> None:
     """Plot loss, held-out metrics and edges/s per iteration from the checkpoint's training_stats.json.
 
-    Needs matplotlib: pip install 'pbg[report]'.
+    Needs matplotlib: pip install 'pbg\\[report]'.
     """
     from pbgio import storage
     from pbgtrain.report import load_report, require_matplotlib, write_report

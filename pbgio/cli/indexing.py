@@ -16,8 +16,9 @@ from pbgio.options import AsJson, BaseOption, CheckpointOption, ConfigArg, NoPro
 from pbgio.progress import progress_wanted
 from pbgio.spec.index import KINDS, METRICS
 
+# Help texts are rich markup: "\\[" prints a bracket ("[ann]" alone would be read as a tag and dropped).
 index_app = typer.Typer(name="index", help="Nearest-neighbour indexes of trained embeddings (needs FAISS: pip "
-                                           "install 'pbg[ann]').", no_args_is_help=True)
+                                           "install 'pbg\\[ann]').", no_args_is_help=True)
 
 
 # The choices come from the index's declaration (pbgio.spec.index), not a copy of it.
