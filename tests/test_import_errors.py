@@ -168,6 +168,28 @@ def test_column_problems(tmp_path: Path) -> None:
         InputOptions(lhs_col=0, rhs_col=0)
 
 
+@pytest.mark.parametrize(("text", "delimiter", "hint"), [
+    ('a,follows,b\nc,follows,"d, e"\n', "\t", "split on tab; the lines split into 3 or more fields on comma: "
+                                                "try -d comma"),
+    ("a follows  b\nc follows\td\n", ",", "split on comma; the lines split into 3 or more fields on whitespace: "
+                                             "try -d whitespace"),
+    ("a;follows;b\n", "\t", "try -d semicolon"),
+    ("a\n", "\t", None),  # no delimiter fits: no hint
+])
+def test_too_few_fields_names_the_delimiter_and_the_one_that_fits(tmp_path: Path, text: str, delimiter: str,
+                                                                  hint: str | None) -> None:
+    """A forgotten ``-d``: the error says which delimiter split the lines and, when another splits
+    every sampled line into enough fields alike, suggests it."""
+    config = write_config(tmp_path)
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        import_edge_lists(config, [path], options=InputOptions(delimiter=delimiter))
+    assert "expected at least 3 fields for column 2 (rhs)" in str(info.value)
+    message = str(info.value)
+    assert message.endswith("split on tab") and "try -d" not in message if hint is None else hint in message, message
+
+
 def test_setup_errors(tmp_path: Path) -> None:
     path = tmp_path / "t.tsv"
     path.write_text(GOOD, encoding="utf-8")
@@ -293,3 +315,22 @@ def test_command_modules_do_not_import_polars() -> None:
             "assert not heavy, heavy\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_header_that_was_not_declared_is_noticed(tmp_path: Path) -> None:
+    """A forgotten ``--header``: the first line's names occur nowhere else and one is a usual column
+    name, so the import warns (naming them and the fix); with ``--header``, or without such a line,
+    it does not."""
+    config = write_config(tmp_path, dynamic_relations=True, global_emb=False,
+                          relations=[{"name": "all", "lhs": "user", "rhs": "user"}])
+    path = tmp_path / "edges.tsv"
+    path.write_text("source\trelation\ttarget\n" + GOOD, encoding="utf-8")
+    report = import_edge_lists(config, [path])
+    assert len(report.warnings) == 1, report.warnings
+    assert report.warnings[0].startswith(f"{path}: line 1 looks like a header ('source', 'relation', 'target'")
+    assert "import again with --header and --overwrite" in report.warnings[0]
+    declared = import_edge_lists(config, [path], options=InputOptions(header=True, lhs_col="source", rel_col=
+                                 "relation", rhs_col="target"), overwrite=True)
+    assert declared.warnings == []
+    path.write_text("a\tfollows\tb\n" + GOOD, encoding="utf-8")  # names that recur: an edge, not a header
+    assert import_edge_lists(config, [path], overwrite=True).warnings == []

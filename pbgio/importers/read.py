@@ -54,7 +54,10 @@ from pbgio.fields import (
     QUOTE,
     WHITESPACE,
     default_quote,
+    delimiter_name,
+    header_like,
     holds,
+    likely_delimiter,
     parse_delimiter,
     split_fields,
     split_lines,
@@ -68,6 +71,7 @@ _BOM = "\ufeff"
 _ROW = "__pbgio_row"
 _PEEK_BYTES = 1 << 20
 _PEEK_LINES = 1000
+_SAMPLE_LINES = 20  # lines kept to suggest another delimiter when the rows have too few fields
 BLOCK_BYTES = 4 << 20  # text is parsed this many bytes (rounded to whole lines) at a time
 __all__ = ["QUOTE", "WHITESPACE", "Block", "Check", "InputOptions", "Source", "default_quote", "describe", "message",
            "open_source", "parse_column", "parse_delimiter", "problem_code", "split_fields"]
@@ -166,6 +170,7 @@ class Source:
     list_columns: frozenset[str]  # roles whose values are already feature lists (Parquet lists)
     first_line: int  # the line (or row) where data starts, for problems about the whole file
     checks: tuple[Check, ...]  # what ``problem`` codes mean
+    warnings: tuple[str, ...] = ()  # what opening the file noticed (a header that was not declared)
 
     def problem(self, line: int | None, message: str, count: int = 1,
                 others: Sequence[tuple[int | None, str]] = ()) -> InputError:
@@ -262,6 +267,7 @@ class _Peek:
     counts: Counter[int]  # field counts of the sampled non-empty lines
     first_line: int  # the first data line (the line after the header, for an empty file)
     bom: bool
+    lines: list[str]  # the non-empty lines peeked at (the header included): a delimiter to suggest, a header to notice
 
 
 def _split(text: str, options: InputOptions) -> list[str]:
@@ -276,6 +282,7 @@ def _peek(path: Path, options: InputOptions) -> _Peek:
     header: list[str] | None = None
     counts: Counter[int] = Counter()
     first_line = 0
+    lines: list[str] = []
     budget = _PEEK_BYTES
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -287,6 +294,8 @@ def _peek(path: Path, options: InputOptions) -> _Peek:
             text = text.rstrip("\n").removesuffix("\r")
             if number == 1 and text.startswith(_BOM):
                 bom, text = True, text[1:]
+            if text:
+                lines.append(text)
             if options.header and number == 1:
                 header = _split(text, options)
                 continue
@@ -297,7 +306,7 @@ def _peek(path: Path, options: InputOptions) -> _Peek:
             budget -= len(raw)
             if sum(counts.values()) >= _PEEK_LINES or budget <= 0:
                 break
-    return _Peek(header, counts, first_line or (2 if options.header else 1), bom)
+    return _Peek(header, counts, first_line or (2 if options.header else 1), bom, lines)
 
 
 def _text_columns(path: Path, options: InputOptions, peek: _Peek) -> tuple[dict[str, int], int]:
@@ -324,9 +333,26 @@ def _text_columns(path: Path, options: InputOptions, peek: _Peek) -> tuple[dict[
         where, what = peek.first_line, f"in the first {sum(peek.counts.values())} lines"
     if expected < needed:
         role, index = max(found.items(), key=lambda item: item[1])
+        other = likely_delimiter(peek.lines[:_SAMPLE_LINES], needed, options.delimiter)
+        hint = "" if other is None else \
+            f"; the lines split into {needed} or more fields on {delimiter_name(other)}: try -d {delimiter_name(other)}"
         raise InputError(str(path), where, f"expected at least {needed} fields for column {index} ({role}), "
-                         f"found at most {expected} {what}")
+                         f"found at most {expected} {what} split on {delimiter_name(options.delimiter)}"
+                         f"{hint}")
     return found, expected
+
+
+def _header_warnings(path: Path, options: InputOptions, peek: _Peek, index: dict[str, int]) -> tuple[str, ...]:
+    """A warning when the first line looks like a header and ``--header`` was not given."""
+    if options.header:
+        return ()
+    columns = sorted({i for role, i in index.items() if role in ("lhs", "rel", "rhs")})
+    named = header_like([_split(line, options) for line in peek.lines], columns)
+    if named is None:
+        return ()
+    return (f"{path}: line 1 looks like a header ({', '.join(repr(v) for v in named)}: a usual column name among "
+            f"them, none in the next {len(peek.lines) - 1:,} lines); it was imported as an edge. If it names the "
+            "columns, import again with --header and --overwrite",)
 
 
 def _text_source(path: Path, options: InputOptions) -> Source:
@@ -384,7 +410,7 @@ def _text_source(path: Path, options: InputOptions) -> Source:
             yield Block(parse(block, first_line), min(end / size, 1.0))
 
     return Source(path, blocks, lambda: parse(path, 1), "line", names, frozenset(), peek.first_line,
-                  tuple(checks.items))
+                  tuple(checks.items), _header_warnings(path, options, peek, index))
 
 
 _JOIN = "\x1f"  # the unit separator
