@@ -16,7 +16,7 @@ from typing import Any
 from pbgio import storage
 from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import bucket_length, iter_buckets
-from pbgio.entities import read_dynamic_rel_count, read_entity_count
+from pbgio.entities import read_dynamic_rel_count, read_entity_count, read_relation_names
 from pbgio.errors import MissingArtifactError, PbgioError
 from pbgio.layout import Layout, find_config
 from pbgio.spec import naming
@@ -63,6 +63,7 @@ def _summarize_config(layout: Layout) -> dict[str, Any]:
     }
     if cfg.dynamic_relations:
         summary["dynamic_rel_count"] = _safe(read_dynamic_rel_count, entity_path)
+        summary["dynamic_rel_names"] = _safe(read_relation_names, entity_path)
     summary["edge_paths"] = [_summarize_edges(p) for p in layout.edge_paths]
     summary["checkpoint"] = _summarize_checkpoint(layout.checkpoint_path)
     return summary
@@ -79,9 +80,11 @@ def _summarize_edges(edge_path: AnyPath) -> dict[str, Any]:
 
 def _summarize_checkpoint(path: AnyPath) -> dict[str, Any]:
     ckpt = CheckpointDir(path)
+    best = path / naming.BEST_DIR  # pbgtrain fit --valid keeps the version that scored best there
     return {"path": storage.display(path), "exists": path.is_dir(), "version": _safe(ckpt.read_version),
             "versions_on_disk": ckpt.versions_on_disk(),
-            "snapshots": sorted(p.name for p in path.glob("epoch_*")) if path.is_dir() else []}
+            "snapshots": sorted(p.name for p in path.glob("epoch_*")) if path.is_dir() else [],
+            "best_version": _safe(CheckpointDir(best).read_version) if best.is_dir() else None}
 
 
 def _summarize_dir(path: AnyPath) -> dict[str, Any]:

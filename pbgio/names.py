@@ -193,5 +193,7 @@ def locate_relations(config: ConfigSchema, entity_path: AnyPath, names: Iterable
             shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
             where = f"the config's relations ({shown})"
         close = difflib.get_close_matches(missing[0], known, n=1)
-        raise UnknownNameError(missing, "relation", where, context=context, hint=suggestion(close))
+        listed = ", ".join(repr(n) for n in known[:10]) + (f", … ({len(known):,} in all)" if len(known) > 10 else "")
+        hint = suggestion(close) or (f"the relations are {listed}" if known else "there are no relations")
+        raise UnknownNameError(missing, "relation", where, context=context, hint=hint)
     return {name: index[name] for name in wanted}

@@ -83,6 +83,32 @@ def test_info_summarizes(example: Path) -> None:
     assert "follows" in human.stdout and "0_1" in human.stdout
 
 
+def test_info_names_dynamic_relations_and_the_best_version(tmp_path: Path) -> None:
+    """Dynamic relations: their names (the first ten, then how many more; ``--json`` has all);
+    a checkpoint with ``best/`` (``fit --valid``): the version kept there."""
+    from pbgio.entities import write_relation_names
+    from pbgio.spec import naming
+
+    config = build_example(tmp_path / "ex", num_edges=200)
+    raw = json.loads(config.read_text())
+    raw.update(dynamic_relations=True, global_emb=False,
+               relations=[{"name": "all", "lhs": "user", "rhs": "user", "operator": "diagonal"}])
+    config.write_text(json.dumps(raw))
+    entities = config.parent / raw["entity_path"]
+    names = [f"rel{i:02d}" for i in range(12)]
+    write_relation_names(entities, names)
+    (entities / naming.DYNAMIC_REL_COUNT).write_text("12\n")
+    best = config.parent / raw["checkpoint_path"] / naming.BEST_DIR
+    best.mkdir(parents=True)
+    (best / naming.CHECKPOINT_VERSION).write_text("7\n")
+    summary = json.loads(pbgio("info", str(config), "--json").stdout)
+    assert summary["dynamic_rel_names"] == names and summary["checkpoint"]["best_version"] == 7
+    human = " ".join(pbgio("info", str(config)).stdout.split())
+    assert "dynamic relation types: 12: rel00, rel01, rel02, rel03, rel04, rel05, rel06, rel07, rel08, rel09, … " \
+           "(2 more)" in human, human
+    assert "best on validation: version 7 (best/)" in human, human
+
+
 def test_version() -> None:
     done = pbgio_process("--version")
     assert done.returncode == 0 and done.stdout.startswith("pbgio ")

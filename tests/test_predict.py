@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, write_checkpoint
 from pbgio.config import ConfigSchema, load_config, parse_config
 from pbgio.edges import read_bucket
-from pbgio.entities import read_entity_count, read_entity_names
+from pbgio.entities import read_entity_count, read_entity_names, read_relation_names
 from pbgio.errors import UnknownNameError
 from pbgio.example import TEST_EDGE_PATH, build_example
 from pbgio.names import relation_names
@@ -447,8 +447,11 @@ def test_unknown_names_are_named_with_their_dictionary(static_layout: Path) -> N
 
 def test_dynamic_relation_names_come_from_their_file(tmp_path: Path) -> None:
     config = model_layout(tmp_path, dynamic=True)
-    with pytest.raises(UnknownNameError, match=r"no relation named 'interacts' in .*dynamic_rel_names\.json"):
+    with pytest.raises(UnknownNameError, match=r"no relation named 'interacts' in .*dynamic_rel_names\.json") as info:
         top_k(config, lhs="user-0-0", rel="interacts")
+    known = read_relation_names(config.parent / "entities")
+    assert str(info.value).endswith("; the relations are " + ", ".join(repr(n) for n in known[:10])
+                                    + (f", … ({len(known):,} in all)" if len(known) > 10 else ""))
 
 
 def test_refusals(static_layout: Path, tmp_path: Path) -> None:

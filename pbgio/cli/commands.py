@@ -124,7 +124,12 @@ def info(
         _print_summary(summary)
 
 
+SHOWN_NAMES = 10
+"""Relation names ``pbgio info`` prints before saying how many more there are (``--json`` has all)."""
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from pbgio.console import console as make_console
@@ -143,7 +148,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
             rels.add_row(str(i), r["name"], r["lhs"], r["rhs"], r["operator"])
         console.print(rels)
         if "dynamic_rel_count" in summary:
-            console.print(f"dynamic relation types: {summary['dynamic_rel_count']}")
+            names = summary.get("dynamic_rel_names") or []
+            shown = ", ".join(names[:SHOWN_NAMES]) + (f", … ({len(names) - SHOWN_NAMES:,} more)"
+                                                      if len(names) > SHOWN_NAMES else "")
+            console.print(f"dynamic relation types: {summary['dynamic_rel_count']}" + (f": {escape(shown)}"
+                                                                                        if names else ""))
         edge_paths = summary["edge_paths"]
     else:
         console.print(f"{summary['path']}")
@@ -157,8 +166,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(table)
     ck = summary["checkpoint"]
     if ck["exists"]:
+        best = f", best on validation: version {ck['best_version']} (best/)" if ck.get("best_version") else ""
         console.print(f"checkpoint {ck['path']}: version {ck['version']}, versions on disk "
-                      f"{ck['versions_on_disk']}, snapshots {ck['snapshots'] or 'none'}")
+                      f"{ck['versions_on_disk']}, snapshots {ck['snapshots'] or 'none'}{best}")
     else:
         console.print(f"checkpoint {ck['path']}: not written yet")
 
