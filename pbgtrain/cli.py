@@ -190,6 +190,10 @@ def evaluate(
     version: VersionOption = None,
     device: Device = None,
     seed: Annotated[int, typer.Option(help="Seed of sampled candidates.")] = 0,
+    per_relation: Annotated[bool, typer.Option(
+        "--per-relation", help="Also the figures of each relation's edges (a table after the summary; "
+        "\"per_relation\" with --json). With dynamic relations, ranks against all entities (--all-entities or "
+        "--filter).")] = False,
     base: BaseOption = None,
     as_json: AsJson = False,
     no_progress: NoProgress = False,
@@ -203,7 +207,8 @@ def evaluate(
         edge_paths = None if edges is None else [layout.existing_dir(e, "--edges") for e in edges]
         filters = [layout.existing_dir(f, "--filter") for f in filter_paths or []]
     options = EvalOptions(edge_paths=edge_paths, filter_paths=filters, all_entities=all_entities or bool(filters),
-                          version=version, device=device, seed=seed, interactive=progress_wanted(no_progress))
+                          version=version, device=device, seed=seed, interactive=progress_wanted(no_progress),
+                          per_relation=per_relation)
     with exit_codes(on_interrupt=lambda: None):
         opened = layout.open_checkpoint(version, model=True)  # a missing checkpoint stops here, before warnings
         for path in trained_on(opened, options.edge_paths):
@@ -211,6 +216,21 @@ def evaluate(
                        "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
         result = evaluate_checkpoint(opened, options)
     typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
+    if result.per_relation is not None and not as_json:
+        _print_per_relation(result.per_relation)
+
+
+def _print_per_relation(per_relation: dict[str, Any]) -> None:
+    """One row per relation: its edges and figures, the protocol of the summary above."""
+    from rich.table import Table
+
+    from pbgio.console import console
+
+    table = Table("relation", "edges", "MRR", "MR", "Hits@1", "Hits@10", title="per relation", title_justify="left")
+    for name, m in per_relation.items():
+        table.add_row(name, f"{m.count:,}", f"{m.mrr:.4f}", f"{m.mr:.2f}", f"{m.hits.get(1, float('nan')):.4f}",
+                      f"{m.hits.get(10, float('nan')):.4f}")
+    console().print(table)
 
 
 @app.command()
@@ -247,6 +267,9 @@ def predict(
     candidates: Annotated[int | None, typer.Option(
         "--candidates", min=1, help="With --index: candidates the index proposes, scored exactly (default 100).")
     ] = None,
+    exclude_self: Annotated[bool, typer.Option(
+        "--exclude-self", help="Top-k: leave the query entity itself out of the candidates (when it is of their "
+        "type).")] = False,
     param: Overrides = None,
     version: VersionOption = None,
     device: Device = None,
@@ -281,7 +304,7 @@ def predict(
     if queries is not None:
         _predict_batch(config, queries, separator, k=k, filter_paths=filter_paths or [], index=index, nprobe=nprobe,
                        candidates=candidates, param=param, version=version, device=device, base=base,
-                       as_json=as_json)
+                       as_json=as_json, exclude_self=exclude_self)
         return
     if triples is None and (rel is None or (lhs is None and rhs is None)):
         print_error("give --rel and --lhs (rank rhs candidates), --rhs (rank lhs candidates) or both (rank the "
@@ -316,7 +339,8 @@ def predict(
         else:
             assert rel is not None
             result = pred.top_k(layout, lhs=lhs, rel=rel, rhs=rhs, k=k, filter_paths=filters, version=version,
-                                device=device, index=index, nprobe=nprobe, candidates=candidates)
+                                device=device, index=index, nprobe=nprobe, candidates=candidates,
+                                exclude_self=exclude_self)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -331,7 +355,7 @@ def predict(
 
 def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_paths: list[str], index: bool,
                    nprobe: int | None, candidates: int | None, param: list[str] | None, version: int | None,
-                   device: str | None, base: str | None, as_json: bool) -> None:
+                   device: str | None, base: str | None, as_json: bool, exclude_self: bool) -> None:
     """``predict --queries``: every top-k query of a file, from one loaded model (and index)."""
     from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgtrain import predict as pred
@@ -347,7 +371,8 @@ def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_p
             pred.Predictor(layout, version=version, device=device, index=index, nprobe=nprobe,
                            candidates=candidates) as predictor:
         for query in parsed:
-            results.append(predictor.top_k(rel=query.rel, lhs=query.lhs, rhs=query.rhs, k=k, filter_paths=filters))
+            results.append(predictor.top_k(rel=query.rel, lhs=query.lhs, rhs=query.rhs, k=k, filter_paths=filters,
+                                           exclude_self=exclude_self))
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
         return

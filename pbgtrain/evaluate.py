@@ -30,8 +30,9 @@ from pbgio.checkpoint import read_committed
 from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
 from pbgio.edges import read_bucket
-from pbgio.errors import ConfigError
+from pbgio.errors import ConfigError, UsageError
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
+from pbgio.names import relation_names
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgtrain.checkpoint_reader import CheckpointReader
@@ -55,6 +56,7 @@ class EvalOptions:
     device: str | None = None
     seed: int = 0
     interactive: bool = False
+    per_relation: bool = False  # also the metrics of each relation's edges (pbgtrain eval --per-relation)
 
 
 @dataclass
@@ -63,14 +65,18 @@ class EvalResult:
     edge_paths: list[str]
     metrics: RankingMetrics
     seconds: float
+    per_relation: dict[str, RankingMetrics] | None = None  # by relation name, in relation id order
 
     def summary(self) -> str:
         return (f"checkpoint version {self.version}, {', '.join(self.edge_paths)}: {self.metrics}  "
                 f"[{self.seconds:.1f} s]")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "edge_paths": self.edge_paths, "seconds": self.seconds,
-                **self.metrics.to_dict()}
+        out = {"version": self.version, "edge_paths": self.edge_paths, "seconds": self.seconds,
+               **self.metrics.to_dict()}
+        if self.per_relation is not None:
+            out["per_relation"] = {name: m.to_dict() for name, m in self.per_relation.items()}
+        return out
 
 
 def trained_on(opened: CheckpointVersion, edge_dirs: list[AnyPath] | None = None) -> list[str]:
@@ -121,7 +127,11 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
     check_featurized_evaluation(layout, reader.model.spec, all_entities)
     all_entities = all_entities or eval_ranks_every_entity(reader.model.spec, cfg.batch_size, reader.counts.values())
     protocol = _protocol(opened, reader, all_entities, options)
+    if options.per_relation and cfg.dynamic_relations and not all_entities:
+        raise UsageError("--per-relation: with dynamic relations, sampled candidates come from a batch of mixed "
+                         "relations; rank against all entities (--all-entities, or --filter)")
     total = RankingAccumulator(protocol, seed=options.seed)
+    by_relation: dict[int, RankingAccumulator] = {}
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
     nl, nr = cfg.bucket_grid()
     partitions = PartitionLayout.from_config(cfg)
@@ -138,20 +148,34 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
             reader.keep_only(needed)
             tensors = BucketEdges.from_bucket(edges, device, str(path))
             filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
-            groups = [(0, torch.arange(len(tensors), device=device))] if cfg.dynamic_relations else [
-                (r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
+            groups = [(r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
+            if cfg.dynamic_relations:  # one group (or one per relation id, --per-relation), the config's relation 0
+                ids = torch.unique(tensors.rel).tolist() if options.per_relation else [None]
+                groups = [(0, torch.arange(len(tensors), device=device) if i is None else
+                           (tensors.rel == i).nonzero().squeeze(1)) for i in ids]
             for r, sel in groups:
                 relation = cfg.relations[r]
+                acc = total
+                if options.per_relation:
+                    key = int(tensors.rel[sel[0]]) if cfg.dynamic_relations else r
+                    acc = by_relation.setdefault(key, RankingAccumulator(protocol, seed=options.seed))
                 lhs_t = reader.table(relation.lhs, partitions.partition_of(relation.lhs, bucket, "lhs"))
                 rhs_t = reader.table(relation.rhs, partitions.partition_of(relation.rhs, bucket, "rhs"))
                 if all_entities:
-                    rank_all_entities(total, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
+                    rank_all_entities(acc, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
                               tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
                 else:
-                    _rank_sampled(total, reader.model, lhs_t, rhs_t, tensors, sel, r,
+                    _rank_sampled(acc, reader.model, lhs_t, rhs_t, tensors, sel, r,
                                   reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
                                   generator)
-    return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started)
+    per_relation = None
+    if options.per_relation:
+        names = relation_names(cfg, layout.entity_path)
+        for key in sorted(by_relation):
+            total.merge(by_relation[key])
+        per_relation = {names[key]: by_relation[key].result() for key in sorted(by_relation)}
+    return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started,
+                      per_relation)
 
 
 def _protocol(opened: CheckpointVersion, reader: CheckpointReader, all_entities: bool,

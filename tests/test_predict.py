@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +300,28 @@ def test_filtered_top_k_leaves_known_edges_out(tmp_path: Path) -> None:
     assert left_out == 2 * len(known)
 
 
+def test_exclude_self_leaves_the_query_entity_out(tmp_path: Path) -> None:
+    """``--exclude-self``: for a relation between entities of one type the query is no candidate
+    (the ranking otherwise the brute force one, known edges as before); across types nothing changes."""
+    config = model_layout(tmp_path, operators=("diagonal", "translation"), comparator="dot")
+    ref = Reference.load(config)
+    edges = tmp_path / "edges"
+    known = ref.known([edges])
+    for query in ref.names["user"]:
+        for side, arg in (("rhs", "lhs"), ("lhs", "rhs")):
+            plain = top_k(config, rel="follows", k=20, filter_paths=[edges], **{arg: query})
+            ranking = top_k(config, rel="follows", k=20, filter_paths=[edges], exclude_self=True, **{arg: query})
+            self_loop = (query, "follows", query) in known
+            check_ranking(replace(ranking, excluded=ranking.excluded + (not self_loop)), ref,  # excluded: known edges
+                          "follows", side, query, 20, known | {(query, "follows", query)})
+            assert query not in [p.name for p in ranking.predictions] and ranking.self_excluded
+            assert ranking.excluded == plain.excluded and ranking.candidates == plain.candidates - (not self_loop)
+            assert f"{query} itself left out" in ranking.describe()
+    between = model_layout(tmp_path / "dynamic", operators=("diagonal", "diagonal"), comparator="dot", dynamic=True)
+    across = top_k(between, rel="buys", lhs="user-0-0", k=3, exclude_self=True)  # users → items: no self
+    assert not across.self_excluded and across == top_k(between, rel="buys", lhs="user-0-0", k=3)
+
+
 def test_filter_reads_every_bucket_of_an_unpartitioned_type(tmp_path: Path) -> None:
     """In the bundled example, items (one partition) sit in the rhs buckets of both user partitions."""
     config = build_example(tmp_path / "example", num_edges=600)
@@ -390,6 +412,55 @@ def test_rank_triple_agrees_with_pbgtrain_eval(tmp_path: Path, filtered: bool) -
     assert metrics.per_side["rhs"].mrr == pytest.approx(np.mean([1 / r.rhs_rank for r in ranks]), rel=1e-12)
     assert metrics.per_side["lhs"].mrr == pytest.approx(np.mean([1 / r.lhs_rank for r in ranks]), rel=1e-12)
     assert metrics.per_side["rhs"].mr == pytest.approx(np.mean([r.rhs_rank for r in ranks]), rel=1e-12)
+
+
+def test_eval_per_relation_is_each_relations_ranks(tmp_path: Path) -> None:
+    """``pbgtrain eval --per-relation``: each relation's figures are its edges' ranks (rank_triple,
+    brute force against the same candidates), and the total is ``eval``'s without it."""
+    from pbgtrain.config import load_run_config
+    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
+
+    layout = small_valid_layout(featurized=False, partitioned=False, edges_per_bucket=20)
+    config = write_layout(tmp_path, layout)
+    edges = tmp_path / "edges"
+    ref = Reference.load(config)
+    bucket = read_bucket(edges / naming.bucket_file(0, 0))
+    by_name: dict[str, list[Ranking]] = {}
+    for r, lhs, rhs in zip(bucket.rel, bucket.lhs, bucket.rhs, strict=True):
+        name = ref.rel_names[r]
+        lhs_type, rhs_type = ref.types(name)
+        by_name.setdefault(name, []).append(rank_triple(config, ref.parts[(lhs_type, 0)][lhs], name,
+                                                        ref.parts[(rhs_type, 0)][rhs], filter_paths=[edges]))
+    options = EvalOptions(all_entities=True, filter_paths=[edges])
+    plain = evaluate_checkpoint(load_run_config(config), options).metrics
+    result = evaluate_checkpoint(load_run_config(config), replace(options, per_relation=True))
+    assert result.per_relation is not None and set(result.per_relation) == set(by_name)
+    for name, metrics in result.per_relation.items():
+        ranks = by_name[name]
+        assert metrics.count == len(ranks)
+        assert metrics.per_side["rhs"].mrr == pytest.approx(np.mean([1 / r.rhs_rank for r in ranks]), rel=1e-12)
+        assert metrics.per_side["lhs"].mr == pytest.approx(np.mean([r.lhs_rank for r in ranks]), rel=1e-12)
+    assert (result.metrics.mrr, result.metrics.mr, result.metrics.hits) == (plain.mrr, plain.mr, plain.hits)
+    as_json = result.to_dict()["per_relation"]
+    assert set(as_json) == set(by_name) and all("mrr" in v["metrics"] for v in as_json.values())
+
+
+def test_eval_per_relation_with_dynamic_relations_needs_all_entities(tmp_path: Path) -> None:
+    from pbgio.errors import UsageError
+    from pbgtrain.config import load_run_config
+    from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
+
+    config = model_layout(tmp_path, operators=("complex_diagonal", "complex_diagonal"), comparator="dot",
+                          global_emb=False, dynamic=True)
+    sampled = ["eval_num_batch_negs=2", "eval_num_uniform_negs=2"]  # fewer candidates than entities: sampled
+    with pytest.raises(UsageError, match="--per-relation: with dynamic relations"):
+        evaluate_checkpoint(load_run_config(config, sampled), EvalOptions(per_relation=True))
+    result = evaluate_checkpoint(load_run_config(config), EvalOptions(per_relation=True, all_entities=True))
+    plain = evaluate_checkpoint(load_run_config(config), EvalOptions(all_entities=True))
+    assert result.per_relation is not None
+    assert set(result.per_relation) <= set(read_relation_names(config.parent / "entities"))
+    assert sum(m.count for m in result.per_relation.values()) == plain.metrics.count
+    assert result.metrics.mrr == pytest.approx(plain.metrics.mrr, rel=1e-12)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -54,13 +54,15 @@ def top_k(
     index: bool = False,
     nprobe: int | None = None,
     candidates: int | None = None,
+    exclude_self: bool = False,
 ) -> Ranking:
     """The ``k`` best rhs entities for (``lhs``, ``rel``), or the best lhs for (``rel``, ``rhs``).
 
     Give exactly one of ``lhs`` and ``rhs``. Every entity of the other side's type is scored
     (all partitions); with ``filter_paths``, those forming a known edge with the query are left
-    out. Without ``version``, the committed version, read whole even while ``pbgtrain fit``
-    commits newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
+    out; with ``exclude_self``, the query entity itself (when it is of the candidates' type).
+    Without ``version``, the committed version, read whole even while ``pbgtrain fit`` commits
+    newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
     With ``index``, the candidate type's index proposes ``candidates`` rows, scored exactly
     (see :class:`Predictor`).
     """
@@ -70,7 +72,8 @@ def top_k(
     def rank(version: int) -> Ranking:
         with Predictor(opened.at(version), device=device, index=index, nprobe=nprobe,
                        candidates=candidates) as predictor:
-            return predictor.top_k(rel=rel, lhs=lhs, rhs=rhs, k=k, filter_paths=filter_paths)
+            return predictor.top_k(rel=rel, lhs=lhs, rhs=rhs, k=k, filter_paths=filter_paths,
+                                   exclude_self=exclude_self)
 
     return read_committed(opened.checkpoint, rank, version)
 
@@ -114,7 +117,7 @@ class Predictor:
         self._indexes.clear()
 
     def top_k(self, *, rel: str, lhs: str | None = None, rhs: str | None = None, k: int = 10,
-              filter_paths: Sequence[str | AnyPath] = ()) -> Ranking:
+              filter_paths: Sequence[str | AnyPath] = (), exclude_self: bool = False) -> Ranking:
         """As :func:`top_k`, from this Predictor's version."""
         _check_query(lhs, rhs, k)
         layout, reader = self.layout, self.reader
@@ -127,6 +130,11 @@ class Predictor:
                                 [query_name])[query_name]
         filters = [storage.resolve(p) for p in filter_paths]
         known = known_candidates(layout, filters, relation.rel_id, side, query_type, query, cand_type)
+        self_excluded = exclude_self and query_type == cand_type
+        already = known.get(query.partition, np.empty(0, np.int64))
+        added_self = self_excluded and query.offset not in already  # not a known edge (a self-loop) already
+        if added_self:
+            known[query.partition] = np.union1d(already, [query.offset])
         query_row = rows(reader, query_type, [query])
         rel_arg = relation.model_rel(reader.device)
         found = self._indexed(rel_arg, side, query_type, cand_type, query_row, known, k) if self.use_index else None
@@ -139,8 +147,8 @@ class Predictor:
         names = names_of(layout.entity_path, cand_type, [Position(p, o) for _, p, o in best])
         predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
         asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
-        return Ranking(reader.version, side, cand_type, asked, total, excluded,
-                       [storage.display(p) for p in filters], predictions, searched)
+        return Ranking(reader.version, side, cand_type, asked, total, excluded - added_self,
+                       [storage.display(p) for p in filters], predictions, searched, self_excluded)
 
     def _index(self, entity_type: str) -> EmbeddingIndex:
         if entity_type not in self._indexes:

@@ -52,6 +52,7 @@ class Ranking:
     searched: str = "exact"
     """``exact`` (every candidate scored), the index that proposed the candidates (then scored
     exactly), or ``exact (why the index could not be used)``."""
+    self_excluded: bool = False  # the query entity was left out of the candidates (``--exclude-self``)
 
     def describe(self) -> str:
         """One line: what was ranked, against what, how, from which checkpoint version."""
@@ -60,6 +61,8 @@ class Ranking:
         filtered = (f"; {self.excluded:,} known edges of {', '.join(self.filter_paths)} left out"
                     if self.filter_paths else "")
         how = "" if self.searched == "exact" else f"; searched: {self.searched}"
+        if self.self_excluded:
+            filtered += f"; {lhs if self.side == 'rhs' else rhs} itself left out"
         return (f"top {len(self.predictions)} {self.side} candidates for ({lhs}, {self.query['rel']}, {rhs}) among "
                 f"{self.candidates:,} {self.entity_type!r} entities{filtered}{how}; checkpoint version {self.version}")
 
@@ -72,7 +75,8 @@ class Ranking:
         """JSON-ready (a non-finite score is null)."""
         return {"version": self.version, "side": self.side, "entity_type": self.entity_type, "query": self.query,
                 "candidates": self.candidates, "excluded": self.excluded, "filter_paths": self.filter_paths,
-                "searched": self.searched, "predictions": [p.to_dict() for p in self.predictions]}
+                "searched": self.searched, "self_excluded": self.self_excluded,
+                "predictions": [p.to_dict() for p in self.predictions]}
 
 
 @dataclass(frozen=True)
