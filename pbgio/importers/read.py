@@ -55,14 +55,13 @@ from pbgio.fields import (
     WHITESPACE,
     default_quote,
     delimiter_name,
-    header_like,
     holds,
-    likely_delimiter,
     parse_delimiter,
     split_fields,
     split_lines,
 )
 from pbgio.importers.parquet_check import check_parquet
+from pbgio.importers.sniff import SAMPLE_LINES, header_warnings, likely_delimiter
 
 ColumnRef = int | str
 FileFormat = Literal["auto", "text", "parquet"]
@@ -71,7 +70,6 @@ _BOM = "\ufeff"
 _ROW = "__pbgio_row"
 _PEEK_BYTES = 1 << 20
 _PEEK_LINES = 1000
-_SAMPLE_LINES = 20  # lines kept to suggest another delimiter when the rows have too few fields
 BLOCK_BYTES = 4 << 20  # text is parsed this many bytes (rounded to whole lines) at a time
 __all__ = ["QUOTE", "WHITESPACE", "Block", "Check", "InputOptions", "Source", "default_quote", "describe", "message",
            "open_source", "parse_column", "parse_delimiter", "problem_code", "split_fields"]
@@ -333,26 +331,13 @@ def _text_columns(path: Path, options: InputOptions, peek: _Peek) -> tuple[dict[
         where, what = peek.first_line, f"in the first {sum(peek.counts.values())} lines"
     if expected < needed:
         role, index = max(found.items(), key=lambda item: item[1])
-        other = likely_delimiter(peek.lines[:_SAMPLE_LINES], needed, options.delimiter)
+        other = likely_delimiter(peek.lines[:SAMPLE_LINES], needed, options.delimiter)
         hint = "" if other is None else \
             f"; the lines split into {needed} or more fields on {delimiter_name(other)}: try -d {delimiter_name(other)}"
         raise InputError(str(path), where, f"expected at least {needed} fields for column {index} ({role}), "
                          f"found at most {expected} {what} split on {delimiter_name(options.delimiter)}"
                          f"{hint}")
     return found, expected
-
-
-def _header_warnings(path: Path, options: InputOptions, peek: _Peek, index: dict[str, int]) -> tuple[str, ...]:
-    """A warning when the first line looks like a header and ``--header`` was not given."""
-    if options.header:
-        return ()
-    columns = sorted({i for role, i in index.items() if role in ("lhs", "rel", "rhs")})
-    named = header_like([_split(line, options) for line in peek.lines], columns)
-    if named is None:
-        return ()
-    return (f"{path}: line 1 looks like a header ({', '.join(repr(v) for v in named)}: a usual column name among "
-            f"them, none in the next {len(peek.lines) - 1:,} lines); it was imported as an edge. If it names the "
-            "columns, import again with --header and --overwrite",)
 
 
 def _text_source(path: Path, options: InputOptions) -> Source:
@@ -410,7 +395,9 @@ def _text_source(path: Path, options: InputOptions) -> Source:
             yield Block(parse(block, first_line), min(end / size, 1.0))
 
     return Source(path, blocks, lambda: parse(path, 1), "line", names, frozenset(), peek.first_line,
-                  tuple(checks.items), _header_warnings(path, options, peek, index))
+                  tuple(checks.items), header_warnings(path, peek.lines, [i for role, i in index.items()
+                                                                          if role in ("lhs", "rel", "rhs")],
+                                                       options.header, lambda line: _split(line, options)))
 
 
 _JOIN = "\x1f"  # the unit separator

@@ -1,0 +1,76 @@
+"""What the first lines of a text edge list suggest when they do not fit the options given:
+another delimiter (:func:`likely_delimiter`, for the error of too few fields), a header the user
+did not declare (:func:`header_warnings`).
+
+>>> header_like([["source", "relation", "target"], ["a", "r", "b"], ["b", "r", "c"]], [0, 1, 2])
+['source', 'relation', 'target']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pbgio.fields import WHITESPACE, default_quote, split_fields
+
+SAMPLE_LINES = 20
+"""Lines a suggested delimiter must split alike."""
+
+
+def likely_delimiter(lines: list[str], needed: int, current: str) -> str | None:
+    """The delimiter (other than ``current``) that splits every one of ``lines`` into at least
+    ``needed`` fields and all of them into as many, quoted as :func:`default_quote` says; the
+    first such of tab, comma, semicolon, pipe, whitespace; None when none does.
+
+    >>> likely_delimiter(["a,b,c", 'd,"e, f",g'], 3, "\\t"), likely_delimiter(["a b"], 3, "\\t")
+    (',', None)
+    """
+    for candidate in ("\t", ",", ";", "|", WHITESPACE):
+        if candidate == current or not lines:
+            continue
+        counts = {len(fields) if fields is not None else 0
+                  for fields in (split_fields(line, candidate, default_quote(candidate)) for line in lines)}
+        if len(counts) == 1 and counts.pop() >= needed:
+            return candidate
+    return None
+
+
+COLUMN_NAMES = frozenset({
+    "source", "target", "src", "dst", "dest", "destination", "from", "to", "head", "tail", "subject", "object",
+    "predicate", "relation", "rel", "relationship", "relation_type", "edge", "edge_type", "type", "label", "lhs",
+    "rhs", "node", "node1", "node2", "node_1", "node_2", "start", "end", "start_id", "end_id", "id1", "id2",
+    "parent", "child", "weight", "u", "v", "h", "r", "t", "s", "p", "o",
+})
+"""Names a header row gives its edge-list columns (compared lower-cased)."""
+
+
+def header_like(rows: list[list[str]], columns: list[int]) -> list[str] | None:
+    """The values of ``rows[0]`` in ``columns`` when that row looks like a header the user did not
+    declare: none of its values occurs in those columns of the other rows, and one of them is a
+    usual column name (:data:`COLUMN_NAMES`); else None. Fewer than two rows: None.
+
+    >>> header_like([["source", "relation", "target"], ["a", "r", "b"], ["b", "r", "c"]], [0, 1, 2])
+    ['source', 'relation', 'target']
+    >>> header_like([["a", "r", "b"], ["b", "r", "c"]], [0, 1, 2]) is None
+    True
+    """
+    if len(rows) < 2 or any(len(rows[0]) <= c for c in columns):
+        return None
+    first = [rows[0][c] for c in columns]
+    seen = {row[c] for row in rows[1:] for c in columns if c < len(row)}
+    if any(value in seen for value in first):
+        return None
+    return first if any(value.strip().lower() in COLUMN_NAMES for value in first) else None
+
+
+def header_warnings(path: object, lines: Sequence[str], columns: Sequence[int], declared: bool,
+                    split: Callable[[str], list[str]]) -> tuple[str, ...]:
+    """A warning when the first of ``lines`` (split by ``split``) looks like a header in the
+    ``columns`` of lhs, relation and rhs, and none was ``declared`` (``--header``)."""
+    if declared:
+        return ()
+    named = header_like([split(line) for line in lines], sorted(set(columns)))
+    if named is None:
+        return ()
+    return (f"{path}: line 1 looks like a header ({', '.join(repr(v) for v in named)}: a usual column name among "
+            f"them, none in the next {len(lines) - 1:,} lines); it was imported as an edge. If it names the "
+            "columns, import again with --header and --overwrite",)
