@@ -154,6 +154,8 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
                 groups = [(0, torch.arange(len(tensors), device=device) if i is None else
                            (tensors.rel == i).nonzero().squeeze(1)) for i in ids]
             for r, sel in groups:
+                if not len(sel):
+                    continue  # no edge of this relation in the bucket
                 relation = cfg.relations[r]
                 acc = total
                 if options.per_relation:
