@@ -39,6 +39,7 @@ from torch import Tensor
 
 from pbgtrain.model.chains import Chain, dynamic_operator_link, prepare_link
 from pbgtrain.model.comparators import Comparator, DotComparator
+from pbgtrain.model.kernels import complex_multiply
 from pbgtrain.model.model import EmbeddingModel
 from pbgtrain.model.operators import (
     ComplexDiagonalDynamicOperator,
@@ -160,18 +161,14 @@ class _ComplexDiagonal:
     """``Re⟨x · (a_ρ + i b_ρ), y⟩ = a_ρ · (x_re y_re + x_im y_im) + b_ρ · (x_re y_im − x_im y_re)``,
     halves ``[re | im]`` as the operator keeps them."""
 
-    def features(self, x: Tensor, y: Tensor) -> Tensor:
+    def features(self, x: Tensor, y: Tensor) -> Tensor:  # conj(x) · y
         half = x.shape[1] // 2
-        x_re, x_im, y_re, y_im = x[:, :half], x[:, half:], y[:, :half], y[:, half:]
-        return torch.cat((x_re * y_re + x_im * y_im, x_re * y_im - x_im * y_re), dim=1)
+        return complex_multiply(y, x[:, :half], -x[:, half:])
 
     def features_grad(self, x: Tensor, y: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
         half = x.shape[1] // 2
-        x_re, x_im, y_re, y_im = x[:, :half], x[:, half:], y[:, :half], y[:, half:]
         a, b = grad[:, :half], grad[:, half:]
-        dx = torch.cat((a * y_re + b * y_im, a * y_im - b * y_re), dim=1)
-        dy = torch.cat((a * x_re - b * x_im, a * x_im + b * x_re), dim=1)
-        return dx, dy
+        return complex_multiply(y, a, -b), complex_multiply(x, a, b)  # conj(g) · y, g · x
 
     def weights(self, op: DynamicOperator) -> Tensor:
         assert isinstance(op, ComplexDiagonalDynamicOperator)
