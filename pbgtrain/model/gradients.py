@@ -96,11 +96,16 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
         _accumulate(row_grads, prepared.sources[key], traced[key].backward(grad * scale if scale != 1.0 else grad))
     loss = loss * scale if scale != 1.0 else loss
     padding = len(batch) - batch.real
+
+    def add_to_positives(grads: list[Tensor]) -> None:
+        """Gradients of the real positives' lhs and rhs rows (no padding rows) onto their rows."""
+        for source, grad in zip(prepared.raw, grads, strict=True):
+            _accumulate(row_grads, source, F.pad(grad, (0, 0, 0, padding)) if padding else grad)
+
     reg = None
     if model.regularizer.enabled:
         reg, *reg_grads = regularization_and_grads(model, *prepared.real_positives(batch))
-        for source, grad in zip(prepared.raw, reg_grads, strict=True):
-            _accumulate(row_grads, source, F.pad(grad, (0, 0, 0, padding)) if padding else grad)
+        add_to_positives(reg_grads)
     if model.spec.relation_prediction:
         rel, u_raw, v_raw = prepared.real_positives(batch)
         assert isinstance(rel, Tensor)  # dynamic relations (ModelSpec checks it)
@@ -108,8 +113,7 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
         predicted, *rp_grads = relation_prediction_and_grads(model, rel, u_raw, v_raw, weight,
                                                              model.spec.relation_prediction)
         loss = loss + predicted
-        for source, grad in zip(prepared.raw, rp_grads, strict=True):
-            _accumulate(row_grads, source, F.pad(grad, (0, 0, 0, padding)) if padding else grad)
+        add_to_positives(rp_grads)
     for index, gathered in enumerate(prepared.gathered):
         if gathered.representative is not None:  # not a frozen table
             gathered.set_grad([row_grads.get((index, part)) for part in range(len(gathered.sizes))])
