@@ -148,19 +148,20 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
             reader.keep_only(needed)
             tensors = BucketEdges.from_bucket(edges, device, str(path))
             filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
-            groups = [(r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
-            if cfg.dynamic_relations:  # one group (or one per relation id, --per-relation), the config's relation 0
-                ids = torch.unique(tensors.rel).tolist() if options.per_relation else [None]
-                groups = [(0, torch.arange(len(tensors), device=device) if i is None else
-                           (tensors.rel == i).nonzero().squeeze(1)) for i in ids]
-            for r, sel in groups:
+            # (the config's relation, the relation id it counts under, its edges); with dynamic
+            # relations the config's one relation: all edges at once, or each id's (--per-relation)
+            if not cfg.dynamic_relations:
+                groups = [(r, r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
+            elif options.per_relation:
+                groups = [(0, i, (tensors.rel == i).nonzero().squeeze(1)) for i in torch.unique(tensors.rel).tolist()]
+            else:
+                groups = [(0, 0, torch.arange(len(tensors), device=device))]
+            for r, rel_id, sel in groups:
                 if not len(sel):
                     continue  # no edge of this relation in the bucket
                 relation = cfg.relations[r]
-                acc = total
-                if options.per_relation:
-                    key = int(tensors.rel[sel[0]]) if cfg.dynamic_relations else r
-                    acc = by_relation.setdefault(key, RankingAccumulator(protocol, seed=options.seed))
+                acc = by_relation.setdefault(rel_id, RankingAccumulator(protocol, seed=options.seed)) \
+                    if options.per_relation else total
                 lhs_t = reader.table(relation.lhs, partitions.partition_of(relation.lhs, bucket, "lhs"))
                 rhs_t = reader.table(relation.rhs, partitions.partition_of(relation.rhs, bucket, "rhs"))
                 if all_entities:
