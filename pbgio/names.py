@@ -187,13 +187,14 @@ def locate_relations(config: ConfigSchema, entity_path: AnyPath, names: Iterable
     wanted = list(dict.fromkeys(names))
     missing = [name for name in wanted if name not in index]
     if missing:
-        if config.dynamic_relations:
+        close = suggestion(difflib.get_close_matches(missing[0], known, n=1))
+        if config.dynamic_relations:  # the names file is named: with no close name, say what it holds
             where = str(entity_path / naming.DYNAMIC_REL_NAMES)
-        else:
+            listed = ", ".join(repr(n) for n in known[:10]) + (f", … ({len(known):,} in all)" if len(known) > 10
+                                                               else "")
+            hint = close or (f"the relations are {listed}" if known else "there are no relations")
+        else:  # the config's relations are listed in the message itself
             shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
-            where = f"the config's relations ({shown})"
-        close = difflib.get_close_matches(missing[0], known, n=1)
-        listed = ", ".join(repr(n) for n in known[:10]) + (f", … ({len(known):,} in all)" if len(known) > 10 else "")
-        hint = suggestion(close) or (f"the relations are {listed}" if known else "there are no relations")
+            where, hint = f"the config's relations ({shown})", close
         raise UnknownNameError(missing, "relation", where, context=context, hint=hint)
     return {name: index[name] for name in wanted}
