@@ -265,7 +265,8 @@ class _Peek:
     counts: Counter[int]  # field counts of the sampled non-empty lines
     first_line: int  # the first data line (the line after the header, for an empty file)
     bom: bool
-    lines: list[str]  # the non-empty lines peeked at (the header included): a delimiter to suggest, a header to notice
+    lines: list[str]  # the first non-empty lines as read (the header included): a delimiter to suggest
+    rows: list[list[str]]  # the fields of every non-empty line peeked at (the header included): a header to notice
 
 
 def _split(text: str, options: InputOptions) -> list[str]:
@@ -281,6 +282,7 @@ def _peek(path: Path, options: InputOptions) -> _Peek:
     counts: Counter[int] = Counter()
     first_line = 0
     lines: list[str] = []
+    rows: list[list[str]] = []
     budget = _PEEK_BYTES
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -292,19 +294,21 @@ def _peek(path: Path, options: InputOptions) -> _Peek:
             text = text.rstrip("\n").removesuffix("\r")
             if number == 1 and text.startswith(_BOM):
                 bom, text = True, text[1:]
-            if text:
-                lines.append(text)
-            if options.header and number == 1:
-                header = _split(text, options)
-                continue
             fields = _split(text, options)
+            if text:
+                rows.append(fields)
+                if len(lines) < SAMPLE_LINES:
+                    lines.append(text)
+            if options.header and number == 1:
+                header = fields
+                continue
             if text and fields:  # empty lines (and blank ones, split on whitespace) hold no row
                 first_line = first_line or number
                 counts[len(fields)] += 1
             budget -= len(raw)
             if sum(counts.values()) >= _PEEK_LINES or budget <= 0:
                 break
-    return _Peek(header, counts, first_line or (2 if options.header else 1), bom, lines)
+    return _Peek(header, counts, first_line or (2 if options.header else 1), bom, lines, rows)
 
 
 def _text_columns(path: Path, options: InputOptions, peek: _Peek) -> tuple[dict[str, int], int]:
@@ -331,7 +335,7 @@ def _text_columns(path: Path, options: InputOptions, peek: _Peek) -> tuple[dict[
         where, what = peek.first_line, f"in the first {sum(peek.counts.values())} lines"
     if expected < needed:
         role, index = max(found.items(), key=lambda item: item[1])
-        other = likely_delimiter(peek.lines[:SAMPLE_LINES], needed, options.delimiter)
+        other = likely_delimiter(peek.lines, needed, options.delimiter)
         hint = "" if other is None else \
             f"; the lines split into {needed} or more fields on {delimiter_name(other)}: try -d {delimiter_name(other)}"
         raise InputError(str(path), where, f"expected at least {needed} fields for column {index} ({role}), "
@@ -395,9 +399,9 @@ def _text_source(path: Path, options: InputOptions) -> Source:
             yield Block(parse(block, first_line), min(end / size, 1.0))
 
     return Source(path, blocks, lambda: parse(path, 1), "line", names, frozenset(), peek.first_line,
-                  tuple(checks.items), header_warnings(path, peek.lines, [i for role, i in index.items()
-                                                                          if role in ("lhs", "rel", "rhs")],
-                                                       options.header, lambda line: _split(line, options)))
+                  tuple(checks.items), header_warnings(path, peek.rows, [i for role, i in index.items()
+                                                                         if role in ("lhs", "rel", "rhs")],
+                                                       options.header))
 
 
 _JOIN = "\x1f"  # the unit separator

@@ -8,7 +8,7 @@ did not declare (:func:`header_warnings`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pbgio.fields import WHITESPACE, default_quote, split_fields
 
@@ -62,15 +62,15 @@ def header_like(rows: list[list[str]], columns: list[int]) -> list[str] | None:
     return first if any(value.strip().lower() in COLUMN_NAMES for value in first) else None
 
 
-def header_warnings(path: object, lines: Sequence[str], columns: Sequence[int], declared: bool,
-                    split: Callable[[str], list[str]]) -> tuple[str, ...]:
-    """A warning when the first of ``lines`` (split by ``split``) looks like a header in the
-    ``columns`` of lhs, relation and rhs, and none was ``declared`` (``--header``)."""
+def header_warnings(path: object, rows: list[list[str]], columns: Sequence[int],
+                    declared: bool) -> tuple[str, ...]:
+    """A warning when the first of ``rows`` (the fields of the first lines) looks like a header in
+    the ``columns`` of lhs, relation and rhs, and none was ``declared`` (``--header``)."""
     if declared:
         return ()
-    named = header_like([split(line) for line in lines], sorted(set(columns)))
+    named = header_like(rows, sorted(set(columns)))
     if named is None:
         return ()
     return (f"{path}: line 1 looks like a header ({', '.join(repr(v) for v in named)}: a usual column name among "
-            f"them, none in the next {len(lines) - 1:,} lines); it was imported as an edge. If it names the "
+            f"them, none in the next {len(rows) - 1:,} lines); it was imported as an edge. If it names the "
             "columns, import again with --header and --overwrite",)
