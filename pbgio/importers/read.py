@@ -399,9 +399,7 @@ def _text_source(path: Path, options: InputOptions) -> Source:
             yield Block(parse(block, first_line), min(end / size, 1.0))
 
     return Source(path, blocks, lambda: parse(path, 1), "line", names, frozenset(), peek.first_line,
-                  tuple(checks.items), header_warnings(path, peek.rows, [i for role, i in index.items()
-                                                                         if role in ("lhs", "rel", "rhs")],
-                                                       options.header))
+                  tuple(checks.items), header_warnings(path, peek.rows, index, options.header))
 
 
 _JOIN = "\x1f"  # the unit separator

@@ -8,7 +8,7 @@ did not declare (:func:`header_warnings`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 from pbgio.fields import WHITESPACE, default_quote, split_fields
 
@@ -62,13 +62,14 @@ def header_like(rows: list[list[str]], columns: list[int]) -> list[str] | None:
     return first if any(value.strip().lower() in COLUMN_NAMES for value in first) else None
 
 
-def header_warnings(path: object, rows: list[list[str]], columns: Sequence[int],
+def header_warnings(path: object, rows: list[list[str]], columns: Mapping[str, int],
                     declared: bool) -> tuple[str, ...]:
     """A warning when the first of ``rows`` (the fields of the first lines) looks like a header in
-    the ``columns`` of lhs, relation and rhs, and none was ``declared`` (``--header``)."""
+    the columns of lhs, relation and rhs (``columns``: each role's index), and none was
+    ``declared`` (``--header``)."""
     if declared:
         return ()
-    named = header_like(rows, sorted(set(columns)))
+    named = header_like(rows, sorted({i for role, i in columns.items() if role in ("lhs", "rel", "rhs")}))
     if named is None:
         return ()
     return (f"{path}: line 1 looks like a header ({', '.join(repr(v) for v in named)}: a usual column name among "
