@@ -407,12 +407,16 @@ def report(
     html: Annotated[str | None, typer.Option(
         "--html", help="Also write an HTML page: the same plots (embedded), the figures per iteration and "
         "the run config.")] = None,
+    version: Annotated[int | None, typer.Option(
+        "--version", help="Draw the run as it stood after this version, marked (default: all of it).")] = None,
     param: Overrides = None,
     base: BaseOption = None,
 ) -> None:
-    """Plot loss, held-out metrics and edges/s per iteration from the checkpoint's training_stats.json.
+    """Plot loss, held-out metrics, validation (fit --valid) and edges/s per iteration from training_stats.json.
 
-    Needs matplotlib: pip install 'pbg\\[report]'.
+    The validation panel shows MRR and Hits@10 by version, the best version starred, learning-rate
+    changes and the early stop. A kept version (-p checkpoint_path=model/best, or epoch_K) is
+    drawn with its run, the version marked. Needs matplotlib: pip install 'pbg\\[report]'.
     """
     from pbgio import storage
     from pbgtrain.report import load_report, require_matplotlib, write_report
@@ -421,7 +425,7 @@ def report(
     targets = [storage.resolve(output), *([] if html is None else [storage.resolve(html)])]
     with exit_codes(on_interrupt=lambda: None):
         require_matplotlib()
-        training = load_report(layout)
+        training = load_report(layout, version)
         write_report(training, *targets)
     typer.echo(training.summary())
     for target in targets:

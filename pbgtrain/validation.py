@@ -49,9 +49,7 @@ from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.metrics import RankingMetrics
 from pbgtrain.training.fit_plan import ValidationOptions
 from pbgtrain.training.records import IterationRecord
-
-RECORD_KEY = "validation"
-"""The key of a validation line's record under ``training_stats.json``'s ``pbgtrain`` key."""
+from pbgtrain.validation_log import RECORD_KEY, STOP_PREFIX, validation_records
 
 
 @dataclass
@@ -92,7 +90,8 @@ class ValidationState:
             parts.append(f"learning rate × {self.lr_scale:.6g}")
         if options.patience is not None and self.since_best >= options.patience:
             decision.stop = True
-            parts.append(f"stop: {self.since_best} evaluation(s) without improvement (patience {options.patience})")
+            parts.append(f"{STOP_PREFIX} {self.since_best} evaluation(s) without improvement "
+                         f"(patience {options.patience})")
         decision.decision = "; ".join(parts)
         return decision
 
@@ -108,18 +107,6 @@ class ValidationState:
             state = cls(int(rec["best_version"]), -math.inf if rec["best_mrr"] is None else float(rec["best_mrr"]),
                         int(rec["since_best"]), int(rec["since_change"]), float(rec["lr_scale"]))
         return state
-
-
-def validation_records(lines: Iterable[Mapping[str, Any]], edge_path: str, committed: int) -> list[dict[str, Any]]:
-    """The validation records of ``training_stats.json`` lines on ``edge_path`` for versions up to
-    ``committed`` (lines of a version a crash left uncommitted are not the run's history)."""
-    out = []
-    for line in lines:
-        extra = line.get(EXTRA_KEY)
-        rec = extra.get(RECORD_KEY) if isinstance(extra, dict) else None
-        if isinstance(rec, dict) and rec.get("edge_path") == edge_path and int(rec.get("version", 0)) <= committed:
-            out.append(rec)
-    return out
 
 
 @dataclass

@@ -29,6 +29,7 @@ from pbgtrain import report
 from pbgtrain.config import load_run_config
 
 REPO = Path(__file__).resolve().parents[1]
+VALIDATION_PANEL, SPEED_PANEL = 2, 3  # the panels from the top: loss, held-out metrics, validation, edges/s
 GUIDE = REPO / "docs" / "guides" / "training-report.md"
 
 BUCKETS = [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -130,15 +131,16 @@ def test_lines_without_times_or_held_out_edges_leave_those_panels_empty() -> Non
     points = report.iteration_points(all_lines(timed=False, held_out=False), len(BUCKETS))
     assert [p.loss for p in points] == pytest.approx(LOSS)
     assert all(p.seconds is None and p.edges_per_second is None and not p.held_out for p in points)
-    loss, metrics, speed = report.panels(points)
+    loss, metrics, validation, speed = report.panels(points)
     assert [s.key for s in loss.series] == ["loss"]
     assert metrics.series == () and "eval_fraction" in metrics.empty_note
+    assert validation.series == () and "--valid" in validation.empty_note
     assert speed.series == () and "no training times" in speed.empty_note
 
 
 def test_panels_hold_the_series_with_fixed_colours() -> None:
     points = report.iteration_points(all_lines(), len(BUCKETS))
-    loss, metrics, speed = report.panels(points, "raw")
+    loss, metrics, _, speed = report.panels(points, "raw")
     assert [s.key for s in loss.series] == ["loss", "held_out_loss"]
     assert [s.key for s in metrics.series] == ["mrr", "r1", "r10"]  # the mean rank is off the 0 … 1 scale
     assert [s.key for s in speed.series] == ["edges_per_second"]
@@ -184,14 +186,16 @@ def _panel_box(panel: int, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
             round(left * width), round((left + w) * width))
 
 
-def _rows_at_points(image: np.ndarray, panel: int, colour: str, xs: list[int]) -> list[float]:
+def _rows_at_points(image: np.ndarray, panel: int, colour: str, xs: list[int],
+                    span: list[int] | None = None) -> list[float]:
     """For each iteration in ``xs``, the mean row of ``colour``'s pixels in its column, inside the
-    panel's axes (a few pixels in from the frame); asserts the colour is there."""
+    panel's axes (a few pixels in from the frame); asserts the colour is there. The x axis spans
+    the iterations ``span`` (default: ``xs``)."""
     top, bottom, left, right = _panel_box(panel, image.shape)
     inside = image[top + 3:bottom - 3, left + 3:right - 3, :3]
     mask = np.abs(inside - _rgb(colour)).max(axis=2) < 0.02
     assert mask.sum() > 200, f"{colour}: {mask.sum()} pixels in panel {panel}"
-    xlim = (min(xs) - 0.5, max(xs) + 0.5)
+    xlim = (min(span or xs) - 0.5, max(span or xs) + 0.5)
     rows = []
     for x in xs:
         column = left + (x - xlim[0]) / (xlim[1] - xlim[0]) * (right - left) - (left + 3)
@@ -245,9 +249,9 @@ def test_the_png_shows_each_series_where_the_data_puts_it(picture: tuple[report.
         expected = [top + (high - v) / (high - low) * (bottom - top) for v in values]
         assert np.abs(np.array(rows) - expected).max() < 3, (key, rows, expected)
     # edges/s panel: up, flat, down, from 0
-    speed_rows = _rows_at_points(image, 2, report.SERIES_COLOURS["edges_per_second"], xs)
+    speed_rows = _rows_at_points(image, SPEED_PANEL, report.SERIES_COLOURS["edges_per_second"], xs)
     assert speed_rows[2] < speed_rows[1] < speed_rows[0] and speed_rows[3] < speed_rows[4] < speed_rows[5]
-    assert _follows([*speed_rows, bottom_of(image, 2)], [*SPEED, 0.0]) < 3
+    assert _follows([*speed_rows, bottom_of(image, SPEED_PANEL)], [*SPEED, 0.0]) < 3
     # colours of series that are not there are not drawn (e.g. Hits@50, AUC)
     for key in ("r50", "auc"):
         top, bottom, left, right = _panel_box(1, image.shape)
@@ -260,7 +264,7 @@ def test_empty_panels_say_why(tmp_path: Path) -> None:
     run = load_run_config(write_run(tmp_path, all_lines(timed=False, held_out=False)))
     image = _read_png(report.render_png(report.load_report(run)))
     _rows_at_points(image, 0, report.SERIES_COLOURS["loss"], [1, 2, 3, 4, 5, 6])
-    for panel in (1, 2):  # a grey note, no series colour
+    for panel in (1, VALIDATION_PANEL, SPEED_PANEL):  # a grey note, no series colour
         top, bottom, left, right = _panel_box(panel, image.shape)
         inside = image[top + 3:bottom - 3, left + 3:right - 3, :3]
         colours = [_rgb(c) for c in report.SERIES_COLOURS.values()]
@@ -313,7 +317,7 @@ def test_cli_writes_the_png_and_the_page_and_says_where(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [
         f"6 iteration(s) of {tmp_path / 'run' / 'model'}, loss 9 → 3.8, held-out MRR 0.1000 → 0.5500, "
         "median 2,000 edges/s", "wrote training-report.png", "wrote page.html"]
-    _rows_at_points(_read_png((tmp_path / "training-report.png").read_bytes()), 2,
+    _rows_at_points(_read_png((tmp_path / "training-report.png").read_bytes()), SPEED_PANEL,
                     report.SERIES_COLOURS["edges_per_second"], [1, 2, 3, 4, 5, 6])
     assert (tmp_path / "page.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     out = tmp_path / "elsewhere.png"

@@ -21,7 +21,8 @@ from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, FitResult, fit
-from pbgtrain.validation import ValidationOptions, validation_records
+from pbgtrain.validation import ValidationOptions
+from pbgtrain.validation_log import validation_records
 from tests.cli import pbgtrain
 
 

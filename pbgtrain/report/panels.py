@@ -1,0 +1,188 @@
+"""The picture of a run, as data: four panels of series, marks and vertical lines, with fixed
+geometry and colours (:data:`PANEL_RECTS`, :data:`SERIES_COLOURS`, :data:`MARK_COLOURS`), so that
+``tests/test_report.py`` can find each of them in the PNG by its colour.
+
+Top to bottom: loss, held-out metrics after each bucket, validation (``fit --valid``: MRR and
+Hits@10 by version, the best version starred, learning-rate changes and the early stop as
+vertical lines), training edges/s. The x axis of every panel is the iteration counted from 1,
+which is the checkpoint version it committed.
+
+>>> from pbgtrain.report.collect import ValidationPoint
+>>> evaluations = [ValidationPoint(v, "valid", None, 10, {"mrr": m, "r10": 2 * m}, d, b, s) for v, m, d, b, s in [
+...     (2, .2, "best", 2, 1.0), (4, .1, "no improvement; learning rate × 0.5", 2, .5),
+...     (6, .1, "no improvement; stop: 2 evaluation(s) without improvement (patience 2)", 2, .5)]]
+>>> valid = validation_panel(evaluations)
+>>> [s.key for s in valid.series], [(m.key, m.x, m.y) for m in valid.markers], [(e.key, e.x) for e in valid.events]
+(['valid_mrr', 'valid_r10'], [('best', 2, 0.2)], [('lr_change', 4), ('stop', 6)])
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import posixpath
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pbgtrain.report.collect import IterationPoint, ValidationPoint
+
+# The picture: FIGURE_INCHES at DPI; one axes per panel at PANEL_RECTS (left, bottom, width,
+# height, fractions of the figure; the first is the top panel); legends right of the axes.
+FIGURE_INCHES = (11.0, 13.0)
+DPI = 100
+PANEL_RECTS: tuple[tuple[float, float, float, float], ...] = (
+    (0.08, 0.76, 0.70, 0.18), (0.08, 0.525, 0.70, 0.18), (0.08, 0.29, 0.70, 0.18), (0.08, 0.055, 0.70, 0.18))
+METRIC_LIMITS = (0.0, 1.0)  # y range of the held-out and validation metrics panels
+LINE_WIDTH = 2.0
+# Fixed colours, one per series (matplotlib's tab10, which has no grey in it but #7f7f7f; the
+# validation series and the marks from ColorBrewer's Dark2).
+SERIES_COLOURS: dict[str, str] = {
+    "loss": "#1f77b4", "held_out_loss": "#ff7f0e", "mrr": "#2ca02c", "r1": "#d62728", "r3": "#9467bd",
+    "r10": "#8c564b", "r50": "#e377c2", "auc": "#17becf", "edges_per_second": "#bcbd22",
+    "valid_mrr": "#1b9e77", "valid_r10": "#d95f02",
+}
+# The best version's star, the vertical lines of learning-rate changes and of the early stop,
+# and the line of the version a kept checkpoint (best/, epoch_k/) or --version holds.
+MARK_COLOURS: dict[str, str] = {"best": "#e7298a", "lr_change": "#7570b3", "stop": "#a6761d", "shown": "#e6ab02"}
+# Colours of other metrics a stats file may hold, in the order met.
+OTHER_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd")
+METRIC_ORDER = ("mrr", "r1", "r3", "r10", "r50", "auc")
+NOT_IN_METRICS_PANEL = {"loss", "pos_rank"}  # the held-out loss is drawn with the training loss
+METRIC_LABELS = {"mrr": "MRR", "r1": "Hits@1", "r3": "Hits@3", "r10": "Hits@10", "r50": "Hits@50", "auc": "AUC",
+                 "pos_rank": "MR"}
+VALIDATION_SERIES = ("mrr", "r10")  # drawn of each evaluation; the HTML page's table has them all
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of the picture: ``y`` at iteration numbers ``x`` (counted from 1)."""
+
+    key: str
+    label: str
+    colour: str
+    x: tuple[int, ...]
+    y: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One point drawn large over a series: the best version's validation MRR."""
+
+    key: str
+    label: str
+    colour: str
+    x: int
+    y: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """A vertical line at a version: a learning-rate change, the early stop, the version shown."""
+
+    key: str
+    label: str
+    colour: str
+    x: int
+    style: str  # matplotlib's line style: "-", "--", ":"
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of the picture."""
+
+    title: str
+    ylabel: str
+    series: tuple[Series, ...]
+    empty_note: str  # drawn instead when there is no series
+    ylim: tuple[float, float] | None = None  # None: from the data (edges/s from 0)
+    markers: tuple[Marker, ...] = ()
+    events: tuple[Event, ...] = ()
+
+
+def _series(key: str, label: str, colour: str, points: Sequence[IterationPoint],
+            value: Callable[[IterationPoint], float | None]) -> Series | None:
+    pairs = [(p.number, v) for p in points if (v := value(p)) is not None]
+    if not pairs:
+        return None
+    return Series(key, label, colour, tuple(x for x, _ in pairs), tuple(float(y) for _, y in pairs))
+
+
+def _held_out(name: str) -> Callable[[IterationPoint], float | None]:
+    return lambda point: point.held_out.get(name)
+
+
+def _is_fraction(values: Iterable[float]) -> bool:
+    return all(math.isnan(v) or 0.0 <= v <= 1.0 for v in values)
+
+
+def validation_panel(evaluations: Sequence[ValidationPoint]) -> Panel:
+    """The validation panel: MRR and Hits@10 by version, the best starred, learning-rate changes
+    (dashed) and the early stop (solid) as vertical lines."""
+    empty = "no validation (pbgtrain fit --valid PATH ranks the versions on validation edges)"
+    if not evaluations:
+        return Panel("validation", "metric", (), empty, METRIC_LIMITS)
+    series = []
+    for name in VALIDATION_SERIES:
+        pairs = [(e.version, e.metrics[name]) for e in evaluations if name in e.metrics]
+        if pairs:
+            series.append(Series(f"valid_{name}", f"validation {METRIC_LABELS[name]}", SERIES_COLOURS[f"valid_{name}"],
+                                 tuple(x for x, _ in pairs), tuple(y for _, y in pairs)))
+    best_version = evaluations[-1].best_version
+    best = next((e for e in evaluations if e.version == best_version and "mrr" in e.metrics), None)
+    markers = () if best is None else (Marker(
+        "best", f"best: version {best.version} ({best.metrics['mrr']:.4f})", MARK_COLOURS["best"],
+        best.version, best.metrics["mrr"]),)
+    events: list[Event] = []
+    scale = 1.0
+    for e in evaluations:
+        if e.lr_scale != scale:
+            events.append(Event("lr_change", f"learning rate × {e.lr_scale:.3g}",
+                                MARK_COLOURS["lr_change"], e.version, "--"))
+            scale = e.lr_scale
+        if e.stopped:
+            events.append(Event("stop", "early stop", MARK_COLOURS["stop"], e.version, "-"))
+    title = f"validation on {posixpath.basename(evaluations[-1].edge_path.rstrip('/'))}, filtered, by version"
+    return Panel(title, "metric", tuple(series), empty, METRIC_LIMITS, markers, tuple(events))
+
+
+def _with_event(panel: Panel, event: Event | None) -> Panel:
+    if event is None:
+        return panel
+    return Panel(panel.title, panel.ylabel, panel.series, panel.empty_note, panel.ylim, panel.markers,
+                 (*panel.events, event))
+
+
+def panels(points: Sequence[IterationPoint], protocol: str | None = None,
+           evaluations: Sequence[ValidationPoint] = (), shown: Event | None = None,
+           ) -> tuple[Panel, Panel, Panel, Panel]:
+    """The four panels of the picture, with their series (only those with data); ``shown``, the
+    line of the version a kept checkpoint holds, is drawn in each."""
+    loss = [s for s in (
+        _series("loss", "training loss", SERIES_COLOURS["loss"], points, lambda p: p.loss),
+        _series("held_out_loss", "held-out loss", SERIES_COLOURS["held_out_loss"], points,
+                _held_out("loss"))) if s is not None]
+    names = list(dict.fromkeys(name for p in points for name in p.held_out))
+    ordered = [n for n in METRIC_ORDER if n in names] + [n for n in names if n not in METRIC_ORDER]
+    metrics: list[Series] = []
+    others = itertools.cycle(OTHER_COLOURS)
+    for name in ordered:
+        if name in NOT_IN_METRICS_PANEL or not _is_fraction(p.held_out[name] for p in points if name in p.held_out):
+            continue  # ranks and other figures off the 0 … 1 scale are in the HTML page's table
+        colour = SERIES_COLOURS.get(name) or next(others)
+        found = _series(name, METRIC_LABELS.get(name, name), colour, points, _held_out(name))
+        if found is not None:
+            metrics.append(found)
+    speed = _series("edges_per_second", "edges/s", SERIES_COLOURS["edges_per_second"], points,
+                    lambda p: p.edges_per_second)
+    drawn = (
+        Panel("loss per edge" + (" (held-out: after training on each bucket)" if len(loss) > 1 else ""), "loss",
+              tuple(loss), "no loss recorded"),
+        Panel("held-out metrics after each bucket" + (f" ({protocol})" if protocol else ""), "metric",
+              tuple(metrics), "no held-out edges (eval_fraction is 0)" + (
+                  "; fit --valid's evaluations are below" if evaluations else ""), METRIC_LIMITS),
+        validation_panel(evaluations),
+        Panel("training edges/s (edges over the wall-clock time of the iteration's buckets)", "edges/s",
+              () if speed is None else (speed,), "no training times recorded (stats not written by pbgtrain)"),
+    )
+    loss_panel, held_out_panel, validation, speed_panel = (_with_event(panel, shown) for panel in drawn)
+    return loss_panel, held_out_panel, validation, speed_panel

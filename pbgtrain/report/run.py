@@ -1,0 +1,126 @@
+"""The report of one run: its points, its validation and its config, read through pbgio.
+
+``checkpoint_path`` may be a run's checkpoint directory, or a version kept inside one (``best/``
+of ``fit --valid``, ``epoch_k/`` of ``checkpoint_preservation_interval``): a kept version has no
+stats of its own, so the run's are read from the directory above, and the kept version is marked.
+``version`` (``report --version N``) draws the run as it stood after version N.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pbgio.errors import PbgioError, UsageError
+from pbgtrain.report.collect import IterationPoint, ValidationPoint, eval_protocol, iteration_points, validation_points
+from pbgtrain.report.panels import MARK_COLOURS, Event, Panel, panels
+
+if TYPE_CHECKING:
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.layout import Layout
+
+
+class NoStatsError(PbgioError):
+    """The checkpoint has no training stats to draw yet."""
+
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: no training stats yet (no iteration has been trained); "
+                         f"run pbgtrain fit {source} first")
+
+
+@dataclass(frozen=True)
+class TrainingReport:
+    """What a report shows: the run's points, its validation, its config, and the version marked."""
+
+    checkpoint: str  # the run's checkpoint directory, as messages show it
+    points: tuple[IterationPoint, ...]
+    protocol: str | None
+    config_json: str
+    config_source: str  # the file the config was read from
+    evaluations: tuple[ValidationPoint, ...] = ()  # fit --valid's, by version
+    shown: Event | None = None  # the version a kept checkpoint holds, or --version's
+
+    @property
+    def panels(self) -> tuple[Panel, Panel, Panel, Panel]:
+        return panels(self.points, self.protocol, self.evaluations, self.shown)
+
+    @property
+    def title(self) -> str:
+        edges = sum(p.edges for p in self.points)
+        marked = "" if self.shown is None else f"; {self.shown.label}"
+        return f"{self.checkpoint}: {len(self.points)} iteration(s), {edges:,} training edges{marked}"
+
+    def summary(self) -> str:
+        """One line: first → last loss and MRR, the median edges/s, the validation's best."""
+        parts = [f"{len(self.points)} iteration(s) of {self.checkpoint}"]
+        if self.shown is not None:
+            parts.append(self.shown.label)
+        first, last = self.points[0], self.points[-1]
+        if first.loss is not None and last.loss is not None:
+            parts.append(f"loss {first.loss:.4g} → {last.loss:.4g}")
+        if "mrr" in first.held_out and "mrr" in last.held_out:
+            parts.append(f"held-out MRR {first.held_out['mrr']:.4f} → {last.held_out['mrr']:.4f}")
+        speeds = [s for s in (p.edges_per_second for p in self.points) if s is not None]
+        if speeds:
+            parts.append(f"median {statistics.median(speeds):,.0f} edges/s")
+        valid = [e for e in self.evaluations if "mrr" in e.metrics]
+        if valid:
+            best = next((e for e in valid if e.version == self.evaluations[-1].best_version), None)
+            parts.append(f"validation MRR {valid[0].metrics['mrr']:.4f} → {valid[-1].metrics['mrr']:.4f}" + (
+                "" if best is None else f" (best: version {best.version}, {best.metrics['mrr']:.4f})"))
+        if self.evaluations and self.evaluations[-1].stopped:
+            parts.append(f"stopped early after version {self.evaluations[-1].version}")
+        return ", ".join(parts)
+
+
+def _run_of(ckpt: CheckpointDir) -> CheckpointDir:
+    """The checkpoint directory whose stats tell ``ckpt``'s story: ``ckpt`` itself, or the run
+    above a kept version (``best/``, ``epoch_k/``), which has no stats of its own."""
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.spec import naming
+
+    if (ckpt.path / naming.TRAINING_STATS).is_file() or not naming.is_snapshot_dir(ckpt.path.name):
+        return ckpt
+    above = CheckpointDir(ckpt.path.parent)
+    return above if (above.path / naming.TRAINING_STATS).is_file() else ckpt
+
+
+def load_report(layout: Layout, version: int | None = None) -> TrainingReport:
+    """The report of ``layout``'s checkpoint: its stats, its validation and the config it was
+    trained with (the config given when the checkpoint has none yet); ``version``: the run as it
+    stood after that version, marked. Raises :class:`NoStatsError` when no iteration has been
+    trained, :class:`UsageError` for a version the run has not committed."""
+    from pbgio import storage
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.layout import stored_config
+    from pbgio.spec import naming
+
+    given = CheckpointDir(layout.checkpoint_path)
+    run = _run_of(given)
+    records = run.read_stats()
+    stored = stored_config(run)  # stats are appended before the first commit writes config.json
+    config, source = (layout.config, layout.source) if stored is None else \
+        (stored, storage.display(run.path / naming.CONFIG_JSON))
+    lhs, rhs = config.bucket_grid()
+    points = iteration_points(records, lhs * rhs)
+    if not points:
+        raise NoStatsError(storage.display(run.path / naming.TRAINING_STATS), layout.source)
+    committed = run.read_version()
+    evaluations = validation_points(records, committed)
+    shown = None
+    if version is not None:
+        if not 1 <= version <= committed:
+            raise UsageError(f"--version {version}: {storage.display(run.path)} has committed versions 1 … "
+                             f"{committed}")
+        points = [p for p in points if p.number <= version]
+        if not points:
+            raise NoStatsError(storage.display(run.path / naming.TRAINING_STATS), layout.source)
+        evaluations = [e for e in evaluations if e.version <= version]
+        shown = Event("shown", f"up to version {version}", MARK_COLOURS["shown"], version, ":")
+    elif run is not given:
+        kept = given.read_version()
+        shown = Event("shown", f"version {kept} kept in {given.path.name}/", MARK_COLOURS["shown"], kept, ":")
+    return TrainingReport(storage.display(run.path), tuple(points), eval_protocol(records), config.to_json(),
+                          source, tuple(evaluations), shown)
