@@ -84,7 +84,9 @@ def _summarize_checkpoint(path: AnyPath) -> dict[str, Any]:
     return {"path": storage.display(path), "exists": path.is_dir(), "version": _safe(ckpt.read_version),
             "versions_on_disk": ckpt.versions_on_disk(),
             "snapshots": sorted(p.name for p in path.glob("epoch_*")) if path.is_dir() else [],
-            "best_version": _safe(CheckpointDir(best).read_version) if best.is_dir() else None}
+            "best_version": _safe(CheckpointDir(best).read_version) if best.is_dir() else None,
+            "indexes": sorted(p.name for p in path.iterdir() if naming.parse_index_file(p.name)) if path.is_dir()
+            else []}
 
 
 def _summarize_dir(path: AnyPath) -> dict[str, Any]:

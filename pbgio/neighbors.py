@@ -119,10 +119,11 @@ def nearest_neighbors(
     Names are looked up in the type's names files (an unknown one raises
     :class:`~pbgio.errors.UnknownNameError`); bad arguments raise :class:`NeighborsError`.
     Without ``version``, the committed version is read, all of it even while ``pbgtrain fit``
-    commits newer ones (:func:`pbgio.checkpoint.read_committed`). With ``index``, the version's
-    index (:func:`pbgio.index.build_index`) proposes ``candidates`` rows per name and they are
-    scored exactly (:func:`indexed_neighbors`); its metric and global embedding must be those
-    asked for.
+    commits newer ones (:func:`pbgio.checkpoint.read_committed`). With ``index``, an index of the
+    version (:func:`pbgio.index.build_index`) by ``metric``, whose rows hold the global embedding
+    as asked, proposes ``candidates`` rows per name and they are scored exactly
+    (:func:`indexed_neighbors`); without one, :class:`pbgio.index.IndexMismatchError` lists the
+    indexes there are.
     """
     if k < 1:
         raise NeighborsError(f"expected k >= 1, found {k}")
@@ -146,15 +147,8 @@ def nearest_neighbors(
     if index:
         from pbgio.index.search import load_index
 
-        with load_index(source, entity_type, nprobe=nprobe) as loaded:
-            if loaded.metric != metric:
-                raise NeighborsError(f"{loaded.path}: the index compares by {loaded.metric}, not {metric}: ask for "
-                                     f"--metric {loaded.metric}, or build a {metric} index (pbgio index build "
-                                     f"--metric {metric})")
-            if loaded.meta.add_global != (add_global and source.config.global_emb):
-                held = "with" if loaded.meta.add_global else "without"
-                raise NeighborsError(f"{loaded.path}: the index holds rows {held} the global embedding; ask for the "
-                                     "same (--no-global), or rebuild it")
+        with load_index(source, entity_type, metric=metric, add_global=add_global and source.config.global_emb,
+                        nprobe=nprobe) as loaded:
             return indexed_neighbors(loaded, names, k=k, include_self=include_self, candidates=candidates)
     return read_committed(source.checkpoint, lambda v: _neighbors(
         replace(source, version=v), entity_type, list(names), k, metric, include_self, add_global, scorer_device),

@@ -259,9 +259,10 @@ def predict(
         "and an empty rhs rank rhs candidates (lhs<TAB>rel<TAB>), an empty lhs, rel and rhs rank lhs ones; "
         "answered with one loaded model (and index); TSV output with a header.")] = None,
     index: Annotated[bool, typer.Option(
-        "--index", help="Top-k through the candidate type's index (pbgio index build): the query is moved "
-        "through the relation's operator, the index proposes candidates, the model scores them exactly. Where "
-        "the comparator allows no such query, every candidate is scored (and the output says why).")] = False,
+        "--index", help="Top-k through the candidate type's index by the model's metric (pbgio index build): the "
+        "query is moved through the relation's operator, the index proposes candidates, the model scores them "
+        "exactly, and the output names the index. Where the comparator allows no such query, or no index has its "
+        "metric, every candidate is scored (and the output says why).")] = False,
     nprobe: Annotated[int | None, typer.Option(
         "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
     candidates: Annotated[int | None, typer.Option(

@@ -79,13 +79,14 @@ def _overlap(a: list, b: list) -> float:
 def test_a_flat_index_answers_exactly_what_the_exact_scan_answers(tmp_path: Path) -> None:
     config = write_layout(tmp_path, small_valid_layout(featurized=False))
     built = build_index(config, "user")
-    assert built.path.name == naming.index_file("user", 1) and built.meta.kind == "flat"
+    assert built.path.name == naming.index_file("user", 1, "cos", "flat") == "index_user.cos.flat.v1.h5"
+    assert built.meta.kind == "flat"
     names = ["user-0-0", "user-0-3", "user-1-1"]
     exact = nearest_neighbors(config, "user", names, k=4)
     indexed = nearest_neighbors(config, "user", names, k=4, index=True)
     assert [[(n.name, n.score, n.partition, n.offset) for n in r.neighbors] for r in indexed] == \
         [[(n.name, n.score, n.partition, n.offset) for n in r.neighbors] for r in exact]
-    assert indexed[0].searched == "faiss flat" and exact[0].searched == "exact"
+    assert indexed[0].searched == "index_user.cos.flat.v1.h5, faiss flat" and exact[0].searched == "exact"
     assert validate_path(config).ok
 
 
@@ -133,7 +134,8 @@ def test_an_index_of_another_version_is_refused_and_removed_with_its_version(tmp
     with pytest.raises(MissingArtifactError, match=r"version 2 .*pbgio index build"):
         open_index(config, "user")
     build_index(config, "user", version=2)
-    shutil.copyfile(ckpt.path / naming.index_file("user", 2), ckpt.path / naming.index_file("user", 3))
+    shutil.copyfile(ckpt.path / naming.index_file("user", 2, "cos", "flat"),
+                    ckpt.path / naming.index_file("user", 3, "cos", "flat"))
     with pytest.raises(FormatError, match="index-version-mismatch"):
         open_index(config, "user", version=3)
 
@@ -180,8 +182,13 @@ def test_wrong_metric_and_bad_arguments_are_refused(tmp_path: Path) -> None:
     build_index(config, "user", metric="dot")
     from pbgio.neighbors import NeighborsError
 
-    with pytest.raises(NeighborsError, match="compares by dot"):
+    with pytest.raises(MissingArtifactError, match=r"a cos index of 'user'.*found index_user.dot.flat.v1.h5 "
+                                                   r"\(flat by dot.*build one: pbgio index build CONFIG --type user "
+                                                   r"--metric cos"):
         nearest_neighbors(config, "user", ["user-0-0"], metric="cos", index=True)
+
+    with pytest.raises(NeighborsError, match="metric"):
+        nearest_neighbors(config, "user", ["user-0-0"], metric="l1", index=True)  # type: ignore[arg-type]
     from pbgio.index import IndexBuildError
 
     with pytest.raises(IndexBuildError, match="featurized"):
@@ -207,7 +214,8 @@ def test_the_cli_builds_and_searches(tmp_path: Path) -> None:
     assert found.exit_code == 0, found.output
     result = json.loads(found.stdout)
     assert [r["query"] for r in result] == ["item-1", "item-2", "item-3"]
-    assert result[0]["searched"] == "faiss ivf (nlist 30, nprobe 4)" and len(result[0]["neighbors"]) == 3
+    assert result[0]["searched"] == "index_item.cos.ivf.v1.h5, faiss ivf (nlist 30, nprobe 4)"
+    assert len(result[0]["neighbors"]) == 3
     assert runner.invoke(pbgio_app, ["neighbors", str(config), "item-1", "--type", "item", "--nprobe", "3"]
                          ).exit_code == 2
 
@@ -215,7 +223,7 @@ def test_the_cli_builds_and_searches(tmp_path: Path) -> None:
 def test_kill_9_during_a_build_leaves_no_index(tmp_path: Path) -> None:
     """A build killed while it writes leaves no index file (the previous one, if any, intact)."""
     config = _clustered_layout(tmp_path, rows=60000, dim=32, parts=2)
-    target = tmp_path / "model" / naming.index_file("item", 1)
+    target = tmp_path / "model" / naming.index_file("item", 1, "cos", "flat")
     code = textwrap.dedent(f"""
         import pbgio.index_file as f
         from pbgio.index import build_index
@@ -259,7 +267,8 @@ def test_predict_with_an_index_returns_the_exact_top_k(tmp_path: Path, operator:
                 for name in names_at(config.parent / cfg.entity_path, etype, 0, [0, 1]):
                     a = exact.top_k(rel=rel, k=3, **{side: name})  # type: ignore[arg-type]
                     b = indexed.top_k(rel=rel, k=3, **{side: name})  # type: ignore[arg-type]
-                    assert b.searched.startswith("faiss flat"), b.searched
+                    candidates = relation.rhs if side == "lhs" else relation.lhs
+                    assert b.searched.startswith(f"index_{candidates}.dot.flat.v1.h5, faiss flat"), b.searched
                     assert [p.name for p in b.predictions] == [p.name for p in a.predictions]
                     assert [p.score for p in b.predictions] == pytest.approx([p.score for p in a.predictions],
                                                                              rel=1e-6, abs=1e-7)
@@ -295,7 +304,7 @@ def test_predict_cos_without_a_candidate_operator_uses_the_index(tmp_path: Path)
     name = names_at(config.parent / cfg.entity_path, relation.rhs, 0, [1])[0]
     exact = top_k(config, rel=relation.name, rhs=name, k=4)
     ranking = top_k(config, rel=relation.name, rhs=name, k=4, index=True, candidates=4)
-    assert ranking.searched.startswith("faiss flat")
+    assert ranking.searched.startswith(f"index_{relation.lhs}.cos.flat.v1.h5, faiss flat")
     assert [p.name for p in ranking.predictions] == [p.name for p in exact.predictions]
     assert [p.score for p in ranking.predictions] == pytest.approx([p.score for p in exact.predictions], rel=1e-6,
                                                                    abs=1e-7)
@@ -334,7 +343,7 @@ def test_an_index_is_built_and_searched_on_remote_storage(tmp_path: Path) -> Non
     fsspec.filesystem("memory").put(str(tmp_path / "local"), f"/{bucket}/run", recursive=True)
     config = f"memory://{bucket}/run/config.json"
     built = build_index(config, "user")
-    assert str(built.path).startswith("memory://") and built.path.name == naming.index_file("user", 1)
+    assert str(built.path).startswith("memory://") and built.path.name == naming.index_file("user", 1, "cos", "flat")
     names = ["user-0-0", "user-1-3"]
     exact = nearest_neighbors(config, "user", names, k=3)
     indexed = nearest_neighbors(config, "user", names, k=3, index=True)

@@ -64,7 +64,7 @@ def test_index_build_indexes_the_stored_rows(example: Path) -> None:
     done = pbgio("index", "build", str(example), "--type", "user", "-p", "dimension=24")
     assert done.returncode == 0, done.stderr
     _one_note(done)
-    meta = read_index_meta(example.parent / "checkpoint" / naming.index_file("user", 2))
+    meta = read_index_meta(example.parent / "checkpoint" / naming.index_file("user", 2, "dot", "flat"))
     assert meta.dimension == 16
 
 
@@ -99,7 +99,7 @@ def test_neighbors_through_an_index_of_the_stored_rows(example: Path) -> None:
     done = pbgio("neighbors", str(example), "--type", "user", "user000", "--index", "-p", "dimension=24")
     assert done.returncode == 0, done.stderr  # not "index-stale … rebuild it": the index is the checkpoint's
     _one_note(done)
-    assert "searched: faiss flat" in done.stderr
+    assert "searched: index_user.cos.flat.v2.h5, faiss flat" in done.stderr
 
 
 def test_predict_scores_with_the_stored_operators(example: Path) -> None:
@@ -202,5 +202,5 @@ def test_no_command_shows_a_traceback_or_writes_rows_of_another_width(trained: P
             widths = {len(line.split("\t")) - 1 for line in (root / "e.tsv").read_text().splitlines()}
             assert widths <= {stored.entity_dimension("user"), stored.entity_dimension("item")}, widths
         if runs["index"].returncode == 0:
-            meta = read_index_meta(root / "checkpoint" / naming.index_file("item", 2))
+            meta = read_index_meta(root / "checkpoint" / naming.index_file("item", 2, "dot", "flat"))
             assert meta.dimension == stored.entity_dimension("item")

@@ -44,6 +44,7 @@ from pbgio.spec.entities import NAMES_JSON_INDENT, format_count, parse_count_tex
 from pbgio.spec.index import FINGERPRINT_ROWS, LIBRARIES, META_ATTR, META_FIELDS, PAYLOAD_DATASET
 from pbgio.spec.index import KINDS as INDEX_KINDS
 from pbgio.spec.index import METRICS as INDEX_METRICS
+from pbgio.spec.index import SEARCH_ORDER as INDEX_SEARCH_ORDER
 from pbgio.spec.optimizer import OPTIMIZER_SPECS, PAYLOAD_GLOBALS
 from pbgio.spec.rules import RULES
 from pbgio.spec.stats import EXTRA_KEY, EXTRA_MEANING, LINE_KEYS, STATS_OBJECT_KEYS
@@ -288,9 +289,9 @@ def checkpoint_md() -> str:
         (pattern(naming.model_file, v), f"group `{MODEL_GROUP}`: everything but the embeddings"),
         (pattern(naming.embeddings_file, "{type}", "{part}", v),
          f"dataset `{EMBEDDINGS_DATASET}`: float32, shape (count, dimension of the type)"),
-        (pattern(naming.index_file, "{type}", v),
-         "optional, pbgtrain and pbgio only: a nearest-neighbour index of one type built from version N (see "
-         "below); the original ignores it"),
+        (pattern(naming.index_file, "{type}", v, "{metric}", "{kind}"),
+         "optional, pbgtrain and pbgio only: a nearest-neighbour index of one type built from version N, one per "
+         "metric and kind (see below); the original ignores it"),
         (code(naming.TRAINING_STATS), "JSON lines, one object per trained bucket (see below); appended, not versioned"),
         (pattern(naming.snapshot_dir, "{k}/"),
          "a preserved version: absolute symlinks to its files and a real version file"),
@@ -403,10 +404,15 @@ def _index_section() -> str:
                    [(code(name), field.json_type, field.meaning) for name, field in META_FIELDS.items()])
     return f"""## Nearest-neighbour indexes
 
-`{naming.index_file("{type}", "{N}")}` (written by `pbgio index build`) indexes one entity type's
-rows of version N: every partition in order, row `i` of the index being row `i - start[p]` of
-partition `p` (`start` accumulates `partition_rows`). It belongs to that version: it is deleted
-with the version's other files, and a checkpoint without one is complete. Its contents:
+`{naming.index_file("{type}", "{N}", "{metric}", "{kind}")}` (written by `pbgio index build`) indexes
+one entity type's rows of version N by one metric ({", ".join(f"`{m}`" for m in INDEX_METRICS)}) in one
+kind ({", ".join(f"`{k}`" for k in INDEX_KINDS)}): every partition in order, row `i` of the index being row
+`i - start[p]` of partition `p` (`start` accumulates `partition_rows`). It belongs to that version:
+it is deleted with the version's other files, and a checkpoint without one is complete. A version
+may have several, one per metric and kind; a search takes one of its metric, the first kind of
+{", ".join(f"`{k}`" for k in INDEX_SEARCH_ORDER)} among those. `index_{{type}}.v{{N}}.h5`, the name of
+pbgio 0.1's indexes (one per type and version), is still read: its metadata gives its metric and
+kind. Its contents:
 
 - dataset `{PAYLOAD_DATASET}`: 1-D uint8, the library's serialized index;
 - root attribute `{FORMAT_VERSION_ATTR}`: {FORMAT_VERSION};

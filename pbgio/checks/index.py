@@ -4,8 +4,12 @@ version it is, whether its payload is intact, and whether it still matches its t
 >>> meta, issue = metadata("index_user.v1.h5", '{"entity_type": "user"}')
 >>> meta is None, issue.rule
 (True, 'index-foreign')
->>> name_mismatch("index_user.v2.h5", "user", 2, {"entity_type": "user", "version": 1}).message
+>>> name = IndexName("user", 2, "cos", "flat")
+>>> name_mismatch("index_user.cos.flat.v2.h5", name, {"entity_type": "user", "version": 1}).message
 "expected version 2 (the file name's), found version 1: an index belongs to the version it was built from"
+>>> name_mismatch("index_user.cos.flat.v2.h5", name, {"entity_type": "user", "version": 2, "metric": "dot",
+...                                                    "kind": "flat"}).message
+"expected metric 'cos' (the file name's), found metric 'dot': an index file's name says what it holds"
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from pbgio.errors import Issue
 from pbgio.spec.index import KINDS, LIBRARIES, META_ATTR, META_FIELDS, METRICS, PAYLOAD_DATASET
+from pbgio.spec.naming import IndexName
 from pbgio.spec.rules import rule
 
 _JSON_TYPES: dict[str, Any] = {
@@ -79,13 +84,19 @@ def entity_type(file: str | None, meta: Mapping[str, Any], types: Mapping[str, b
     return None
 
 
-def name_mismatch(file: str | None, name_type: str, name_version: int, meta: Mapping[str, Any]) -> Issue | None:
-    """The metadata names the type and version of the file name."""
-    for key, expected in (("entity_type", name_type), ("version", name_version)):
+def name_mismatch(file: str | None, name: IndexName, meta: Mapping[str, Any]) -> Issue | None:
+    """The metadata names the type, version, metric and kind of the file name (metric and kind
+    where the name has them: pbgio 0.1's names, ``index_{type}.v{version}.h5``, do not)."""
+    for key, expected in (("entity_type", name.entity_type), ("version", name.version)):
         if meta[key] != expected:
             return rule("index-version-mismatch").issue(
                 file, META_ATTR, f"expected {key} {expected!r} (the file name's), found {key} {meta[key]!r}: "
                                  "an index belongs to the version it was built from")
+    for key, named in (("metric", name.metric), ("kind", name.kind)):
+        if named is not None and meta[key] != named:
+            return rule("index-version-mismatch").issue(
+                file, META_ATTR, f"expected {key} {named!r} (the file name's), found {key} {meta[key]!r}: "
+                                 "an index file's name says what it holds")
     return None
 
 

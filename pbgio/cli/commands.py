@@ -167,8 +167,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     ck = summary["checkpoint"]
     if ck["exists"]:
         best = f", best on validation: version {ck['best_version']} (best/)" if ck.get("best_version") else ""
+        indexes = f", indexes {', '.join(ck['indexes'])}" if ck.get("indexes") else ""
         console.print(f"checkpoint {ck['path']}: version {ck['version']}, versions on disk "
-                      f"{ck['versions_on_disk']}, snapshots {ck['snapshots'] or 'none'}{best}")
+                      f"{ck['versions_on_disk']}, snapshots {ck['snapshots'] or 'none'}{best}{indexes}")
     else:
         console.print(f"checkpoint {ck['path']}: not written yet")
 
@@ -228,8 +229,8 @@ def neighbors(
         "--names-file", help="Text file of names, one per line (- for stdin), answered together (with --index, "
         "the index is loaded once).")] = None,
     index: Annotated[bool, typer.Option(
-        "--index", help="Search the version's index (pbgio index build) instead of every row; the rows it proposes "
-        "are scored exactly.")] = False,
+        "--index", help="Search the version's index by --metric (pbgio index build) instead of every row; the rows "
+        "it proposes are scored exactly, and the output names the index.")] = False,
     nprobe: Annotated[int | None, typer.Option(
         "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
     candidates: Annotated[int | None, typer.Option(

@@ -51,8 +51,9 @@ def build(
 ) -> None:
     """Build the index of one entity type for a checkpoint version (default: the committed one).
 
-    Written atomically as index_{type}.v{version}.h5 in the checkpoint directory, removed with
-    its version; a search refuses it once the version's tables change.
+    Written atomically as index_{type}.{metric}.{kind}.v{version}.h5 in the checkpoint directory
+    (one per metric and kind: a cos index beside a dot one), removed with its version; a search
+    takes one of its metric and refuses it once the version's tables change.
     """
     from rich.markup import escape
 

@@ -1,9 +1,10 @@
 """Nearest-neighbour indexes over trained embeddings (needs FAISS: ``pip install 'pbg[ann]'``).
 
-An index belongs to one checkpoint version of one entity type (:mod:`pbgio.spec.index`):
-:func:`build_index` writes it beside that version, :func:`open_index` loads it (refusing a
-stale or damaged one) into an :class:`EmbeddingIndex` that answers many searches, each
-re-ranked exactly. ``pbgio neighbors --index`` and ``pbgtrain predict --index`` use it.
+An index belongs to one checkpoint version of one entity type, and has one metric and kind
+(:mod:`pbgio.spec.index`): :func:`build_index` writes it beside that version (several, of other
+metrics or kinds, may sit beside it), :func:`open_index` loads the one that fits a search
+(:func:`find_index`; refusing a stale or damaged one) into an :class:`EmbeddingIndex` that answers
+many searches, each re-ranked exactly. ``pbgio neighbors --index`` and ``pbgtrain predict --index`` use it.
 
 >>> import tempfile, pathlib
 >>> from pbgio.testing import small_valid_layout, write_layout
@@ -14,12 +15,19 @@ faiss flat index of 9 'user' rows by cos, checkpoint version 1
 >>> with open_index(config, "user") as index:  # load once, ask many times
 ...     [found] = indexed_neighbors(index, ["user-0-0"], k=3)
 >>> len(found.neighbors), found.searched
-(3, 'faiss flat')
+(3, 'index_user.cos.flat.v1.h5, faiss flat')
 """
 
 from pbgio.index.build import BuiltIndex, IndexBuildError, build_index
-from pbgio.index.search import DEFAULT_CANDIDATES, EmbeddingIndex, IndexSearchError, open_index
+from pbgio.index.search import (
+    DEFAULT_CANDIDATES,
+    EmbeddingIndex,
+    IndexMismatchError,
+    IndexSearchError,
+    find_index,
+    open_index,
+)
 from pbgio.index_file import IndexMeta, read_index_meta
 
-__all__ = ["DEFAULT_CANDIDATES", "BuiltIndex", "EmbeddingIndex", "IndexBuildError", "IndexMeta", "IndexSearchError",
-           "build_index", "open_index", "read_index_meta"]
+__all__ = ["DEFAULT_CANDIDATES", "BuiltIndex", "EmbeddingIndex", "IndexBuildError", "IndexMeta", "IndexMismatchError",
+           "IndexSearchError", "build_index", "find_index", "open_index", "read_index_meta"]

@@ -5,8 +5,9 @@ embedding added when the config has one, unless ``add_global=False``). Building 
 partitions: it holds one partition, the training sample (IVF) and the index, never the whole
 table. An IVF index reads the partitions twice (a sample to train its lists, then every row);
 flat and HNSW indexes read them once. The file is written atomically beside the version's
-other files (``index_{type}.v{version}.h5``) and removed with them when the version is
-superseded.
+other files (``index_{type}.{metric}.{kind}.v{version}.h5``: one per metric and kind, so a cos
+index for neighbours and a dot one for predictions sit side by side; building one again replaces
+it) and removed with them when the version is superseded.
 
 Kind ``auto`` picks ``flat`` (exact) up to :data:`FLAT_MAX_ROWS` rows and ``ivf`` above. Why FAISS
 and IVF (``tools/bench_ann.py libraries``, 1M clustered rows of d100, 2 cores): FAISS IVF with
@@ -89,7 +90,7 @@ def build_index(
     >>> config = write_layout(pathlib.Path(tempfile.mkdtemp()), small_valid_layout(featurized=False))
     >>> built = build_index(config, "user")
     >>> built.path.name, built.meta.kind, built.meta.partition_rows
-    ('index_user.v1.h5', 'flat', [5, 4])
+    ('index_user.cos.flat.v1.h5', 'flat', [5, 4])
     """
     source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
     cfg = source.config
@@ -151,7 +152,7 @@ def _build(source: CheckpointVersion, entity_type: str, kind: str, metric: str, 
     meta = IndexMeta(entity_type=entity_type, version=source.version, metric=metric, add_global=rows.add_global,
                      dimension=rows.dimension, partition_rows=counts, fingerprint=rows.fingerprint(sampled),
                      library=library.LIBRARY, library_version=library.library_version(), kind=kind, params=params)
-    path = source.checkpoint.path / naming.index_file(entity_type, source.version)
+    path = source.checkpoint.path / naming.index_file(entity_type, source.version, metric, kind)
     meta = write_index_file(path, meta, payload)
     progress.stop()
     return BuiltIndex(path, meta, int(payload.size), time.perf_counter() - started)

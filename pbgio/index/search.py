@@ -33,11 +33,12 @@ from numpy.typing import NDArray
 from pbgio.checks import index as checks
 from pbgio.checks import raise_first
 from pbgio.config import ConfigSchema
-from pbgio.errors import MissingArtifactError, PbgioError, StaleIndexError
+from pbgio.errors import FormatError, MissingArtifactError, PbgioError, StaleIndexError
 from pbgio.index import library
 from pbgio.index_file import IndexMeta, TypeRows, load_index_payload, read_index_meta, stale_issue
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec import naming
+from pbgio.spec.index import SEARCH_ORDER
 from pbgio.storage import AnyPath
 from pbgio.topk import TopK, VectorScorer
 
@@ -80,7 +81,8 @@ class EmbeddingIndex:
         return self.meta.metric
 
     def describe(self) -> str:
-        return self.meta.searched(self.params)
+        """Which index answered, and how: its file name, library, kind and search parameters."""
+        return f"{self.path.name}, {self.meta.searched(self.params)}"
 
     def __enter__(self) -> EmbeddingIndex:
         return self
@@ -163,40 +165,108 @@ class EmbeddingIndex:
         return out
 
 
+class IndexMismatchError(MissingArtifactError):
+    """The version has indexes of the entity type, but none a search can take (another metric,
+    kind, or global embedding): the message lists them (``found``) and says how to build one that
+    fits (``build``)."""
+
+    def __init__(self, path: str, wanted: str, found: Sequence[str], build: str) -> None:
+        self.found = tuple(found)
+        self.build = build
+        super().__init__(path, f"{wanted} (found {'; '.join(found)}; build one: {build})")
+
+
 def open_index(
     config: Layout | ConfigSchema | str | AnyPath,
     entity_type: str,
     *,
+    metric: str | None = None,
+    kind: str | None = None,
     version: int | None = None,
     nprobe: int | None = None,
     ef_search: int | None = None,
     checkpoint: str | AnyPath | None = None,
     base: str | AnyPath | None = None,
 ) -> EmbeddingIndex:
-    """Load the index of ``entity_type`` for ``version`` (default: the committed one).
+    """Load an index of ``entity_type`` for ``version`` (default: the committed one): one by
+    ``metric`` and of ``kind`` (None: any), the first kind of
+    :data:`pbgio.spec.index.SEARCH_ORDER` when several fit (:func:`find_index`).
 
     Refused, never used: a missing index (:class:`~pbgio.errors.MissingArtifactError`, naming
-    the index of another version when there is one), a file that is not an index or names
-    another version (:class:`~pbgio.errors.FormatError`), an index whose tables changed
-    (:class:`~pbgio.errors.StaleIndexError`), a damaged payload. ``nprobe``/``ef_search``
+    the index of another version when there is one; :class:`IndexMismatchError` when the version
+    has indexes of the type but none by ``metric``/``kind``), a file that is not an index or whose
+    metadata disagrees with its name (:class:`~pbgio.errors.FormatError`), an index whose tables
+    changed (:class:`~pbgio.errors.StaleIndexError`), a damaged payload. ``nprobe``/``ef_search``
     override the defaults the index was built with.
     """
     source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
-    return load_index(source, entity_type, nprobe=nprobe, ef_search=ef_search)
+    return load_index(source, entity_type, metric=metric, kind=kind, nprobe=nprobe, ef_search=ef_search)
 
 
-def load_index(source: CheckpointVersion, entity_type: str, *, nprobe: int | None = None,
+def index_files(source: CheckpointVersion, entity_type: str) -> list[tuple[AnyPath, naming.IndexName]]:
+    """The index files of ``entity_type`` built from ``source``'s version, by name."""
+    if not source.checkpoint.path.is_dir():
+        return []
+    found = []
+    for path in source.checkpoint.path.iterdir():
+        name = naming.parse_index_file(path.name)
+        if name is not None and name.entity_type == entity_type and name.version == source.version:
+            found.append((path, name))
+    return sorted(found, key=lambda item: item[0].name)
+
+
+def find_index(source: CheckpointVersion, entity_type: str, *, metric: str | None = None, kind: str | None = None,
+               add_global: bool | None = None) -> AnyPath:
+    """The index file a search takes: of those of ``entity_type`` at ``source``'s version whose
+    metric is ``metric``, kind ``kind`` (None: any) and, given ``add_global``, whose rows hold the
+    global embedding or not, the first kind of :data:`~pbgio.spec.index.SEARCH_ORDER` (a file
+    with pbgio 0.1's name, ``index_{type}.v{version}.h5``, after one of today's). An index whose
+    metadata cannot be read fits nothing (``pbgio validate`` says why)."""
+    found = index_files(source, entity_type)
+    if not found:
+        raise _missing(source, entity_type)
+    fitting: list[tuple[int, bool, str, AnyPath]] = []
+    seen: list[str] = []
+    for path, name in found:
+        held_metric, held_kind, held_global = name.metric, name.kind, None
+        if held_metric is None or held_kind is None or add_global is not None:
+            try:
+                meta = read_index_meta(path)
+            except (FormatError, OSError):
+                seen.append(f"{path.name} (unreadable)")
+                continue
+            held_metric, held_kind, held_global = meta.metric, meta.kind, meta.add_global
+        rows = "" if add_global is None else f", rows {'with' if held_global else 'without'} the global embedding"
+        seen.append(f"{path.name} ({held_kind} by {held_metric}{rows})")
+        if (metric in (None, held_metric) and kind in (None, held_kind)
+                and (add_global is None or held_global == add_global)):
+            order = SEARCH_ORDER.index(held_kind) if held_kind in SEARCH_ORDER else len(SEARCH_ORDER)
+            fitting.append((order, name.metric is None, path.name, path))
+    if not fitting:
+        wanted = " ".join(part for part in (kind, metric) if part) or "usable"
+        rows = "" if add_global is None else f" with rows {'with' if add_global else 'without'} the global embedding"
+        build = f"pbgio index build CONFIG --type {entity_type}" + (f" --metric {metric}" if metric else "") + (
+            f" --kind {kind}" if kind else "") + ("" if add_global in (None, True) else " --no-global")
+        raise IndexMismatchError(str(source.checkpoint.path),
+                                 f"a {wanted} index of {entity_type!r}{rows} for checkpoint version {source.version}",
+                                 seen, build)
+    return min(fitting)[-1]
+
+
+def load_index(source: CheckpointVersion, entity_type: str, *, metric: str | None = None, kind: str | None = None,
+               add_global: bool | None = None, nprobe: int | None = None,
                ef_search: int | None = None) -> EmbeddingIndex:
     """:func:`open_index` for a checkpoint version already located (config, entity directory,
-    checkpoint directory, version)."""
-    path = source.checkpoint.path / naming.index_file(entity_type, source.version)
-    if not path.is_file():
-        raise _missing(source, entity_type, path)
+    checkpoint directory, version); ``add_global`` (None: either) picks an index whose rows hold
+    the global embedding, or not."""
+    path = find_index(source, entity_type, metric=metric, kind=kind, add_global=add_global)
     meta = read_index_meta(path)
     shown = str(path)
+    name = naming.parse_index_file(path.name)
+    assert name is not None  # find_index lists index names only
     types = {name: e.featurized for name, e in source.config.entities.items()}
     raise_first([checks.entity_type(shown, dataclasses.asdict(meta), types),
-                 checks.name_mismatch(shown, entity_type, source.version, dataclasses.asdict(meta))])
+                 checks.name_mismatch(shown, name, dataclasses.asdict(meta))])
     raise_first([stale_issue(source.config, source.checkpoint, source.version, meta, shown)], StaleIndexError)
     try:
         index = load_index_payload(path, meta, library.read)
@@ -208,26 +278,26 @@ def load_index(source: CheckpointVersion, entity_type: str, *, nprobe: int | Non
                                               f"{meta.dimension}, found {library.row_count(index):,} of "
                                               f"{library.dimension(index)}")])
     params = dict(meta.params)
-    for name, value in (("nprobe", nprobe), ("ef_search", ef_search)):
+    for param, value in (("nprobe", nprobe), ("ef_search", ef_search)):
         if value is not None:
             if value < 1:
-                raise IndexSearchError(f"expected {name} >= 1, found {value}")
-            if name not in params:
-                raise IndexSearchError(f"{name} applies to {'ivf' if name == 'nprobe' else 'hnsw'} indexes; this "
+                raise IndexSearchError(f"expected {param} >= 1, found {value}")
+            if param not in params:
+                raise IndexSearchError(f"{param} applies to {'ivf' if param == 'nprobe' else 'hnsw'} indexes; this "
                                        f"one is {meta.kind}")
-            params[name] = value
+            params[param] = value
     rows = TypeRows(source.config, source.checkpoint, source.version, entity_type, add_global=meta.add_global)
     return EmbeddingIndex(source, path, meta, index, rows, params)
 
 
-def _missing(source: CheckpointVersion, entity_type: str, path: AnyPath) -> PbgioError:
+def _missing(source: CheckpointVersion, entity_type: str) -> PbgioError:
     others = sorted(p.name for p in source.checkpoint.path.iterdir()
-                    if (parsed := naming.parse_versioned_file(p.name)) and parsed[0] == "index"
-                    and parsed[1] == entity_type)
+                    if (parsed := naming.parse_index_file(p.name)) and parsed.entity_type == entity_type) \
+        if source.checkpoint.path.is_dir() else []
     build = f"build it: pbgio index build CONFIG --type {entity_type}"
+    where = str(source.checkpoint.path)
     if others:
-        return MissingArtifactError(str(path), f"index of {entity_type!r} for checkpoint version {source.version} "
-                                               f"(found {', '.join(others)}, built from another version: a stale "
-                                               f"index is never used; {build})")
-    return MissingArtifactError(str(path), f"index of {entity_type!r} for checkpoint version {source.version} "
-                                           f"({build})")
+        return MissingArtifactError(where, f"index of {entity_type!r} for checkpoint version {source.version} "
+                                           f"(found {', '.join(others)}, built from another version: a stale "
+                                           f"index is never used; {build})")
+    return MissingArtifactError(where, f"index of {entity_type!r} for checkpoint version {source.version} ({build})")

@@ -1,8 +1,12 @@
-"""Nearest-neighbour index files: ``index_{type}.v{version}.h5`` beside the checkpoint version.
+"""Nearest-neighbour index files: ``index_{type}.{metric}.{kind}.v{version}.h5`` beside the checkpoint version.
 
 An index belongs to one checkpoint version of one entity type: it is built from that version's
 embeddings (every partition, in order; with the type's global embedding added when the config
-has ``global_emb``, as export adds it) and removed with that version's other files. It is an
+has ``global_emb``, as export adds it) and removed with that version's other files. A version may
+have several, one per metric and kind (a ``cos`` one for neighbours beside a ``dot`` one for a dot
+model's predictions); a search takes one whose metric fits it, the first kind of
+:data:`SEARCH_ORDER` among those. ``index_{type}.v{version}.h5``, the name of pbgio 0.1's
+indexes (one per type and version), is still read: its metadata gives its metric and kind. It is an
 HDF5 file holding
 
 - the dataset :data:`PAYLOAD_DATASET`: the library's serialized index, 1-D ``uint8``;
@@ -13,8 +17,8 @@ Row ``i`` of the index is row ``i - start[p]`` of partition ``p``, where ``start
 ``partition_rows``. A checkpoint without an index is complete; an index whose version,
 fingerprint or rows disagree with its checkpoint is never used (``index-stale``).
 
->>> index_file_name("user", 7)
-'index_user.v7.h5'
+>>> index_file_name("user", 7, "cos", "flat")
+'index_user.cos.flat.v7.h5'
 >>> sorted(META_FIELDS)[:3]
 ['add_global', 'dimension', 'entity_type']
 >>> fingerprint_offsets(10)
@@ -40,6 +44,10 @@ KINDS = ("flat", "ivf", "hnsw")
 """flat: every row compared (exact); ivf: inverted lists of 8-bit scalar-quantized rows, ``nprobe``
 lists searched; hnsw: a navigable small-world graph of the float32 rows, ``ef_search`` wide."""
 
+SEARCH_ORDER = ("hnsw", "ivf", "flat")
+"""Which of several fitting indexes a search takes: the approximate kinds first (built on purpose,
+for speed; every answer is re-ranked exactly), the exact flat one last."""
+
 FINGERPRINT_ROWS = 16
 """Rows of each partition (evenly spaced, first and last included) hashed into the fingerprint."""
 
@@ -55,7 +63,7 @@ class MetaField:
 META_FIELDS: dict[str, MetaField] = {
     "entity_type": MetaField("string", "The entity type indexed (also in the file name)."),
     "version": MetaField("integer", "The checkpoint version the rows come from (also in the file name)."),
-    "metric": MetaField("string", f"How rows are compared: one of {', '.join(METRICS)}."),
+    "metric": MetaField("string", f"How rows are compared: one of {', '.join(METRICS)} (also in the file name)."),
     "add_global": MetaField("boolean", "Whether the type's global embedding was added to every row."),
     "dimension": MetaField("integer", "The dimension of the rows (the type's dimension)."),
     "partition_rows": MetaField("array of integers", "Rows indexed from each partition, in partition order."),
@@ -66,7 +74,7 @@ META_FIELDS: dict[str, MetaField] = {
                              "built from."),
     "library": MetaField("string", f"The library that wrote the payload: one of {', '.join(LIBRARIES)}."),
     "library_version": MetaField("string", "Its version (informative)."),
-    "kind": MetaField("string", f"The index kind: one of {', '.join(KINDS)}."),
+    "kind": MetaField("string", f"The index kind: one of {', '.join(KINDS)} (also in the file name)."),
     "params": MetaField("object", "The kind's parameters (ivf: nlist, nprobe; hnsw: m, ef_construction, "
                                   "ef_search); nprobe and ef_search are the defaults a search uses."),
     "payload_sha256": MetaField("string", "SHA-256 (hex) of the payload bytes: a damaged file is refused."),
@@ -81,4 +89,4 @@ def fingerprint_offsets(rows: int) -> list[int]:
 
 
 __all__ = ["FINGERPRINT_ROWS", "KINDS", "LIBRARIES", "META_ATTR", "META_FIELDS", "METRICS", "PAYLOAD_DATASET",
-           "MetaField", "fingerprint_offsets", "index_file_name"]
+           "SEARCH_ORDER", "MetaField", "fingerprint_offsets", "index_file_name"]

@@ -17,7 +17,7 @@ True
 ('embeddings', 'user', 0, 7)
 >>> parse_versioned_file("model.v7.h5")
 ('model', None, None, 7)
->>> parse_versioned_file("index_user.v7.h5")
+>>> parse_versioned_file("index_user.cos.flat.v7.h5")
 ('index', 'user', None, 7)
 >>> entity_type_name_problem("../etc")
 'contains a path separator'
@@ -28,13 +28,17 @@ True
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 ENTITY_COUNT_RE = re.compile(r"^entity_count_(?P<type>.+)_(?P<part>[0-9]+)\.txt$")
 ENTITY_NAMES_RE = re.compile(r"^entity_names_(?P<type>.+)_(?P<part>[0-9]+)\.json$")
 BUCKET_RE = re.compile(r"^edges_(?P<lhs>[0-9]+)_(?P<rhs>[0-9]+)\.h5$")
 EMBEDDINGS_RE = re.compile(r"^embeddings_(?P<type>.+)_(?P<part>[0-9]+)\.v(?P<version>[0-9]+)\.h5$")
 MODEL_RE = re.compile(r"^model\.v(?P<version>[0-9]+)\.h5$")
-INDEX_RE = re.compile(r"^index_(?P<type>.+)\.v(?P<version>[0-9]+)\.h5$")
+# index_{type}.{metric}.{kind}.v{version}.h5; index_{type}.v{version}.h5 is the name of pbgio
+# 0.1's indexes, one per type and version (still read; its metric and kind are in its metadata).
+INDEX_RE = re.compile(
+    r"^index_(?P<type>.+?)(?:\.(?P<metric>[a-z0-9]+)\.(?P<kind>[a-z0-9]+))?\.v(?P<version>[0-9]+)\.h5$")
 SNAPSHOT_DIR_RE = re.compile(r"^epoch_(?P<epoch>[0-9]+)$")
 BEST_DIR = "best"  # pbgtrain fit --valid: the version that scored best on the validation edges
 
@@ -77,9 +81,32 @@ def model_file(version: int) -> str:
     return f"model.v{version}.h5"
 
 
-def index_file(entity_type: str, version: int) -> str:
-    """The nearest-neighbour index of one entity type built from one version (:mod:`pbgio.spec.index`)."""
-    return f"index_{entity_type}.v{version}.h5"
+def index_file(entity_type: str, version: int, metric: str, kind: str) -> str:
+    """A nearest-neighbour index of one entity type built from one version, by ``metric``, of
+    ``kind`` (:mod:`pbgio.spec.index`): several may sit beside a version, one per metric and kind."""
+    return f"index_{entity_type}.{metric}.{kind}.v{version}.h5"
+
+
+@dataclass(frozen=True)
+class IndexName:
+    """What an index file's name says: its type and version, and its metric and kind (None in
+    the name of pbgio 0.1's indexes, ``index_{type}.v{version}.h5``: their metadata says)."""
+
+    entity_type: str
+    version: int
+    metric: str | None
+    kind: str | None
+
+
+def parse_index_file(name: str) -> IndexName | None:
+    """
+    >>> parse_index_file("index_user.cos.ivf.v7.h5")
+    IndexName(entity_type='user', version=7, metric='cos', kind='ivf')
+    >>> parse_index_file("index_user.v7.h5")
+    IndexName(entity_type='user', version=7, metric=None, kind=None)
+    """
+    m = INDEX_RE.match(name)
+    return IndexName(m["type"], int(m["version"]), m["metric"], m["kind"]) if m else None
 
 
 def snapshot_dir(epoch: int) -> str:

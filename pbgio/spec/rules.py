@@ -255,12 +255,13 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("model-param-nonfinite", "error", "checkpoint", "Every model parameter value is finite."),
     # --- nearest-neighbour indexes --------------------------------------------------------
     ("index-foreign", "error", "index",
-     "An index file index_{type}.v{version}.h5 holds the 1-D uint8 dataset `index` and the root attribute "
+     "An index file index_{type}.{metric}.{kind}.v{version}.h5 (or pbgio 0.1's index_{type}.v{version}.h5) "
+     "holds the 1-D uint8 dataset `index` and the root attribute "
      "pbg_index/json: a JSON object with every metadata key, each of its type, a metric, library and kind "
      "pbgio knows, and an entity type of the config that is not featurized."),
     ("index-version-mismatch", "error", "index",
-     "The metadata's entity_type and version are those of the file name (an index renamed to another "
-     "version or type is not that version's index)."),
+     "The metadata's entity_type, version, metric and kind are those of the file name (an index renamed to "
+     "another version, type, metric or kind is not that index)."),
     ("index-damaged", "error", "index",
      "The payload's SHA-256 is the metadata's payload_sha256 (a damaged file is never loaded)."),
     ("index-stale", "error", "index",

@@ -390,16 +390,16 @@ def _check_versioned_file(ctx: Context, file: AnyPath, reference: dict[str, Any]
     parsed = naming.parse_versioned_file(file.name)
     if parsed is None:
         return
-    kind, etype, part, version = parsed
+    kind, etype, part, _ = parsed
     if kind == "model":
         _check_model_file(ctx, file, reference)
-    elif kind == "index" and etype is not None:
-        _with_open(ctx, file, lambda f: _check_index(ctx, file, f, etype, version))
+    elif kind == "index" and (name := naming.parse_index_file(file.name)) is not None:
+        _with_open(ctx, file, lambda f: _check_index(ctx, file, f, name))
     elif etype is not None and part is not None:
         _check_embeddings_file(ctx, file, etype, part, reference)
 
 
-def _check_index(ctx: Context, file: AnyPath, f: h5py.File, etype: str, version: int) -> None:
+def _check_index(ctx: Context, file: AnyPath, f: h5py.File, name: naming.IndexName) -> None:
     """An index file: what it holds, whose it is, whether it is intact, whether it is stale."""
     ctx.report.count_checked("index files")
     shown = ctx.display(file)
@@ -409,7 +409,7 @@ def _check_index(ctx: Context, file: AnyPath, f: h5py.File, etype: str, version:
         return
     fields = dataclasses.asdict(meta)
     cfg = ctx.config
-    problems = [index_rules.name_mismatch(shown, etype, version, fields)]
+    problems = [index_rules.name_mismatch(shown, name, fields)]
     if cfg is not None:
         problems.append(index_rules.entity_type(shown, fields, {t: e.featurized for t, e in cfg.entities.items()}))
     for problem in problems:
@@ -420,7 +420,7 @@ def _check_index(ctx: Context, file: AnyPath, f: h5py.File, etype: str, version:
     if not _written(ctx, file, ds):
         return
     ctx.add(index_rules.damaged(shown, fields, dataset_digest(ds), ds.shape[0]))
-    if cfg is None or etype not in cfg.entities:
+    if cfg is None or name.entity_type not in cfg.entities:
         return
     with contextlib.suppress(FormatError, MissingArtifactError):  # the version's own files have their rules
-        ctx.add(stale_issue(cfg, CheckpointDir(file.parent), version, meta, shown))
+        ctx.add(stale_issue(cfg, CheckpointDir(file.parent), name.version, meta, shown))

@@ -103,7 +103,7 @@ class Predictor:
         self.use_index = index
         self.nprobe = nprobe
         self.candidates = candidates
-        self._indexes: dict[str, EmbeddingIndex] = {}
+        self._indexes: dict[tuple[str, str], EmbeddingIndex | str] = {}  # (type, metric): the index, or why none
 
     def __enter__(self) -> Predictor:
         return self
@@ -113,7 +113,8 @@ class Predictor:
 
     def close(self) -> None:
         for loaded in self._indexes.values():
-            loaded.close()
+            if not isinstance(loaded, str):
+                loaded.close()
         self._indexes.clear()
 
     def top_k(self, *, rel: str, lhs: str | None = None, rhs: str | None = None, k: int = 10,
@@ -150,13 +151,21 @@ class Predictor:
         return Ranking(reader.version, side, cand_type, asked, total, excluded - added_self,
                        [storage.display(p) for p in filters], predictions, searched, self_excluded)
 
-    def _index(self, entity_type: str) -> EmbeddingIndex:
-        if entity_type not in self._indexes:
-            from pbgio import open_index
+    def _index(self, entity_type: str, metric: str) -> EmbeddingIndex | str:
+        """The index of ``entity_type`` by ``metric`` (loaded at its first query), or why there is
+        none to use: the version has indexes of the type, none by that metric."""
+        key = (entity_type, metric)
+        if key not in self._indexes:
+            from pbgio.index import IndexMismatchError, open_index
 
-            self._indexes[entity_type] = open_index(self.layout, entity_type, version=self.reader.version,
-                                                    nprobe=self.nprobe)
-        return self._indexes[entity_type]
+            try:
+                self._indexes[key] = open_index(self.layout, entity_type, metric=metric, version=self.reader.version,
+                                                nprobe=self.nprobe)
+            except IndexMismatchError as exc:
+                self._indexes[key] = (f"the model ranks {entity_type!r} candidates by {metric}, no index of "
+                                      f"version {self.reader.version} does: found {'; '.join(exc.found)}; build "
+                                      f"one: {exc.build}")
+        return self._indexes[key]
 
     @torch.no_grad()
     def _indexed(self, rel: int | torch.Tensor, side: Side, query_type: str, cand_type: str, query_row: torch.Tensor,
@@ -165,18 +174,18 @@ class Predictor:
         from pbgio.index import DEFAULT_CANDIDATES
 
         reader, model, device = self.reader, self.reader.model, self.reader.device
-        loaded = self._index(cand_type)
         query_table = EntityTable(query_row.clone(), entity_type=query_type)
-        probe_table = EntityTable(torch.zeros(1, loaded.meta.dimension, device=device), entity_type=cand_type)
+        dimension = self.layout.config.entity_dimension(cand_type)
+        probe_table = EntityTable(torch.zeros(1, dimension, device=device), entity_type=cand_type)
         zero = torch.zeros(1, dtype=torch.long, device=device)
         lhs_t, rhs_t = (query_table, probe_table) if side == "rhs" else (probe_table, query_table)
         mapped = candidate_space_query(model, lhs_t, rhs_t, zero, rel, zero, side)
         if isinstance(mapped, str):
             return mapped
         vector, metric = mapped
-        if metric != loaded.metric:
-            return (f"the model ranks {cand_type!r} candidates by {metric}, the index by {loaded.metric}: build a "
-                    f"{metric} index with pbgio index build --metric {metric}")
+        loaded = self._index(cand_type, metric)
+        if isinstance(loaded, str):
+            return loaded
         num_known = sum(len(offsets) for offsets in known.values())
         want = max(k, self.candidates or DEFAULT_CANDIDATES) + num_known
         parts, offsets = loaded.propose(vector.float().cpu().numpy()[None], want)
