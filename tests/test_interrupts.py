@@ -31,15 +31,16 @@ def python_default_sigint() -> Iterator[None]:
     signal.signal(signal.SIGINT, before)
 
 
-@pytest.fixture
-def unraisables(monkeypatch: pytest.MonkeyPatch) -> list[BaseException | None]:
+def _unraisables(monkeypatch: pytest.MonkeyPatch) -> list[BaseException | None]:
+    """What reaches ``sys.unraisablehook`` from here on. Called in the test itself, not a fixture:
+    pytest before 8.4 sets a hook of its own at the start of each test phase, over a fixture's."""
     seen: list[BaseException | None] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
     return seen
 
 
-def test_interrupt_in_a_finalizer_is_kept_for_check_and_not_printed(
-        unraisables: list[BaseException | None]) -> None:
+def test_interrupt_in_a_finalizer_is_kept_for_check_and_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    unraisables = _unraisables(monkeypatch)
     with interrupts.noticed():
         obj = _InterruptsWhenCollected()
         del obj
@@ -51,8 +52,8 @@ def test_interrupt_in_a_finalizer_is_kept_for_check_and_not_printed(
     assert unraisables == []
 
 
-def test_other_finalizer_errors_still_reach_the_previous_hook(
-        unraisables: list[BaseException | None]) -> None:
+def test_other_finalizer_errors_still_reach_the_previous_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    unraisables = _unraisables(monkeypatch)
     previous = sys.unraisablehook
     with interrupts.noticed():
         obj = _FailsWhenCollected()

@@ -20,8 +20,8 @@ Everything works on int64 index tensors into the chunk's edge arrays; the caller
 ['epoch 1/2, chunk 2/2 of data/train', 'epoch 2/2, chunk 1/2 of data/train', 'epoch 2/2, chunk 2/2 of data/train']
 >>> rel = torch.tensor([0, 1, 1, 0, 1, 1, 1])
 >>> batches = grouped_batches(torch.arange(7), rel, batch_size=2, generator=torch.Generator().manual_seed(0))
->>> [sorted(set(rel[b].tolist())) for b in batches], sorted(batches.edge_idx.tolist())
-([[1], [1], [0], [1]], [0, 1, 2, 3, 4, 5, 6])
+>>> sorted(sorted(set(rel[b].tolist())) for b in batches), sorted(batches.edge_idx.tolist())
+([[0], [1], [1], [1]], [0, 1, 2, 3, 4, 5, 6])
 """
 
 from __future__ import annotations

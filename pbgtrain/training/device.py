@@ -76,7 +76,7 @@ def native_bf16(device: torch.device) -> str | None:
     if device.type != "cpu":
         return None
     for name, check in (("AMX", "_is_amx_tile_supported"), ("AVX-512 BF16", "_is_avx512_bf16_supported")):
-        supported = getattr(torch.cpu, check, None)  # private helpers of torch.cpu (torch >= 2.1)
+        supported = getattr(torch.cpu, check, None)  # private helpers of torch.cpu (torch >= 2.5)
         if supported is not None and supported():
             return f"this CPU ({name})"
     return None
