@@ -142,3 +142,22 @@ def test_info_lists_the_indexes_of_the_checkpoint(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["checkpoint"]["indexes"] == indexes
     human = " ".join(runner.invoke(pbgio_app, ["info", str(config)], env={"COLUMNS": "200"}).stdout.split())
     assert "indexes index_user.cos.flat.v1.h5, index_user.dot.flat.v1.h5" in human, human
+
+
+def test_a_fitting_index_whose_metadata_is_gone_is_refused_with_its_rule(tmp_path: Path) -> None:
+    """Neighbours read every candidate's metadata (for its global embedding): the one whose name
+    fits the search and whose metadata is gone is refused for that, not passed over."""
+    import h5py
+
+    from pbgio.spec.index import META_ATTR
+
+    config = model_layout(tmp_path, comparator="cos")
+    path = build_index(config, "user", kind="flat").path
+    with h5py.File(path, "r+") as f:
+        del f.attrs[META_ATTR]
+    cfg = load_config(config)
+    name = names_at(config.parent / cfg.entity_path, "user", 0, [0])[0]
+    with pytest.raises(FormatError, match="index-foreign"):
+        nearest_neighbors(config, "user", [name], k=2, index=True)
+    with pytest.raises(IndexMismatchError, match=r"found index_user.cos.flat.v1.h5 \(unreadable\)"):
+        nearest_neighbors(config, "user", [name], k=2, metric="dot", index=True)

@@ -221,7 +221,8 @@ def find_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
     metric is ``metric``, kind ``kind`` (None: any) and, given ``add_global``, whose rows hold the
     global embedding or not, the first kind of :data:`~pbgio.spec.index.SEARCH_ORDER` (a file
     with pbgio 0.1's name, ``index_{type}.v{version}.h5``, after one of today's). An index whose
-    metadata cannot be read fits nothing (``pbgio validate`` says why)."""
+    metadata cannot be read raises its error when its name fits the search, and fits nothing
+    otherwise."""
     found = index_files(source, entity_type)
     if not found:
         raise _missing(source, entity_type)
@@ -233,6 +234,8 @@ def find_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
             try:
                 meta = read_index_meta(path)
             except (FormatError, OSError):
+                if name.metric is not None and metric in (None, name.metric) and kind in (None, name.kind):
+                    raise  # its name fits the search: why it cannot be used is the answer
                 seen.append(f"{path.name} (unreadable)")
                 continue
             held_metric, held_kind, held_global = meta.metric, meta.kind, meta.add_global
@@ -264,7 +267,7 @@ def load_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
     shown = str(path)
     name = naming.parse_index_file(path.name)
     assert name is not None  # find_index lists index names only
-    types = {name: e.featurized for name, e in source.config.entities.items()}
+    types = {etype: e.featurized for etype, e in source.config.entities.items()}
     raise_first([checks.entity_type(shown, dataclasses.asdict(meta), types),
                  checks.name_mismatch(shown, name, dataclasses.asdict(meta))])
     raise_first([stale_issue(source.config, source.checkpoint, source.version, meta, shown)], StaleIndexError)
