@@ -80,14 +80,16 @@ def top_k(
 
 class Predictor:
     """One checkpoint version loaded once to answer many top-k queries: the model, and with
-    ``index`` each candidate type's nearest-neighbour index (loaded at its first query).
+    ``index`` each candidate type's nearest-neighbour index by the model's metric (loaded at its
+    first query; :func:`pbgio.index.find_index` picks it among the version's indexes).
 
     With an index, the query is moved into the candidate space through the relation's operator
     (:func:`pbgtrain.model.candidate_space_query`), the index proposes ``candidates`` rows
     (plus the known edges to leave out), and those rows are scored exactly with the model's own
     scoring: every score returned is the model's. Where the comparator allows no such query (l2,
-    squared_l2, a bias, cos after an operator on the candidate side) or the index compares by
-    another metric, every candidate is scored instead and :attr:`Ranking.searched` says why.
+    squared_l2, a bias, cos after an operator on the candidate side) or no index of the version
+    compares by the model's metric, every candidate is scored instead and :attr:`Ranking.searched`
+    says why.
     ``config`` is a layout (or a config file), or a checkpoint version already opened
     (:meth:`pbgio.layout.Layout.open_checkpoint`); without ``version``, the committed one. A
     Predictor keeps the version it opened, read with the settings it was trained with.
