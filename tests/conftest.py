@@ -12,10 +12,11 @@ A property that states its own ``max_examples`` states it for the default profil
 (100 examples): :func:`tests.profiles.examples` scales it to the profile in use. Deadlines are off:
 the properties write and read real files, whose timing varies with the disk.
 
-Under pytest-xdist (the default run, ``-n auto``: one worker per core) each worker and the
-processes its tests start compute on one thread (``OMP_NUM_THREADS=1``, set before torch is
-imported): a worker per core already uses every core, and torch's own threads on top of it made the
-2-core run 10 % slower (89 s against 81 s, measured 2026-11-26).
+Under pytest-xdist (the default run, ``-n auto``: one worker per core) the processes a worker's
+tests start (the command lines), and the worker until a fit sets its own thread count, compute on
+one thread (``OMP_NUM_THREADS=1``, set before torch is imported): a worker per core already uses
+every core, and torch's own threads on top of it made the 2-core run 10 % slower (89 s against
+81 s, measured 2026-11-26).
 """
 
 from __future__ import annotations
