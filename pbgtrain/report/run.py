@@ -112,8 +112,8 @@ def load_report(layout: Layout, version: int | None = None) -> TrainingReport:
     shown = None
     if version is not None:
         if not 1 <= version <= committed:
-            raise UsageError(f"--version {version}: {storage.display(run.path)} has committed versions 1 … "
-                             f"{committed}")
+            held = f"versions 1 … {committed}" if committed else "no version yet"
+            raise UsageError(f"--version {version}: {storage.display(run.path)} has committed {held}")
         points = [p for p in points if p.number <= version]
         if not points:
             raise NoStatsError(storage.display(run.path / naming.TRAINING_STATS), layout.source)
