@@ -173,3 +173,12 @@ def validation_points(records: Iterable[Mapping[str, Any]], committed: int) -> l
     by_version = {record["version"]: _validation_point(record) for record in found
                   if record.get("edge_path") == edge_path}
     return [by_version[version] for version in sorted(by_version)]
+
+
+def best_evaluation(evaluations: Sequence[ValidationPoint]) -> ValidationPoint | None:
+    """The evaluation of the best version as the last one records it (None: none, or its MRR
+    was not recorded)."""
+    if not evaluations:
+        return None
+    best_version = evaluations[-1].best_version
+    return next((e for e in evaluations if e.version == best_version and "mrr" in e.metrics), None)

@@ -18,13 +18,14 @@ which is the checkpoint version it committed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import posixpath
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from pbgtrain.report.collect import IterationPoint, ValidationPoint
+from pbgtrain.report.collect import IterationPoint, ValidationPoint, best_evaluation
 
 # The picture: FIGURE_INCHES at DPI; one axes per panel at PANEL_RECTS (left, bottom, width,
 # height, fractions of the figure; the first is the top panel); legends right of the axes.
@@ -127,8 +128,7 @@ def validation_panel(evaluations: Sequence[ValidationPoint]) -> Panel:
         if pairs:
             series.append(Series(f"valid_{name}", f"validation {METRIC_LABELS[name]}", SERIES_COLOURS[f"valid_{name}"],
                                  tuple(x for x, _ in pairs), tuple(y for _, y in pairs)))
-    best_version = evaluations[-1].best_version
-    best = next((e for e in evaluations if e.version == best_version and "mrr" in e.metrics), None)
+    best = best_evaluation(evaluations)
     markers = () if best is None else (Marker(
         "best", f"best: version {best.version} ({best.metrics['mrr']:.4f})", MARK_COLOURS["best"],
         best.version, best.metrics["mrr"]),)
@@ -143,13 +143,6 @@ def validation_panel(evaluations: Sequence[ValidationPoint]) -> Panel:
             events.append(Event("stop", "early stop", MARK_COLOURS["stop"], e.version, "-"))
     title = f"validation on {posixpath.basename(evaluations[-1].edge_path.rstrip('/'))}, filtered, by version"
     return Panel(title, "metric", tuple(series), empty, METRIC_LIMITS, markers, tuple(events))
-
-
-def _with_event(panel: Panel, event: Event | None) -> Panel:
-    if event is None:
-        return panel
-    return Panel(panel.title, panel.ylabel, panel.series, panel.empty_note, panel.ylim, panel.markers,
-                 (*panel.events, event))
 
 
 def panels(points: Sequence[IterationPoint], protocol: str | None = None,
@@ -184,5 +177,6 @@ def panels(points: Sequence[IterationPoint], protocol: str | None = None,
         Panel("training edges/s (edges over the wall-clock time of the iteration's buckets)", "edges/s",
               () if speed is None else (speed,), "no training times recorded (stats not written by pbgtrain)"),
     )
-    loss_panel, held_out_panel, validation, speed_panel = (_with_event(panel, shown) for panel in drawn)
+    loss_panel, held_out_panel, validation, speed_panel = (
+        panel if shown is None else dataclasses.replace(panel, events=(*panel.events, shown)) for panel in drawn)
     return loss_panel, held_out_panel, validation, speed_panel

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pbgio.errors import PbgioError, UsageError
-from pbgtrain.report.collect import IterationPoint, ValidationPoint, eval_protocol, iteration_points, validation_points
+from pbgtrain.report.collect import (
+    IterationPoint,
+    ValidationPoint,
+    best_evaluation,
+    eval_protocol,
+    iteration_points,
+    validation_points,
+)
 from pbgtrain.report.panels import MARK_COLOURS, Event, Panel, panels
 
 if TYPE_CHECKING:
@@ -67,7 +74,7 @@ class TrainingReport:
             parts.append(f"median {statistics.median(speeds):,.0f} edges/s")
         valid = [e for e in self.evaluations if "mrr" in e.metrics]
         if valid:
-            best = next((e for e in valid if e.version == self.evaluations[-1].best_version), None)
+            best = best_evaluation(self.evaluations)
             parts.append(f"validation MRR {valid[0].metrics['mrr']:.4f} → {valid[-1].metrics['mrr']:.4f}" + (
                 "" if best is None else f" (best: version {best.version}, {best.metrics['mrr']:.4f})"))
         if self.evaluations and self.evaluations[-1].stopped:
