@@ -2,8 +2,8 @@
 them (Typer refuses any other value itself), :func:`pbgtrain.training.fit_plan.resolve_fit`
 checks a Python caller's value against the same declaration.
 
->>> PRECISIONS, PRECISION_CHOICES, [init.value for init in OperatorInit]
-(('fp32', 'tf32', 'bf16'), ('fp32', 'tf32', 'bf16', 'auto'), ['identity', 'random'])
+>>> PRECISIONS, PRECISION_CHOICES, [init.value for init in OperatorInit], [kind.value for kind in StepKind]
+(('fp32', 'tf32', 'bf16'), ('fp32', 'tf32', 'bf16', 'auto'), ['identity', 'random'], ['auto', 'scores', 'attention'])
 """
 
 from __future__ import annotations
@@ -31,3 +31,13 @@ class OperatorInit(str, enum.Enum):
 
     identity = "identity"
     random = "random"
+
+
+class StepKind(str, enum.Enum):
+    """The training step (``--step``): the softmax over negatives as attention where it applies
+    on a GPU and the score matrices elsewhere (``auto``: on a CPU they are the faster), or either
+    one (:mod:`pbgtrain.model.step_choice`)."""
+
+    auto = "auto"
+    scores = "scores"
+    attention = "attention"

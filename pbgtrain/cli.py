@@ -19,7 +19,7 @@ from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
 from pbgio.options import RELATIVE_TO_CONFIG, AsJson, BaseOption, ConfigArg, NoProgress, Overrides, VersionOption
 from pbgio.options import DeviceOption as Device
 from pbgio.progress import progress_wanted
-from pbgtrain.choices import OperatorInit, PrecisionChoice
+from pbgtrain.choices import OperatorInit, PrecisionChoice, StepKind
 
 app = typer.Typer(
     name="pbgtrain",
@@ -68,9 +68,19 @@ def fit(
         "is scored for the edge's pair on each side, and W times that cross-entropy is added to the loss (an "
         "auxiliary objective, Chen et al. 2021; dynamic relations only). Only training changes: the checkpoint is "
         "an ordinary one. 0: off; pbgtrain's own option.")] = 0.0,
+    step: Annotated[StepKind, typer.Option(
+        "--step", help="The training step: attention (the softmax over negatives computed as fused attention, "
+        "no score matrix written out; softmax loss with the dot or cos comparator; violators counted on a sample), "
+        "scores (the score matrices: every loss and comparator), or auto: attention where it applies on a GPU, "
+        "scores elsewhere (on a CPU the faster). The run's first lines say which, and why.")] = StepKind.auto,
+    capture: Annotated[bool | None, typer.Option(
+        "--capture/--no-capture", help="Replay the step: captured once per batch shape as a CUDA graph on a GPU "
+        "(the default there with the attention step), or through the same driver on a CPU. Batches are padded to "
+        "batch_size.", show_default=False)] = None,
     compile_step: Annotated[bool, typer.Option(
-        "--compile", help="Fuse the step's elementwise passes (softmax loss, violators) with torch.compile: "
-        "Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, once.")] = False,
+        "--compile", help="Fuse the score-matrix step's elementwise passes (softmax loss, violators) with "
+        "torch.compile: Triton kernels on a GPU, C++ on a CPU (needs a C compiler); tens of seconds to compile, "
+        "once.")] = False,
     static_shapes: Annotated[bool, typer.Option(
         "--static-shapes", help="Pad every batch to batch_size with zero-weight edges, masked wherever they would "
         "count: every step has the same shapes (what capturing the step needs; the same embeddings with the "
@@ -134,6 +144,7 @@ def fit(
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout,
                          precision=None if precision is None else precision.value,
                          partition_memory=partition_memory, compile=compile_step, static_shapes=static_shapes,
+                         step=step.value, capture=capture,
                          frozen_types=frozenset(freeze or ()),
                          validation=validation, operator_init=operator_init.value,
                          relation_prediction=relation_prediction)

@@ -41,7 +41,7 @@ from pbgio.spec import naming
 from pbgio.storage import LocalCache
 from pbgtrain.config import held_out_named
 from pbgtrain.distributed.coordination import joined
-from pbgtrain.model import fused, keep_freed_memory
+from pbgtrain.model import keep_freed_memory
 from pbgtrain.plan.batching import IterationPlan
 from pbgtrain.plan.buckets import bucket_limits
 from pbgtrain.progress import Reporter
@@ -230,7 +230,6 @@ def _fit_locked(plan: FitPlan, coordinator: Coordinator, check_lock: Callable[[]
             if cfg.num_edge_chunks is None else []
         iterations = IterationPlan.from_config(cfg, first_bucket_sizes)
         coordinator.barrier("validated")
-        fused.use_compiled(plan.compile)
         trainer = Trainer(plan, coordinator, bucket_cache)
     except BaseException:
         bucket_cache.close()
@@ -312,6 +311,7 @@ def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:
     threads = torch.get_num_threads()
     reporter.log(f"training on {trainer.device} ({threads} thread{'s' if threads != 1 else ''}), "
                  f"{trainer.plan.precision_note}")
+    reporter.log(trainer.plan.step.note)
     if cfg.background_io:
         reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
     if trainer.frozen:

@@ -222,7 +222,7 @@ def test_relation_prediction_gradients_are_autograds(operator: str, comparator: 
     ref_table = EntityTable(weights.clone())
     ref = forward_batch(model, ref_table, ref_table, batch, negs, generator=torch.Generator().manual_seed(23))
     leaf = weights.clone().requires_grad_(True)
-    real = batch.real
+    real = int(batch.count)
     assert isinstance(batch.rel, Tensor)
     predicted = _relation_prediction_reference(model, batch.rel[:real], leaf[batch.lhs[:real]],
                                                leaf[batch.rhs[:real]], edge_weight, 0.3)

@@ -270,8 +270,10 @@ def test_predict_with_an_index_returns_the_exact_top_k(tmp_path: Path, operator:
                     candidates = relation.rhs if side == "lhs" else relation.lhs
                     assert b.searched.startswith(f"index_{candidates}.dot.flat.v1.h5, faiss flat"), b.searched
                     assert [p.name for p in b.predictions] == [p.name for p in a.predictions]
+                    # scored exactly both ways, by products of other shapes: float32 rounding of the
+                    # operands (norms near 1), not of the score (an affine score can cancel to 0.02)
                     assert [p.score for p in b.predictions] == pytest.approx([p.score for p in a.predictions],
-                                                                             rel=1e-6, abs=1e-7)
+                                                                             rel=1e-6, abs=1e-5)
 
 
 @pytest.mark.parametrize(("comparator", "operators", "why"), [

@@ -119,36 +119,31 @@ def test_shapes_are_checked() -> None:
 
 @pytest.mark.slow  # torch.compile compiles them first: about 15 s without inductor's cache
 def test_compiled_elementwise_passes_match_the_eager_reference() -> None:
-    """--compile hands the same functions to torch.compile: loss, gradients and violators agree
-    with eager, for one and two blocks and for a masked (−1e9) entry (dynamic shapes: two sizes)."""
-    from pbgtrain.model import fused
-    from pbgtrain.model.fused import violators
+    """--compile hands the same functions to torch.compile (a score-matrix head holding
+    ``compiled_kernels()``): loss, gradients and violators agree with the eager passes, for one and
+    two blocks and for a masked (−1e9) entry (dynamic shapes: two sizes)."""
+    from pbgtrain.model.fused import EAGER, compiled_kernels, violators
 
     gen = torch.Generator().manual_seed(0)
     cases = []
     for rows, widths in ((7, (5,)), (9, (4, 6))):
-        pos = torch.randn(rows, generator=gen, dtype=torch.float64, requires_grad=True)
-        blocks = [torch.randn(rows, w, generator=gen, dtype=torch.float64, requires_grad=True) for w in widths]
-        with torch.no_grad():
-            blocks[0][0, 0] = MASKED_SCORE
+        pos = torch.randn(rows, generator=gen, dtype=torch.float64)
+        blocks = [torch.randn(rows, w, generator=gen, dtype=torch.float64) for w in widths]
+        blocks[0][0, 0] = MASKED_SCORE
         cases.append((pos, blocks))
     results = {}
-    try:
-        for mode in (False, True):
-            fused.use_compiled(mode)
-            out = []
-            for pos, blocks in cases:
-                loss = make_loss("softmax")(pos, blocks)
-                grads = torch.autograd.grad(loss, [pos, *blocks])
-                count = fused.kernels().violators(pos.detach(), [b.detach() for b in blocks])
-                out.append((loss.detach(), grads, int(count)))
-            results[mode] = out
-    finally:
-        fused.use_compiled(False)
-    for (loss_e, grads_e, count_e), (loss_c, grads_c, count_c) in zip(results[False], results[True], strict=True):
+    for kernels in (EAGER, compiled_kernels()):
+        out = []
+        for pos, blocks in cases:
+            value, d_pos, d_blocks = make_loss("softmax").value_and_grad(pos, tuple(blocks), None, kernels)
+            count = kernels.violators(pos, blocks)
+            out.append((value, [d_pos, *d_blocks], int(count)))
+        results[kernels.name] = out
+    for (loss_e, grads_e, count_e), (loss_c, grads_c, count_c) in zip(results["eager"], results["compiled"],
+                                                                      strict=True):
         torch.testing.assert_close(loss_c, loss_e)
         for c, e in zip(grads_c, grads_e, strict=True):
             torch.testing.assert_close(c, e)
         assert count_c == count_e
     pos, blocks = cases[1]
-    assert results[False][1][2] == int(violators(pos.detach(), [b.detach() for b in blocks]))
+    assert results["eager"][1][2] == int(violators(pos, blocks))

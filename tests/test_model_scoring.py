@@ -488,8 +488,9 @@ def test_negative_blocks_match_masked_fill_of_the_chunked_products(comparator: s
     per_chunk = layout == "per_chunk"
     q, p, c = (torch.randn(2, n, 5, generator=gen, dtype=torch.float64, requires_grad=True)
                for n in (num_pos, num_pos, 3 * chunks if per_chunk else 3))
-    shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk, num_pos, layout, real)  # type: ignore[arg-type]
-    blocks = negative_blocks(cmp, shape, list(q), list(p), list(c), masked=MASKED_SCORE)
+    shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk, num_pos, layout)  # type: ignore[arg-type]
+    blocks = negative_blocks(cmp, shape, list(q), list(p), list(c), masked=MASKED_SCORE,
+                             num_real=torch.tensor(real) if real < num_pos else None)
     assert len(blocks) == (1 if shape.merges(3) else 2)
     pad = (0, 0, 0, chunks * chunk - num_pos)
     mask = batch_negatives_mask(real, chunk, chunks)

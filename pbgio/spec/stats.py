@@ -53,7 +53,10 @@ EXTRA_MEANING = ("pbgtrain's own facts, ignored by the original: `eval_protocol`
                  "edges were ranked), `eval_per_side_before` / `eval_per_side_after` (the metrics of "
                  "each side, as `{count, metrics}`), and on bucket lines `rank` (the trainer that trained "
                  "the bucket; 0 in a single-process run) with `trained_from` / `trained_until` (its "
-                 "wall-clock training window, Unix seconds); on the line of an evaluation of `fit --valid`, "
+                 "wall-clock training window, Unix seconds) and, where the step never held the scores "
+                 "(`fit --step attention`), `violators_sampled_edges` (the edges its violators were counted "
+                 "on, a sample: `violators_lhs`/`_rhs` are per edge of that sample); on the line of an "
+                 "evaluation of `fit --valid`, "
                  "`validation` (the version, the validation edge path, protocol, `count`, `metrics`, the "
                  "`decision` taken and the state after it: `best_version`, `best_mrr`, `since_best`, "
                  "`since_change`, `lr_scale`)")

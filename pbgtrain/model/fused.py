@@ -5,11 +5,12 @@ the matrix products is elementwise: the softmax loss's row max, ``exp``, row sum
 backward, the scaling of the saved ``exp``; and the count of violators. Eagerly each is a pass
 over memory; compiled (``--compile``: Triton kernels on a GPU, C++/OpenMP on a CPU) they fuse into
 a few. The eager functions here (:func:`softmax_forward`, :func:`softmax_backward`,
-:func:`violators`) are the reference: the compiled ones are the same functions handed to
-``torch.compile``, and a test checks they agree. Compiling costs tens of seconds once per process
-(shapes are compiled as dynamic).
+:func:`violators`) are the reference (:data:`EAGER`): the compiled ones (:func:`compiled_kernels`)
+are the same functions handed to ``torch.compile``, and a test checks they agree. Compiling costs
+tens of seconds once per process (shapes are compiled as dynamic). A step's head holds the kernels
+it runs (:class:`~pbgtrain.model.negative_blocks.ScoreMatrixHead`); nothing is switched process-wide.
 
->>> kernels().name
+>>> EAGER.name
 'eager'
 """
 
@@ -56,45 +57,31 @@ def softmax_backward(gap: Tensor, total: Tensor, exps: list[Tensor],
     return sig.neg_(), [e.mul_(coef) for e in exps]
 
 
-def violators(pos: Tensor, blocks: list[Tensor]) -> Tensor:
+def violators(pos: Tensor, blocks: list[Tensor], live: Tensor | None = None) -> Tensor:
     """How many negative scores exceed their positive, per leading row: pos [S, B], blocks [S, B, K]
-    → [S] (left on the device)."""
+    → [S] (left on the device); ``live`` [B] (bool): the rows that count (None: all)."""
     threshold = pos.unsqueeze(-1)
-    dims = (-2, -1)
     if not blocks:
         return pos.new_zeros(pos.shape[:-1], dtype=torch.long)
+    dims = (-2, -1) if live is None else (-1,)
     counts = (blocks[0] > threshold).sum(dims)  # a bool sum counts in int64 (count_nonzero copies first)
     for b in blocks[1:]:
         counts += (b > threshold).sum(dims)
-    return counts
+    return counts if live is None else counts.mul_(live).sum(-1)
 
 
-def _eager() -> Kernels:
-    return Kernels("eager", softmax_forward, softmax_backward, violators)
+EAGER = Kernels("eager", softmax_forward, softmax_backward, violators)
+"""The eager passes: the reference."""
+
+_compiled: Kernels | None = None
 
 
-_active: Kernels | None = None
+def compiled_kernels() -> Kernels:
+    """The same passes handed to ``torch.compile`` (dynamic shapes), made once per process."""
+    global _compiled
+    if _compiled is None:
+        def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+            return torch.compile(fn, dynamic=True)
 
-
-def kernels() -> Kernels:
-    """The kernels in use (eager unless :func:`use_compiled` turned compilation on)."""
-    global _active
-    if _active is None:
-        _active = _eager()
-    return _active
-
-
-def use_compiled(enabled: bool = True) -> Kernels:
-    """Compile the step's elementwise passes with ``torch.compile`` (``enabled=False``: back to eager)."""
-    global _active
-    eager = _eager()
-    if not enabled:
-        _active = eager
-        return eager
-
-    def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
-        return torch.compile(fn, dynamic=True)
-
-    _active = Kernels("compiled", compiled(eager.softmax_forward), compiled(eager.softmax_backward),
-                      compiled(eager.violators))
-    return _active
+        _compiled = Kernels("compiled", compiled(softmax_forward), compiled(softmax_backward), compiled(violators))
+    return _compiled

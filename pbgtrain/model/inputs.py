@@ -84,7 +84,8 @@ class EdgeBatch:
     relation ids with ``dynamic_relations``; ``weight`` is an optional float tensor [B] of
     per-edge loss weights. A side whose entity type is featurized carries its entities as
     ``lhs_bags``/``rhs_bags`` (its ``lhs``/``rhs`` offsets are then ignored, as in the format).
-    ``num_real`` below the batch's length marks the rows from there on as padding (see :meth:`pad`).
+    ``num_real`` (a 0-dim int64 tensor on the batch's device) marks the rows from there on as padding
+    (see :meth:`pad`): a count held as data, so that a step captured once serves every batch.
     """
 
     lhs: Tensor
@@ -93,7 +94,7 @@ class EdgeBatch:
     weight: Tensor | None = None
     lhs_bags: FeatureBags | None = None
     rhs_bags: FeatureBags | None = None
-    num_real: int | None = None
+    num_real: Tensor | None = None
 
     def __post_init__(self) -> None:
         n = self.lhs.shape[0]
@@ -112,9 +113,15 @@ class EdgeBatch:
         return int(self.lhs.shape[0])
 
     @property
-    def real(self) -> int:
-        """How many of the rows are edges (the rest is padding)."""
+    def count(self) -> Tensor | int:
+        """How many of the rows are edges (the rest is padding): on the device when padded."""
         return len(self) if self.num_real is None else self.num_real
+
+    def live_rows(self) -> Tensor | None:
+        """[B]: 1.0 for an edge, 0.0 for a padding row (None: the batch has no padding)."""
+        if self.num_real is None:
+            return None
+        return (torch.arange(len(self), device=self.lhs.device) < self.num_real).float()
 
     def pad(self, size: int) -> EdgeBatch:
         """This batch with padding rows appended up to ``size`` (a static shape: every batch of a
@@ -126,7 +133,7 @@ class EdgeBatch:
         its 1/K, and per-chunk uniform negatives are drawn per chunk of the padded batch).
 
         >>> b = EdgeBatch(torch.tensor([3, 4]), torch.tensor([5, 6]), 1).pad(4)
-        >>> b.lhs.tolist(), b.weight.tolist(), b.real
+        >>> b.lhs.tolist(), b.weight.tolist(), int(b.count)
         ([3, 4, 0, 0], [1.0, 1.0, 0.0, 0.0], 2)
         """
         extra = size - len(self)
@@ -134,6 +141,7 @@ class EdgeBatch:
             raise ValueError(f"cannot pad a batch of {len(self)} edges to {size}")
         if extra == 0 and self.num_real is None:
             return self
+        count = torch.tensor(len(self), device=self.lhs.device) if self.num_real is None else self.num_real
 
         def ids(x: Tensor) -> Tensor:
             return torch.cat((x, x.new_zeros(extra)))
@@ -142,7 +150,7 @@ class EdgeBatch:
         return EdgeBatch(ids(self.lhs), ids(self.rhs), ids(self.rel) if isinstance(self.rel, Tensor) else self.rel,
                          torch.cat((weight, weight.new_zeros(extra))),
                          None if self.lhs_bags is None else self.lhs_bags.with_empty(extra),
-                         None if self.rhs_bags is None else self.rhs_bags.with_empty(extra), self.real)
+                         None if self.rhs_bags is None else self.rhs_bags.with_empty(extra), count)
 
     def bags(self, side: str) -> FeatureBags | None:
         return self.lhs_bags if side == "lhs" else self.rhs_bags

@@ -56,7 +56,7 @@ class GatheredRows:
                 pieces.append(grad)
         self.leaf.grad = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
-    def apply_row_adagrad(self, lr: float) -> None:
+    def apply_row_adagrad(self, lr: float | Tensor) -> None:
         """Apply the leaf's gradient (if any) to the table with row-wise Adagrad."""
         grad = self.leaf.grad
         if grad is None or self.representative is None:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pbgtrain.model import fused
+from pbgtrain.model.fused import EAGER, Kernels
 
 NegativeScores = Tensor | Sequence[Tensor]
 
@@ -60,11 +60,12 @@ class LossFunction:
     def loss(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None) -> Tensor:
         raise NotImplementedError
 
-    def value_and_grad(self, pos: Tensor, blocks: tuple[Tensor, ...],
-                       weight: Tensor | None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+    def value_and_grad(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None,
+                       kernels: Kernels = EAGER) -> tuple[Tensor, Tensor, list[Tensor | None]]:
         """The loss (detached) and its gradients in ``pos`` and each block (None for an empty
         block), at once: what a training step needs when the scores are not recorded for
-        autograd. This default differentiates :meth:`loss`; a loss may do it by hand."""
+        autograd. This default differentiates :meth:`loss`; a loss may do it by hand (softmax,
+        with ``kernels``' passes)."""
         with torch.enable_grad():
             pos_leaf = pos.detach().requires_grad_(True)
             leaves = [b.detach().requires_grad_(True) for b in blocks]
@@ -102,11 +103,11 @@ class LogisticLoss(LossFunction):
 class _SoftmaxPerEdge(torch.autograd.Function):
     """softplus(logsumexp(blocks) − pos) per edge; keeps exp(neg − max) from the forward for the
     backward, which scales it in place (one pass, no recomputation, no concatenation). The two
-    halves are :func:`pbgtrain.model.fused.softmax_forward`/``softmax_backward``, eager or compiled."""
+    halves are :func:`pbgtrain.model.fused.softmax_forward`/``softmax_backward``."""
 
     @staticmethod
     def forward(ctx: Any, pos: Tensor, *blocks: Tensor) -> Tensor:
-        gap, total, exps = fused.kernels().softmax_forward(pos, list(blocks))
+        gap, total, exps = EAGER.softmax_forward(pos, list(blocks))
         ctx.save_for_backward(gap, total)
         ctx.exps = exps
         return F.softplus(gap)
@@ -116,7 +117,7 @@ class _SoftmaxPerEdge(torch.autograd.Function):
         gap, total = ctx.saved_tensors
         exps: list[Tensor] = ctx.exps
         del ctx.exps  # consumed: a second backward through this node fails loudly
-        d_pos, d_blocks = fused.kernels().softmax_backward(gap, total, exps, grad)
+        d_pos, d_blocks = EAGER.softmax_backward(gap, total, exps, grad)
         return (d_pos, *d_blocks)
 
 
@@ -129,12 +130,11 @@ class SoftmaxLoss(LossFunction):
         per_edge: Tensor = _SoftmaxPerEdge.apply(pos, *blocks)  # type: ignore[no-untyped-call]
         return _weighted_sum(per_edge, weight)
 
-    def value_and_grad(self, pos: Tensor, blocks: tuple[Tensor, ...],
-                       weight: Tensor | None) -> tuple[Tensor, Tensor, list[Tensor | None]]:
+    def value_and_grad(self, pos: Tensor, blocks: tuple[Tensor, ...], weight: Tensor | None,
+                       kernels: Kernels = EAGER) -> tuple[Tensor, Tensor, list[Tensor | None]]:
         live = [b for b in blocks if b.shape[-1] > 0]
         if not live or pos.numel() == 0:
             return pos.new_zeros(()), torch.zeros_like(pos), [None for _ in blocks]
-        kernels = fused.kernels()
         gap, total, exps = kernels.softmax_forward(pos, live)
         value = _weighted_sum(F.softplus(gap), weight)
         d_pos, d_live = kernels.softmax_backward(gap, total, exps, weight)

@@ -36,13 +36,13 @@ import contextlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
 
-from pbgtrain.model import fused
 from pbgtrain.model.comparators import Comparator
+from pbgtrain.model.fused import EAGER, Kernels
 from pbgtrain.model.kernels import records
 from pbgtrain.model.losses import LossFunction
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
@@ -61,7 +61,6 @@ class BlockShape:
     chunk: int
     num_pos: int
     uniform: UniformLayout
-    num_real: int | None = None  # positives past it are padding: masked as batch negatives
 
     @property
     def num_chunks(self) -> int:
@@ -71,23 +70,22 @@ class BlockShape:
     def padded(self) -> int:
         return self.num_chunks * self.chunk
 
-    @property
-    def real(self) -> int:
-        """How many positives are edges (the rest is padding)."""
-        return self.num_pos if self.num_real is None else self.num_real
-
-    def mask_columns(self, scores: Tensor, value: float) -> None:
+    def mask_columns(self, scores: Tensor, value: float, real: Tensor | int) -> None:
         """Set the batch-negative columns of [S·chunks, chunk, W] (the first ``chunk`` of each
-        row; W − chunk uniform columns may follow) that are no positive (past ``num_real``, or
-        past the batch in the last chunk) to ``value``."""
-        real = self.real
-        if self.padded == real:
+        row; W − chunk uniform columns may follow) that are no edge (past ``real``, a count on the
+        device when the batch is padded, or past the batch in the last chunk) to ``value``."""
+        if isinstance(real, int):
+            if self.padded == real:
+                return
+            chunked = scores.view(-1, self.num_chunks, self.chunk, scores.shape[-1])
+            first, offset = divmod(real, self.chunk)
+            chunked[:, first, :, offset:self.chunk] = value
+            if first + 1 < self.num_chunks:
+                chunked[:, first + 1:, :, :self.chunk] = value
             return
-        chunked = scores.view(-1, self.num_chunks, self.chunk, scores.shape[-1])
-        first, offset = divmod(real, self.chunk)
-        chunked[:, first, :, offset:self.chunk] = value
-        if first + 1 < self.num_chunks:
-            chunked[:, first + 1:, :, :self.chunk] = value
+        padding = torch.arange(self.padded, device=scores.device) >= real  # data: no count in the step's code
+        chunked = scores.view(-1, self.num_chunks, self.chunk, scores.shape[-1])[..., :self.chunk]
+        chunked.masked_fill_(padding.view(1, self.num_chunks, 1, self.chunk), value)
 
     def merges(self, num_uniform: int) -> bool:
         """Whether ``num_uniform`` uniform candidates per side join the batch negatives' product
@@ -129,7 +127,7 @@ def _rows(x: Tensor, rows: int) -> Tensor:
     return x if x.shape[1] == rows else x[:, :rows]
 
 
-def _pad(x: Tensor, rows: int) -> Tensor:
+def pad_rows(x: Tensor, rows: int) -> Tensor:
     """[S, B, …] with zero rows appended on axis 1 up to ``rows``."""
     if x.shape[1] == rows:
         return x
@@ -147,8 +145,8 @@ class _Scored:
     kinds: list[str]  # "batch" or the uniform layout, per block
 
 
-def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None, q: Tensor, p: Tensor,
-           candidates: Sequence[Tensor]) -> _Scored:
+def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None, real: Tensor | int, q: Tensor,
+           p: Tensor, candidates: Sequence[Tensor]) -> _Scored:
     """The blocks of queries ``q`` [S, B, D] (positives ``p``, the batch negatives)."""
     sides, num_pos, dim = q.shape
     chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
@@ -156,8 +154,8 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
     per_chunk = shape.uniform == "per_chunk"
     merged = bool(candidates) and shape.merges(candidates[0].shape[0] // (chunks if per_chunk else 1))
     if shape.mode is NegativeMode.BATCH_UNIFORM:
-        qc = _pad(q, padded).view(sides * chunks, chunk, dim)
-        keys = _pad(p, padded).view(sides * chunks, chunk, dim)
+        qc = pad_rows(q, padded).view(sides * chunks, chunk, dim)
+        keys = pad_rows(p, padded).view(sides * chunks, chunk, dim)
         if merged:
             c = stack_sides(candidates)
             if not per_chunk and chunks > 1:
@@ -165,12 +163,12 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
             keys = torch.cat((keys, c.reshape(sides * chunks, -1, dim)), dim=1)
         scores = full_precision(cmp.all_pairs(qc, keys))
         scores.diagonal(dim1=1, dim2=2).fill_(masked)
-        shape.mask_columns(scores, masked)
+        shape.mask_columns(scores, masked, real)
         out.operands.append((qc, keys, scores))
         out.blocks.append(_rows(scores.view(sides, padded, -1), num_pos))
         out.kinds.append("batch")
     if candidates and not merged and per_chunk:  # uniform negatives only, each chunk its own
-        qc = _pad(q, padded).view(sides * chunks, chunk, dim)
+        qc = pad_rows(q, padded).view(sides * chunks, chunk, dim)
         c = stack_sides(candidates).view(sides * chunks, -1, dim)
         scores = full_precision(cmp.all_pairs(qc, c))
         out.operands.append((qc, c, scores))
@@ -191,8 +189,8 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
     return out
 
 
-def _adjoint(cmp: Comparator, shape: BlockShape, own: Tensor | None, scored: _Scored, grads: Sequence[Tensor | None],
-             *, owned: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+def _adjoint(cmp: Comparator, shape: BlockShape, own: Tensor | None, real: Tensor | int, scored: _Scored,
+             grads: Sequence[Tensor | None], *, owned: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """``(d queries [S, B, D], d positives [S, B, D] or None, d candidates or None)`` from the
     blocks' gradients; ``owned``: the gradients may be overwritten (the masked entries zeroed)."""
     q = scored.q
@@ -212,7 +210,7 @@ def _adjoint(cmp: Comparator, shape: BlockShape, own: Tensor | None, scored: _Sc
             full = full.view(sides * chunks, chunk, -1)
             if kind == "batch":  # the masked scores are constants
                 full.diagonal(dim1=1, dim2=2).zero_()
-                shape.mask_columns(full, 0.0)
+                shape.mask_columns(full, 0.0, real)
             da, db = cmp.all_pairs_grad(a, b, scores, full)
             da = _rows(full_precision(da).view(sides, padded, dim), num_pos)
             db = full_precision(db)
@@ -263,74 +261,112 @@ def _unpack(num_sides: int, num_candidates: int,
 
 class _NegativeBlocks(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None, num_sides: int,
-                num_candidates: int, *tensors: Tensor) -> tuple[Tensor, ...]:
+    def forward(ctx: Any, cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None,
+                real: Tensor | int, num_sides: int, num_candidates: int, *tensors: Tensor) -> tuple[Tensor, ...]:
         q, p, candidates = _unpack(num_sides, num_candidates, tensors)
-        scored = _score(cmp, shape, masked, own, q, p, candidates)
-        ctx.args = (cmp, shape, own, num_sides, num_candidates, autocast_state(scored.q))
+        scored = _score(cmp, shape, masked, own, real, q, p, candidates)
+        ctx.args = (cmp, shape, own, real, num_sides, num_candidates, autocast_state(scored.q))
         ctx.scored = scored
         return tuple(scored.blocks)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
-        cmp, shape, own, num_sides, num_candidates, autocast = ctx.args
+        cmp, shape, own, real, num_sides, num_candidates, autocast = ctx.args
         scored: _Scored = ctx.scored
         del ctx.scored  # consumed: a second backward through this node fails loudly
         with _autocast(scored.q, autocast):
-            grads_in = _adjoint(cmp, shape, own, scored, grads, owned=False)
-        return (None,) * 6 + tuple(_split(grads_in, num_sides, num_candidates))
+            grads_in = _adjoint(cmp, shape, own, real, scored, grads, owned=False)
+        return (None,) * 7 + tuple(_split(grads_in, num_sides, num_candidates))
 
 
 @dataclass(frozen=True)
 class HeadGradients:
-    """The loss of the sides scored together (summed over them), their violators [S], and the
-    loss's gradients in the inputs of :func:`training_head`: queries and positives [S, B, D], and
-    the candidates stacked as given ([S or 1, K, D]; None without candidates)."""
+    """The loss of the sides scored together (summed over them), their violators [S] and the
+    edges they were counted on (every edge of the batch, or a sample: a count, on the device when
+    the batch is padded), and the loss's gradients in the inputs of a :class:`Head`: queries and
+    positives [S, B, D], and the candidates stacked as given ([S or 1, K, D]; None without
+    candidates)."""
 
     loss: Tensor
     violators: Tensor
     d_queries: Tensor
     d_positives: Tensor
     d_candidates: Tensor | None
+    violators_counted_on: Tensor | int
 
 
-@torch.no_grad()
-def training_head(cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, queries: Sequence[Tensor],
-                  positives: Sequence[Tensor], candidates: Sequence[Tensor], *, weight: Tensor | None = None,
-                  own: Tensor | None = None) -> HeadGradients:
-    """The loss of S sides scored together, laid out as for :func:`negative_blocks` (each side's
-    positive score is ``pair(query, positive)``), and its gradients: the positive scores and the
-    blocks, the loss and its gradient in the scores (:meth:`LossFunction.value_and_grad`), then
-    the comparator's adjoints; nothing is recorded for autograd."""
-    if shape.uniform == "none":
-        candidates = ()
-    q, p = stack_sides(queries), stack_sides(positives)
-    pos = cmp.pair(q, p)
-    scored = _score(cmp, shape, MASKED_SCORE, own, q, p, candidates)
-    value, d_pos, d_blocks = loss_fn.value_and_grad(pos, tuple(scored.blocks), weight)
-    real = shape.real
-    if real == shape.num_pos:
-        violators = fused.kernels().violators(pos, scored.blocks)
-    else:  # padding rows violate nothing
-        violators = fused.kernels().violators(pos[:, :real], [b[:, :real] for b in scored.blocks])
-    with _autocast(q, autocast_state(q)):
-        dq, dp, dc = _adjoint(cmp, shape, own, scored, d_blocks, owned=True)
-    dq_pos, dp_pos = cmp.pair_grad(q, p, pos, d_pos)
-    return HeadGradients(value, violators, dq.add_(dq_pos) if dq.is_contiguous() else dq + dq_pos,
-                         dp_pos if dp is None else dp_pos.add_(dp), dc)
+class Head(Protocol):
+    """A training step's scoring head: from the prepared queries, positives and candidates of the
+    sides scored together (laid out as for :func:`negative_blocks`; each side's positive score is
+    ``pair(query, positive)``) to the loss and its gradients in them. ``num_real`` (a count on the
+    device) marks the rows from there on as padding: weight 0, no negative of the others, no
+    violator. :class:`ScoreMatrixHead` writes the score matrices out; the attention form of the
+    softmax loss (:class:`pbgtrain.model.attention.AttentionHead`) does not."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, queries: Sequence[Tensor],
+                 positives: Sequence[Tensor], candidates: Sequence[Tensor], *, weight: Tensor | None = None,
+                 own: Tensor | None = None, num_real: Tensor | None = None) -> HeadGradients: ...
+
+
+def head_inputs(shape: BlockShape, queries: Sequence[Tensor], positives: Sequence[Tensor],
+                candidates: Sequence[Tensor], num_real: Tensor | None) -> tuple[Tensor, Tensor, Sequence[Tensor],
+                                                                             Tensor | int]:
+    """What every head starts from: the queries and positives stacked [S, B, D], the candidates
+    (none when the layout takes none), and the count of real rows (a number without padding)."""
+    real: Tensor | int = shape.num_pos if num_real is None else num_real
+    return stack_sides(queries), stack_sides(positives), () if shape.uniform == "none" else candidates, real
+
+
+class ScoreMatrixHead:
+    """The score blocks written out, the loss's gradient in them (:meth:`LossFunction.value_and_grad`)
+    and the comparator's adjoints: every loss and comparator. ``kernels``: the elementwise passes,
+    eager or compiled (:mod:`pbgtrain.model.fused`)."""
+
+    def __init__(self, kernels: Kernels = EAGER) -> None:
+        self.kernels = kernels
+
+    @property
+    def name(self) -> str:
+        return "score matrices" + (" (compiled passes)" if self.kernels is not EAGER else "")
+
+    @torch.no_grad()
+    def __call__(self, cmp: Comparator, shape: BlockShape, loss_fn: LossFunction, queries: Sequence[Tensor],
+                 positives: Sequence[Tensor], candidates: Sequence[Tensor], *, weight: Tensor | None = None,
+                 own: Tensor | None = None, num_real: Tensor | None = None) -> HeadGradients:
+        q, p, candidates, real = head_inputs(shape, queries, positives, candidates, num_real)
+        pos = cmp.pair(q, p)
+        scored = _score(cmp, shape, MASKED_SCORE, own, real, q, p, candidates)
+        value, d_pos, d_blocks = loss_fn.value_and_grad(pos, tuple(scored.blocks), weight, self.kernels)
+        live = None if num_real is None else torch.arange(shape.num_pos, device=q.device) < num_real
+        violators = self.kernels.violators(pos, scored.blocks, live)  # padding rows violate nothing
+        with _autocast(q, autocast_state(q)):
+            dq, dp, dc = _adjoint(cmp, shape, own, real, scored, d_blocks, owned=True)
+        dq_pos, dp_pos = cmp.pair_grad(q, p, pos, d_pos)
+        return HeadGradients(value, violators, dq.add_(dq_pos) if dq.is_contiguous() else dq + dq_pos,
+                             dp_pos if dp is None else dp_pos.add_(dp), dc, real)
+
+
+training_head = ScoreMatrixHead()
+"""The score-matrix head with the eager passes (the reference every head is compared with)."""
 
 
 def negative_blocks(cmp: Comparator, shape: BlockShape, queries: Sequence[Tensor], positives: Sequence[Tensor],
-                    candidates: Sequence[Tensor], *, masked: float, own: Tensor | None = None) -> tuple[Tensor, ...]:
+                    candidates: Sequence[Tensor], *, masked: float, own: Tensor | None = None,
+                    num_real: Tensor | None = None) -> tuple[Tensor, ...]:
     """The negative score blocks [S, B, K_i] of S sides (1 or 2) scored together.
 
     ``queries`` [B, D] per side: the other side of each edge, prepared; ``positives`` [B, D] per
     side (its batch negatives, when the mode takes them); ``candidates``: per side (or one
     for both sides when the same tensor serves both, ``all`` only), laid out as ``shape.uniform``
-    says; ``own`` [S, B]: each positive's own entity (``all`` only).
+    says; ``own`` [S, B]: each positive's own entity (``all`` only); ``num_real``: the rows from
+    there on are padding (a count on the device), masked as batch negatives.
     """
     if shape.uniform == "none":
         candidates = ()
+    real: Tensor | int = shape.num_pos if num_real is None else num_real
     out: tuple[Tensor, ...] = _NegativeBlocks.apply(  # type: ignore[no-untyped-call]
-        cmp, shape, masked, own, len(queries), len(candidates), *queries, *positives, *candidates)
+        cmp, shape, masked, own, real, len(queries), len(candidates), *queries, *positives, *candidates)
     return out

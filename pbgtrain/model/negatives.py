@@ -20,7 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pbgtrain.model.counter_rng import CounterGenerator
 from pbgtrain.model.model import NegativeSampling, RelationSpec
+
+Draws = torch.Generator | CounterGenerator | None
+"""Where uniform negatives come from: a torch generator (None: torch's default one), or a
+:class:`~pbgtrain.model.counter_rng.CounterGenerator`, whose state stays on the device (a replayed step)."""
 
 MASKED_SCORE = -1e9
 
@@ -74,9 +79,10 @@ def plan_negatives(relation: RelationSpec, negatives: NegativeSampling, num_pos:
     )
 
 
-def sample_uniform(num_entities: int, count: int, *, device: torch.device,
-                   generator: torch.Generator | None = None) -> Tensor:
+def sample_uniform(num_entities: int, count: int, *, device: torch.device, generator: Draws = None) -> Tensor:
     """``count`` row offsets drawn uniformly (with replacement) from ``[0, num_entities)``."""
     if num_entities <= 0:
         return torch.zeros(0, dtype=torch.long, device=device)
+    if isinstance(generator, CounterGenerator):
+        return generator.randint(num_entities, count)
     return torch.randint(num_entities, (count,), generator=generator, device=device)

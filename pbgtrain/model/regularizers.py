@@ -23,24 +23,33 @@ from torch import Tensor
 from pbgtrain.model.kernels import modulus_cube_sum
 
 
-def cubed_magnitudes(x: Tensor, complex_valued: bool) -> Tensor:
-    """Σ|x|³, or Σ(re² + im²)^{3/2} over [real half | imaginary half] when ``complex_valued``."""
+def cubed_magnitudes(x: Tensor, complex_valued: bool, live: Tensor | None = None) -> Tensor:
+    """Σ|x|³, or Σ(re² + im²)^{3/2} over [real half | imaginary half] when ``complex_valued``;
+    ``live`` [rows] (1.0 or 0.0) weighs each row (None: every row counts)."""
     if complex_valued:
         half = x.shape[-1] // 2
-        return modulus_cube_sum(x[..., :half], x[..., half:])
-    return x.abs().pow(3).sum()
+        if live is None:
+            return modulus_cube_sum(x[..., :half], x[..., half:])
+        return (modulus_cube_sum(x[..., :half], x[..., half:], per_row=True) * live).sum()
+    cubes = x.abs().pow(3)
+    return cubes.sum() if live is None else (cubes.sum(-1) * live).sum()
 
 
-def cubed_magnitudes_and_grad(x: Tensor, complex_valued: bool) -> tuple[Tensor, Tensor]:
+def cubed_magnitudes_and_grad(x: Tensor, complex_valued: bool,
+                              live: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """:func:`cubed_magnitudes` of ``x`` and its gradient in ``x`` (3·|x|·x, or 3·|z|·(re, im)
-    per pair), without autograd."""
+    per pair), without autograd; ``live`` [rows] weighs each row."""
     if complex_valued:
         half = x.shape[-1] // 2
-        modulus = torch.hypot(x[..., :half], x[..., half:])
-        value = modulus.square().mul_(modulus).sum()
-        modulus.mul_(3)
-        return value, x * torch.cat((modulus, modulus), dim=-1)
+        magnitude = torch.hypot(x[..., :half], x[..., half:])
+        if live is not None:
+            magnitude.mul_(live.unsqueeze(-1))  # a padding row: no value, no gradient (|live| is 0 or 1)
+        value = magnitude.square().mul_(magnitude).sum()
+        magnitude.mul_(3)
+        return value, x * torch.cat((magnitude, magnitude), dim=-1)
     magnitude = x.abs()
+    if live is not None:
+        magnitude.mul_(live.unsqueeze(-1))
     value = magnitude.square().mul_(magnitude).sum()
     return value, magnitude.mul_(x).mul_(3)
 
@@ -55,24 +64,27 @@ class N3Regularizer:
     def enabled(self) -> bool:
         return self.coef != 0  # a negative coefficient applies too, as in the original
 
-    def embedding_term(self, embeddings: Sequence[Tensor], complex_valued: bool) -> Tensor:
-        """Σ over the given embedding tensors of their cubed magnitudes (not yet × coef)."""
+    def embedding_term(self, embeddings: Sequence[Tensor], complex_valued: bool,
+                       live: Tensor | None = None) -> Tensor:
+        """Σ over the given embedding tensors of their cubed magnitudes (not yet × coef); ``live``
+        [rows] weighs each row (a padding row 0)."""
         total = embeddings[0].new_zeros(())
         for x in embeddings:
-            total = total + cubed_magnitudes(x, complex_valued)
+            total = total + cubed_magnitudes(x, complex_valued, live)
         return total
 
     @staticmethod
-    def static_operator_term(cube_sum: Tensor | None, num_edges: int) -> Tensor | None:
+    def static_operator_term(cube_sum: Tensor | None, num_edges: int | Tensor) -> Tensor | None:
         """A static operator's Σ|p|³, counted once per edge of the batch."""
         return None if cube_sum is None else cube_sum * num_edges
 
     @staticmethod
-    def dynamic_operator_term(cube_sums: Tensor | None, rel: Tensor) -> Tensor | None:
-        """Σ over edges of the Σ|p|³ of each edge's relation (``cube_sums`` is [R])."""
+    def dynamic_operator_term(cube_sums: Tensor | None, rel: Tensor, live: Tensor | None = None) -> Tensor | None:
+        """Σ over edges of the Σ|p|³ of each edge's relation (``cube_sums`` is [R]; ``live``: each edge's weight)."""
         if cube_sums is None:
             return None
-        return cube_sums.index_select(0, rel).sum()  # no bincount: its length would depend on the ids
+        per_edge = cube_sums.index_select(0, rel)  # no bincount: its length would depend on the ids
+        return per_edge.sum() if live is None else (per_edge * live).sum()
 
     def __call__(self, embedding_term: Tensor, operator_terms: Sequence[Tensor | None]) -> Tensor:
         total = embedding_term

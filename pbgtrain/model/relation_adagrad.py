@@ -86,15 +86,30 @@ class RelationAdagrad:
 
     @torch.no_grad()
     def step(self) -> None:
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient (:meth:`count_steps`, then :meth:`update`)."""
+        self.count_steps()
+        self.update()
+
+    def count_steps(self, params: Iterable[torch.Tensor] | None = None) -> None:
+        """Add one to the step count of ``params`` (default: every parameter with a gradient). The
+        counts live on the CPU, as torch keeps them: a step replayed on a GPU counts here, outside it."""
+        chosen = [p for group in self.param_groups for p in group["params"] if p.grad is not None] \
+            if params is None else params
+        for p in chosen:  # 0-dim adds: _foreach_add_ would convert its number once per tensor
+            step = self.state[p]["step"]
+            step.add_(constant(1, step))
+
+    @torch.no_grad()
+    def update(self, lr: torch.Tensor | None = None) -> None:
+        """The update of every parameter that has a gradient, on its device, without counting the
+        step; ``lr`` (a 0-dim tensor on the parameters' device) replaces each group's rate (it needs
+        ``lr_decay`` 0: a decayed rate reads the step count)."""
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
             grads: list[torch.Tensor] | tuple[torch.Tensor, ...] = [p.grad for p in params]
             states = [self.state[p] for p in params]
-            for state in states:  # 0-dim adds: _foreach_add_ would convert its number once per tensor
-                state["step"].add_(constant(1, state["step"]))
             if group["maximize"]:
                 grads = torch._foreach_neg(grads)
             if group["weight_decay"]:
@@ -104,7 +119,14 @@ class RelationAdagrad:
             std = torch._foreach_sqrt(sums)
             for s in std:
                 s.add_(constant(group["eps"], s))
-            if group["lr_decay"]:
+            if lr is not None:
+                if group["lr_decay"]:
+                    raise ValueError("a learning rate given as a tensor cannot decay with the step count "
+                                     f"(lr_decay={group['lr_decay']})")
+                steps = torch._foreach_div(grads, std)
+                torch._foreach_mul_(steps, -lr)
+                torch._foreach_add_(params, steps)
+            elif group["lr_decay"]:
                 for p, g, s, state in zip(params, grads, std, states, strict=True):
                     rate = group["lr"] / (1 + (float(state["step"]) - 1) * group["lr_decay"])
                     p.addcdiv_(g, s, value=-rate)

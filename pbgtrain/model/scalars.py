@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 
-@functools.lru_cache(maxsize=256)
+@functools.cache  # never evicted: a step replayed as a CUDA graph reads the tensor it captured
 def _constant(value: float, dtype: torch.dtype, device: torch.device) -> Tensor:
     return torch.tensor(value, dtype=dtype, device=device)
 

@@ -36,7 +36,7 @@ from pbgtrain.model.inputs import EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
 from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks, stack_sides
-from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives, sample_uniform
+from pbgtrain.model.negatives import MASKED_SCORE, Draws, NegativeMode, NegativePlan, plan_negatives, sample_uniform
 from pbgtrain.model.precision import full_precision
 from pbgtrain.model.tables import EntityTable
 
@@ -185,39 +185,21 @@ def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_tab
             "candidate is transformed before it is normalized, which no single query vector can rank")
 
 
-@dataclass
-class _SideNegatives:
-    """What scoring one side's negatives takes: its view, the shape of its blocks, its candidates."""
-
-    side: str
-    view: _SideView
-    shape: BlockShape
-    traced_candidates: Traced | None
-    own: Tensor | None  # its positives' own rows (every-entity negatives only)
-
-    @property
-    def candidates(self) -> Tensor | None:
-        return None if self.traced_candidates is None else self.traced_candidates.out
-
-    def joins(self, other: _SideNegatives) -> bool:
-        """Whether the two sides' blocks have the same shape, so that they are scored stacked."""
-        same_candidates = (self.candidates is None) == (other.candidates is None) and (
-            self.candidates is None or other.candidates is None or self.candidates.shape == other.candidates.shape)
-        return self.shape == other.shape and self.view.query.shape == other.view.query.shape and same_candidates
-
-
-def _block_shape(mode: NegativeMode, plan: NegativePlan, candidates: Tensor | None, num_real: int | None) -> BlockShape:
+def _block_shape(mode: NegativeMode, plan: NegativePlan, candidates: Tensor | None) -> BlockShape:
     uniform: UniformLayout = "none"
     if mode is NegativeMode.ALL:
         uniform = "all"
     elif candidates is not None and candidates.shape[0] > 0:
         uniform = "shared" if plan.share_uniform else "per_chunk"
-    return BlockShape(mode, plan.chunk_size, plan.num_pos, uniform, num_real)
+    return BlockShape(mode, plan.chunk_size, plan.num_pos, uniform)
 
 
 @dataclass(frozen=True)
 class ScoreGroup:
-    """Sides scored together: their names and the block inputs."""
+    """Sides scored together (both when their blocks have the same shape, else one each): their
+    names, the shape of their blocks and the block inputs, traced (each side's query, positives
+    and candidates; one candidates tensor when every entity of one table serves both sides), and
+    ``own`` [S, B], each positive's own row (every-entity negatives only)."""
 
     sides: tuple[str, ...]
     shape: BlockShape
@@ -230,30 +212,35 @@ class ScoreGroup:
         return [t.out for t in traced]
 
 
-def score_groups(sides: Sequence[_SideNegatives]) -> list[ScoreGroup]:
-    """Both sides as one group when their blocks have the same shape, else one group each."""
-    grouped = [list(sides)] if len(sides) == 2 and sides[0].joins(sides[1]) else [[s] for s in sides]
-    out = []
-    for group in grouped:
-        first = group[0]
-        candidates = [s.traced_candidates for s in group if s.traced_candidates is not None]
-        if len(candidates) == 2 and candidates[0] is candidates[1]:
-            candidates = candidates[:1]  # one tensor of every entity serves both sides
-        owns = [s.own for s in group if s.own is not None]  # every-entity negatives: each positive's own row
-        own = stack_sides(owns) if owns else None
-        out.append(ScoreGroup(tuple(s.side for s in group), first.shape, [s.view.traced_query for s in group],
-                          [s.view.traced_positives for s in group], candidates, own))
-    return out
+def _side_group(side: str, view: _SideView, shape: BlockShape, candidates: Traced | None,
+                own: Tensor | None) -> ScoreGroup:
+    """One side's negatives, a group of its own."""
+    return ScoreGroup((side,), shape, [view.traced_query], [view.traced_positives],
+                      [] if candidates is None else [candidates], None if own is None else own.unsqueeze(0))
 
 
-def score_sides(cmp: Comparator, sides: Sequence[_SideNegatives]) -> Scores:
-    """The scores of both sides (stacked when their blocks have the same shape)."""
+def _joined(a: ScoreGroup, b: ScoreGroup) -> ScoreGroup | None:
+    """The two sides as one group when their blocks have the same shape (None when they do not)."""
+    same_candidates = len(a.candidates) == len(b.candidates) and all(
+        x.out.shape == y.out.shape for x, y in zip(a.candidates, b.candidates, strict=True))
+    if a.shape != b.shape or a.queries[0].out.shape != b.queries[0].out.shape or not same_candidates:
+        return None
+    shared = bool(a.candidates) and a.candidates[0] is b.candidates[0]  # one tensor of every entity serves both
+    own = None if a.own is None or b.own is None else torch.cat((a.own, b.own))
+    return ScoreGroup(a.sides + b.sides, a.shape, a.queries + b.queries, a.positives + b.positives,
+                      a.candidates if shared else a.candidates + b.candidates, own)
+
+
+def score_sides(cmp: Comparator, groups: Sequence[ScoreGroup], num_real: Tensor | None = None) -> Scores:
+    """The scores of both sides (stacked when their blocks have the same shape); ``num_real``: the
+    rows from there on are padding (a count on the device)."""
     out = []
-    for g in score_groups(sides):
+    for g in groups:
         queries, positives = g.tensors(g.queries), g.tensors(g.positives)
         pos = cmp.pair(stack_sides(queries), stack_sides(positives))
         blocks = () if g.shape.mode is NegativeMode.NONE else negative_blocks(
-            cmp, g.shape, queries, positives, g.tensors(g.candidates), masked=MASKED_SCORE, own=g.own)
+            cmp, g.shape, queries, positives, g.tensors(g.candidates), masked=MASKED_SCORE, own=g.own,
+            num_real=num_real)
         out.append(SideScores(g.sides, pos, blocks))
     return Scores(tuple(out))
 
@@ -314,27 +301,21 @@ def _check_tables(model: EmbeddingModel, batch: EdgeBatch, lhs_table: EntityTabl
 
 @dataclass
 class PreparedBatch:
-    """A batch looked up and transformed, ready to be scored: each side's view and negatives."""
+    """A batch looked up and transformed, ready to be scored: its sides' negatives, grouped as they
+    are scored."""
 
     plan: NegativePlan
     gathered: list[GatheredRows]
-    sides: list[_SideNegatives]
+    groups: list[ScoreGroup]
     sources: dict[int, Source]  # id of each traced tensor → the rows it was computed from
     raw: tuple[Source, Source]  # where the positives' rows of lhs and rhs sit
     raw_rows: tuple[Tensor, Tensor]  # and those rows
-
-    def real_positives(self, batch: EdgeBatch) -> tuple[int | Tensor, Tensor, Tensor]:
-        """The relation(s), lhs and rhs rows of ``batch``'s edges, its padding left out (no N3)."""
-        real = batch.real
-        u_raw, v_raw = self.raw_rows
-        if real == len(batch):
-            return batch.rel, u_raw, v_raw
-        return batch.rel[:real] if isinstance(batch.rel, Tensor) else batch.rel, u_raw[:real], v_raw[:real]
+    live: Tensor | None  # [B] 1.0 for an edge, 0.0 for a padding row (None: no padding)
 
 
 def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-             negatives: NegativeSampling, generator: torch.Generator | None, requires_grad: bool,
-             updates: bool | None = None) -> PreparedBatch:
+                  negatives: NegativeSampling, generator: Draws, requires_grad: bool,
+                  updates: bool | None = None) -> PreparedBatch:
     lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     relation = model.relation(batch.rel)
     num_pos = len(batch)
@@ -363,7 +344,7 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     views = _side_views(model, batch.rel, lhs_type, rhs_type, u_raw, v_raw)
     sources = {id(views[0].traced_query): where[1][0], id(views[0].traced_positives): where[0][0],
                id(views[1].traced_query): where[0][0], id(views[1].traced_positives): where[1][0]}
-    sides = []
+    scored: list[ScoreGroup] = []  # each side's negatives
     shared_candidates: Traced | None = None
     for side, view, side_rows, side_where, ids in zip(SIDES, views, rows, where, pos_ids, strict=True):
         mode = plan.mode(side)
@@ -377,19 +358,24 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
         if side == "lhs":
             shared_candidates = candidates
         own = ids if mode is NegativeMode.ALL else None
-        shape = _block_shape(mode, plan, None if candidates is None else candidates.out, batch.num_real)
-        sides.append(_SideNegatives(side, view, shape, candidates, own))
-    return PreparedBatch(plan, gathered, sides, sources, (where[0][0], where[1][0]), (u_raw, v_raw))
+        shape = _block_shape(mode, plan, None if candidates is None else candidates.out)
+        scored.append(_side_group(side, view, shape, candidates, own))
+    both = _joined(*scored)  # the sides scored together when their blocks have the same shape
+    return PreparedBatch(plan, gathered, scored if both is None else [both], sources, (where[0][0], where[1][0]),
+                         (u_raw, v_raw), batch.live_rows())
+
 
 def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-                  negatives: NegativeSampling, *, generator: torch.Generator | None = None,
+                  negatives: NegativeSampling, *, generator: Draws = None,
                   requires_grad: bool = True) -> ForwardResult:
     """Positive and negative scores of ``batch`` and its N3 term (None when disabled): what
     evaluation ranks, and the reference that a training step's gradients
     (:func:`~pbgtrain.model.gradients.training_gradients`) are tested against."""
     prepared = prepare_batch(model, lhs_table, rhs_table, batch, negatives, generator, requires_grad)
-    reg = regularization(model, *prepared.real_positives(batch)) if model.regularizer.enabled else None
-    return ForwardResult(score_sides(model.comparator, prepared.sides), reg, prepared.gathered, prepared.plan)
+    u_raw, v_raw = prepared.raw_rows
+    reg = regularization(model, batch.rel, u_raw, v_raw, prepared.live) if model.regularizer.enabled else None
+    return ForwardResult(score_sides(model.comparator, prepared.groups, batch.num_real), reg, prepared.gathered,
+                         prepared.plan)
 
 
 def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode) -> None:
@@ -405,8 +391,10 @@ def _check_featurized_negatives(relation: RelationSpec, side: str, mode: Negativ
                          "entities take same-batch negatives only (set num_batch_negs > 0)")
 
 
-def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_raw: Tensor) -> Tensor | None:
-    """N3 of a batch: the positive embeddings and each edge's operator parameters.
+def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_raw: Tensor,
+                   live: Tensor | None = None) -> Tensor | None:
+    """N3 of a batch: the positive embeddings and each edge's operator parameters; ``live`` [B]
+    (1.0 an edge, 0.0 a padding row) leaves the padding out.
 
     Dynamic relations count the embeddings twice, once per direction (lhs negatives with h,
     rhs negatives with g), as the original sums the regularizer of its two directions.
@@ -416,12 +404,13 @@ def regularization(model: EmbeddingModel, rel: int | Tensor, u_raw: Tensor, v_ra
         return None
     if isinstance(rel, Tensor):
         g_op, h_op = model.dynamic_operators()
-        emb = reg.embedding_term([u_raw, v_raw], h_op.complex_valued)
-        return reg(2 * emb, [reg.dynamic_operator_term(h_op.cube_sums(), rel),
-                             reg.dynamic_operator_term(g_op.cube_sums(), rel)])
+        emb = reg.embedding_term([u_raw, v_raw], h_op.complex_valued, live)
+        return reg(2 * emb, [reg.dynamic_operator_term(h_op.cube_sums(), rel, live),
+                             reg.dynamic_operator_term(g_op.cube_sums(), rel, live)])
     op = model.static_operator(rel)
-    emb = reg.embedding_term([u_raw, v_raw], op.complex_valued)
-    return reg(emb, [reg.static_operator_term(op.cube_sum(), u_raw.shape[0])])
+    emb = reg.embedding_term([u_raw, v_raw], op.complex_valued, live)
+    edges: Tensor | int = u_raw.shape[0] if live is None else live.sum()
+    return reg(emb, [reg.static_operator_term(op.cube_sum(), edges)])
 
 
 @torch.no_grad()

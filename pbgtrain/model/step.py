@@ -22,50 +22,72 @@ from torch import Tensor
 from pbgtrain.model.gradients import training_gradients
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
-from pbgtrain.model.relation_adagrad import ParameterOptimizer
+from pbgtrain.model.negative_blocks import Head, training_head
+from pbgtrain.model.negatives import Draws
+from pbgtrain.model.relation_adagrad import ParameterOptimizer, RelationAdagrad
 from pbgtrain.model.scoring import Scores, forward_batch
 from pbgtrain.model.tables import EntityTable
 
 __all__ = ["EvalResult", "StepStats", "StepTotals", "add_train_step", "batch_loss", "eval_step",
-           "make_relation_optimizer", "train_step"]
+           "make_relation_optimizer", "step_body", "train_step"]
 
 
 @dataclass(frozen=True)
 class StepStats:
     """Sums over a batch: loss (before regularization), reg, edges, and violators per side
-    (negatives scoring above their positive)."""
+    (negatives scoring above their positive), counted on ``violators_counted_on`` edges: every
+    edge (the default), or a sample where the step never holds the scores (the attention form)."""
 
     loss: float = 0.0
     reg: float = 0.0
     count: int = 0
     violators_lhs: int = 0
     violators_rhs: int = 0
+    violators_counted_on: int | None = None  # None: ``count``
+
+    @property
+    def violator_edges(self) -> int:
+        """The edges the violators were counted on."""
+        return self.count if self.violators_counted_on is None else self.violators_counted_on
+
+    @property
+    def violators_sampled(self) -> bool:
+        return self.violator_edges < self.count
 
     def __add__(self, other: StepStats) -> StepStats:
+        counted = None if not (self.violators_sampled or other.violators_sampled) else \
+            self.violator_edges + other.violator_edges
         return StepStats(self.loss + other.loss, self.reg + other.reg, self.count + other.count,
-                         self.violators_lhs + other.violators_lhs, self.violators_rhs + other.violators_rhs)
+                         self.violators_lhs + other.violators_lhs, self.violators_rhs + other.violators_rhs, counted)
 
 
 class StepTotals:
     """Sums of training steps kept on their device, read back only by :meth:`result`: the batch
-    loop never waits for the device to report a loss (no host synchronisation per batch).
+    loop never waits for the device to report a loss (no host synchronisation per batch). The
+    device sums are made at the first :meth:`add` and reused after :meth:`reset`, so that a step
+    replayed as a CUDA graph adds to the same memory every time. Counts given as numbers (a batch
+    without padding) are added on the host; counts on the device (a padded batch's) there.
 
     >>> totals = StepTotals()
     >>> totals.add(torch.tensor(2.0), None, 4, torch.tensor([1, 0]))
-    >>> totals.add(torch.tensor(1.0), torch.tensor(0.5), 2, torch.tensor([0, 3]))
+    >>> totals.add(torch.tensor(1.0), torch.tensor(0.5), torch.tensor(2), torch.tensor([0, 3]))
     >>> totals.result()
-    StepStats(loss=3.0, reg=0.5, count=6, violators_lhs=1, violators_rhs=3)
+    StepStats(loss=3.0, reg=0.5, count=6, violators_lhs=1, violators_rhs=3, violators_counted_on=None)
     """
 
     def __init__(self) -> None:
         self._loss: Tensor | None = None  # float64 sums on the device
         self._reg: Tensor | None = None
         self._violators: Tensor | None = None  # [lhs, rhs]
-        self.count = 0
+        self._counts: Tensor | None = None  # [edges, edges the violators were counted on], given on the device
+        self._host_counts = [0, 0]  # the same, given as numbers
         self.steps = 0
 
-    def add(self, loss: Tensor, reg: Tensor | None, count: int, violators: Tensor) -> None:
-        """Add a step's loss, regularizer (None: 0), edges and violators ([lhs, rhs])."""
+    def add(self, loss: Tensor, reg: Tensor | None, count: Tensor | int, violators: Tensor,
+            counted_on: Tensor | int | None = None) -> None:
+        """Add a step's loss, regularizer (None: 0), edges, violators ([lhs, rhs]) and the edges
+        the violators were counted on (None: every edge). The device's part only: :attr:`steps`
+        is the caller's to count."""
         if self._loss is None or self._violators is None:
             self._loss = torch.zeros((), dtype=torch.float64, device=loss.device)
             self._violators = torch.zeros(2, dtype=torch.long, device=loss.device)
@@ -73,17 +95,34 @@ class StepTotals:
         self._violators.add_(violators)
         if reg is not None:
             self._reg = reg.double() if self._reg is None else self._reg.add_(reg)
-        self.count += count
-        self.steps += 1
+        counted = count if counted_on is None else counted_on
+        for i, value in enumerate((count, counted)):
+            if isinstance(value, Tensor):
+                if self._counts is None:
+                    self._counts = torch.zeros(2, dtype=torch.long, device=loss.device)
+                self._counts[i].add_(value)
+            else:
+                self._host_counts[i] += value
+
+    def reset(self) -> None:
+        """Start again from zero (the same memory)."""
+        for sums in (self._loss, self._reg, self._violators, self._counts):
+            if sums is not None:
+                sums.zero_()
+        self._host_counts = [0, 0]
+        self.steps = 0
 
     def result(self) -> StepStats:
         """The sums so far (one read from the device)."""
         if self._loss is None or self._violators is None:
             return StepStats()
-        sums = torch.cat((self._loss.view(1), self._violators.double(),
-                          (self._reg if self._reg is not None else self._loss.new_zeros(())).view(1)))
-        loss, v_lhs, v_rhs, reg = sums.tolist()
-        return StepStats(loss, reg, self.count, int(v_lhs), int(v_rhs))
+        zero = self._loss.new_zeros(())
+        device = torch.cat((self._loss.view(1), (self._reg if self._reg is not None else zero).view(1),
+                            self._violators.double(),
+                            (self._counts if self._counts is not None else zero.expand(2)).double())).tolist()
+        loss, reg, v_lhs, v_rhs, count, counted = device
+        count, counted = int(count) + self._host_counts[0], int(counted) + self._host_counts[1]
+        return StepStats(loss, reg, count, int(v_lhs), int(v_rhs), None if counted == count else counted)
 
 
 @dataclass
@@ -107,38 +146,54 @@ def batch_loss(model: EmbeddingModel, scores: Scores, batch: EdgeBatch) -> Tenso
 
 
 def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch,
-               optimizer: ParameterOptimizer | None, *, generator: torch.Generator | None = None,
-               negatives: NegativeSampling | None = None) -> StepStats:
+               optimizer: ParameterOptimizer | None, *, generator: Draws = None,
+               negatives: NegativeSampling | None = None, head: Head = training_head) -> StepStats:
     """Score the batch, backpropagate loss + reg, update the touched table rows (row Adagrad at
     ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`);
     the tables and global embeddings of ``spec.frozen`` types get no gradient and no update;
-    return the batch's sums. A training loop calls :func:`add_train_step` instead, which leaves
-    them on the device."""
+    return the batch's sums. ``head`` scores it (:class:`~pbgtrain.model.negative_blocks.Head`).
+    A training loop calls :func:`add_train_step` instead, which leaves them on the device."""
     totals = StepTotals()
-    add_train_step(totals, model, lhs_table, rhs_table, batch, optimizer, generator=generator, negatives=negatives)
+    add_train_step(totals, model, lhs_table, rhs_table, batch, optimizer, generator=generator, negatives=negatives,
+                   head=head)
     return totals.result()
 
 
 def add_train_step(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable,
-                   batch: EdgeBatch, optimizer: ParameterOptimizer | None, *,
-                   generator: torch.Generator | None = None, negatives: NegativeSampling | None = None) -> None:
+                   batch: EdgeBatch, optimizer: ParameterOptimizer | None, *, generator: Draws = None,
+                   negatives: NegativeSampling | None = None, head: Head = training_head) -> None:
     """:func:`train_step`, its sums added to ``totals`` without reading them back from the device."""
     if len(batch) == 0:
         return
+    step_body(totals, model, lhs_table, rhs_table, batch, optimizer, generator=generator,
+              negatives=negatives or model.spec.train_negatives, head=head, row_lr=model.spec.lr)
+    totals.steps += 1
+
+
+def step_body(totals: StepTotals, model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable,
+              batch: EdgeBatch, optimizer: ParameterOptimizer | None, *, generator: Draws, negatives: NegativeSampling,
+              head: Head, row_lr: float | Tensor, relation_lr: Tensor | None = None) -> None:
+    """One step's work on the device, the same eager or replayed: the gradients, row Adagrad at
+    ``row_lr``, the relation parameters' update (``relation_lr``, a 0-dim tensor the run refills,
+    replaces the optimizer's rate and leaves its step count to the caller: it needs a
+    :class:`~pbgtrain.model.relation_adagrad.RelationAdagrad`), the sums added to ``totals``."""
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
-    step = training_gradients(model, lhs_table, rhs_table, batch, negatives or model.spec.train_negatives,
-                              generator=generator)
+    step = training_gradients(model, lhs_table, rhs_table, batch, negatives, generator=generator, head=head)
     for gathered in step.gathered:
-        gathered.apply_row_adagrad(model.spec.lr)
-    if optimizer is not None:
+        gathered.apply_row_adagrad(row_lr)
+    if optimizer is not None and relation_lr is None:
         optimizer.step()
-    totals.add(step.loss, step.reg, batch.real, step.violators)
+    elif isinstance(optimizer, RelationAdagrad):
+        optimizer.update(relation_lr)
+    elif optimizer is not None:
+        raise TypeError(f"a learning rate held on the device needs RelationAdagrad, found {type(optimizer).__name__}")
+    totals.add(step.loss, step.reg, batch.count, step.violators, step.violators_counted_on)
 
 
 @torch.no_grad()
 def eval_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityTable, batch: EdgeBatch, *,
-              generator: torch.Generator | None = None, negatives: NegativeSampling | None = None) -> EvalResult:
+              generator: Draws = None, negatives: NegativeSampling | None = None) -> EvalResult:
     """Scores against the evaluation negatives (``eval_num_batch_negs``/``eval_num_uniform_negs``
     unless ``negatives`` is given), as the original evaluates held-out edges during training."""
     fwd = forward_batch(model, lhs_table, rhs_table, batch, negatives or model.spec.eval_negatives,

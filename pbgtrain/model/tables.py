@@ -25,18 +25,20 @@ from pbgtrain.model.scalars import constant
 ADAGRAD_EPS = 1e-10
 
 
-def row_adagrad_(weights: Tensor, state_sum: Tensor, ids: Tensor, grad: Tensor, lr: float,
+def row_adagrad_(weights: Tensor, state_sum: Tensor, ids: Tensor, grad: Tensor, lr: float | Tensor,
                  eps: float = ADAGRAD_EPS, *, consume_grad: bool = False) -> None:
     """One row-wise Adagrad step on rows ``ids`` with gradients ``grad`` [len(ids), D]; a row
     given more than once has its whole gradient on one occurrence and zeros on the others.
-    ``consume_grad`` lets it overwrite ``grad`` instead of allocating a step tensor."""
+    ``consume_grad`` lets it overwrite ``grad`` instead of allocating a step tensor. ``lr`` may
+    be a 0-dim tensor on the table's device (a replayed step reads it from memory)."""
     if ids.numel() == 0:
         return
     g2 = torch.linalg.vector_norm(grad, dim=1)
     g2 = g2.mul_(g2).div_(constant(grad.shape[1], g2))
     new_sum = state_sum.index_select(0, ids).add_(g2)
     state_sum.index_add_(0, ids, g2)
-    scale = new_sum.add_(constant(eps, new_sum)).rsqrt_().mul_(constant(-lr, new_sum)).unsqueeze(1)
+    rate = -lr if isinstance(lr, Tensor) else constant(-lr, new_sum)
+    scale = new_sum.add_(constant(eps, new_sum)).rsqrt_().mul_(rate).unsqueeze(1)
     step = grad.mul_(scale) if consume_grad else grad * scale
     weights.index_add_(0, ids, step)
 
@@ -62,7 +64,8 @@ class EntityTable:
         self.entity_type = entity_type
         self.partition = partition
         self._occurrence: Tensor | None = None  # row → one of its positions in the last ids given
-        self._positions: Tensor | None = None  # 0, 1, 2, … (kept: the same every step)
+        self._positions: dict[int, Tensor] = {}  # 0, 1, 2, … per length, on the map's device (kept: never freed,
+        # since a step replayed as a CUDA graph reads the tensor it was captured with)
 
     def representatives(self, ids: Tensor) -> Tensor:
         """For each position of ``ids``, a position of the same row in ``ids``, the same for all
@@ -75,9 +78,11 @@ class EntityTable:
         if self._occurrence is None or self._occurrence.device != ids.device:
             # positions within one step's ids: 4 bytes a row (int32) while the table trains
             self._occurrence = torch.empty(self.num_entities, dtype=torch.int32, device=ids.device)
-        if self._positions is None or len(self._positions) != len(ids) or self._positions.device != ids.device:
-            self._positions = torch.arange(len(ids), dtype=torch.int32, device=ids.device)  # the same every step
-        self._occurrence.index_put_((ids,), self._positions)
+            self._positions = {}
+        positions = self._positions.get(len(ids))
+        if positions is None:
+            positions = self._positions[len(ids)] = torch.arange(len(ids), dtype=torch.int32, device=ids.device)
+        self._occurrence.index_put_((ids,), positions)
         return self._occurrence.index_select(0, ids)
 
     @classmethod
@@ -112,7 +117,7 @@ class EntityTable:
         torch.embedding_renorm_(self.weights, ids, max_norm, 2.0)
 
     @torch.no_grad()
-    def row_adagrad_(self, ids: Tensor, grad: Tensor, lr: float, *, consume_grad: bool = False) -> None:
+    def row_adagrad_(self, ids: Tensor, grad: Tensor, lr: float | Tensor, *, consume_grad: bool = False) -> None:
         """Row-wise Adagrad on distinct rows ``ids``."""
         row_adagrad_(self.weights, self.adagrad_sum, ids, grad, lr, consume_grad=consume_grad)
 

@@ -20,16 +20,31 @@ pbgio.errors.UsageError: --freeze: unknown entity type 'items'; the config's ent
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from pbgio.errors import MissingArtifactError, UsageError
 from pbgio.layout import Layout
-from pbgtrain.choices import PRECISION_CHOICES, OperatorInit, Precision
+from pbgtrain.choices import PRECISION_CHOICES, OperatorInit, Precision, StepKind
 from pbgtrain.model.model import relation_prediction_problem
+from pbgtrain.model.step_choice import (
+    CPU_ATTENTION_KEYS,
+    SAMPLED_VIOLATORS,
+    StepChoice,
+    StepConfig,
+    attention_problem,
+    capture_problem,
+    keys_per_edge,
+)
+from pbgtrain.model.step_choice import (
+    Capture as StepCapture,
+)
+from pbgtrain.model.step_choice import (
+    Head as StepHead,
+)
 from pbgtrain.training.device import resolve_device, resolve_precision
 
 
@@ -66,8 +81,10 @@ class FitOptions:
     precision: str | None = None  # fp32, tf32, bf16 or auto (default: bf16 with half_precision on a GPU, else fp32)
     partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
     read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
-    compile: bool = False  # fuse the step's elementwise passes with torch.compile (pbgtrain.model.fused)
+    compile: bool = False  # fuse the score-matrix step's elementwise passes with torch.compile (pbgtrain.model.fused)
     static_shapes: bool = False  # pad every batch to batch_size (EdgeBatch.pad): one shape per run
+    step: str = StepKind.auto.value  # --step: auto, scores or attention (StepKind; pbgtrain.model.step_choice)
+    capture: bool | None = None  # --capture/--no-capture: replay the step (None: on a GPU with the attention step)
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
     validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
@@ -96,7 +113,7 @@ class FitPlan:
     peer_timeout: float | None = None
     partition_memory: float | None = None
     read_ahead_partitions: bool | None = None
-    compile: bool = False
+    step: StepChoice = field(default_factory=StepChoice)  # the step: head, passes, replay; its note a line of the run
     static_shapes: bool = False
     remote_cache: float = 8.0
 
@@ -121,14 +138,79 @@ def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
                                           cfg.relations[0].operator if cfg.relations else "none")
     if problem is not None:
         raise UsageError(f"--relation-prediction: {problem}")
+    step = resolve_step(_plain(options.step), options.capture, options.compile, cfg, device,
+                        lambda: _largest_partition(layout))
     return FitPlan(layout, device, precision, frozenset(options.frozen_types), OperatorInit(operator_init),
                    None if options.validation is None else _checked_validation(layout, options.validation),
                    seed=options.seed, validate=options.validate, interactive=options.interactive,
                    max_seconds=options.max_seconds, max_iterations=options.max_iterations, rank=options.rank,
                    peer_timeout=options.peer_timeout, partition_memory=options.partition_memory,
-                   read_ahead_partitions=options.read_ahead_partitions, compile=options.compile,
+                   read_ahead_partitions=options.read_ahead_partitions, step=step,
                    static_shapes=options.static_shapes, remote_cache=options.remote_cache,
                    relation_prediction=options.relation_prediction, precision_note=precision_note)
+
+
+def _largest_partition(layout: Layout) -> int:
+    """The most entities of a partition of ``layout`` (0 where a count cannot be read: the run
+    reports that itself, before it trains)."""
+    from pbgio.entities import read_entity_count
+    from pbgio.errors import PbgioError
+
+    try:
+        return max((read_entity_count(layout.entity_path, name, part) for name, entity in layout.config.entities.items()
+                    for part in range(entity.num_partitions)), default=0)
+    except (PbgioError, OSError):
+        return 0
+
+
+def resolve_step(requested: str, capture: bool | None, compile_step: bool, cfg: StepConfig,
+                 device: torch.device, largest_partition: Callable[[], int] = lambda: 0) -> StepChoice:
+    """The step of ``--step``, ``--capture`` and ``--compile`` for ``cfg`` on ``device``, and its
+    line; an option that cannot apply is a :class:`~pbgio.errors.UsageError` naming it. ``auto``
+    takes the attention form on a GPU wherever it applies, and on a CPU where it is the faster
+    there (:data:`~pbgtrain.model.step_choice.CPU_ATTENTION_KEYS`; ``largest_partition`` is asked
+    only for every-entity negatives).
+
+    >>> from pbgio.example import example_config
+    >>> resolve_step("auto", None, False, example_config(), torch.device("cpu")).note
+    'step: score matrices'
+    >>> print(resolve_step("attention", True, False, example_config(), torch.device("cpu")).note)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    step: softmax over negatives as attention, through the replay driver (on a CPU it calls the step's body)
+    (violators counted on the first 64 edges of each batch)
+    """
+    _choice("--step", requested, [kind.value for kind in StepKind])
+    why_not_attention = attention_problem(cfg)
+    if requested == "attention" and why_not_attention is not None:
+        raise UsageError(f"--step attention: {why_not_attention}")
+    if requested == "attention" and compile_step:
+        raise UsageError("--compile: it compiles the score-matrix step's elementwise passes, which the attention "
+                         "step (--step attention) does not have")
+    gpu = device.type == "cuda"
+    head: StepHead = "scores"
+    faster_here = gpu or keys_per_edge(cfg, largest_partition() if any(r.all_negs for r in cfg.relations)
+                                       else 0) >= CPU_ATTENTION_KEYS
+    if requested == "attention" or (requested == "auto" and why_not_attention is None and not compile_step
+                                    and faster_here):
+        head = "attention"
+    why_not_replayed = capture_problem(cfg)
+    if capture and why_not_replayed is not None:
+        raise UsageError(f"--capture: the step cannot be replayed: {why_not_replayed}")
+    replay: StepCapture = "none"
+    if capture or (capture is None and gpu and head == "attention" and why_not_replayed is None):
+        replay = "cuda-graph" if gpu else "stand-in"
+    choice = StepChoice(head, compile_step, replay)
+    notes = []
+    if head == "attention":
+        notes.append(SAMPLED_VIOLATORS)
+    if requested == "auto" and gpu and why_not_attention is not None:
+        notes.append(f"the attention step, the GPU's default, does not apply: {why_not_attention}")
+    if requested == "auto" and not gpu and head == "attention":
+        notes.append(f"on a CPU the faster for {CPU_ATTENTION_KEYS:,} or more candidates an edge")
+    if capture is None and gpu and head == "attention" and why_not_replayed is not None:
+        notes.append(f"not replayed as a CUDA graph: {why_not_replayed}")
+    note = f"step: {choice.describe()}" + (f" ({'; '.join(notes)})" if notes else "")
+    return replace(choice, note=note)
 
 
 def _plain(value: str | enum.Enum) -> str:

@@ -91,17 +91,20 @@ def stats_line(step: IterationStep, index: int, bucket: Bucket, stats: StepStats
     """A bucket's line of training_stats.json, as the original writes it (pbgio.spec.stats);
     pbgtrain's own facts go under the sibling key ``pbgtrain``, which the original ignores."""
     count = max(stats.count, 1)
+    counted = max(stats.violator_edges, 1)  # violators per edge, on the edges they were counted on
     record: dict[str, Any] = {
         "lhs_partition": bucket.lhs, "rhs_partition": bucket.rhs, "index": index,
         "stats": {"count": stats.count, "metrics": {
             "loss": stats.loss / count, "reg": stats.reg / count,
-            "violators_lhs": stats.violators_lhs / count, "violators_rhs": stats.violators_rhs / count}},
+            "violators_lhs": stats.violators_lhs / counted, "violators_rhs": stats.violators_rhs / counted}},
     }
+    if stats.violators_sampled:  # the attention step holds no scores: its violators are a sample's
+        record[EXTRA_KEY] = {"violators_sampled_edges": stats.violator_edges}
     if before is not None:
         results = {"before": before.result(), "after": after.result()}
         for when, result in results.items():
             record[f"eval_stats_{when}"] = result.to_stats()
-        record[EXTRA_KEY] = {"eval_protocol": results["before"].protocol.describe(),
+        record[EXTRA_KEY] = {**record.get(EXTRA_KEY, {}), "eval_protocol": results["before"].protocol.describe(),
                              **{f"eval_per_side_{when}": result.per_side_stats()
                                 for when, result in results.items()}}
     return {**record, **iteration_keys(step)}

@@ -33,9 +33,10 @@ from pbgio.storage import LocalCache
 from pbgtrain.checkpointing import StatsLine, TrainingCheckpoint, commit_iteration, model_params
 from pbgtrain.choices import OperatorInit
 from pbgtrain.metrics import RankingAccumulator
-from pbgtrain.model import BucketEdges, EmbeddingModel, StepStats, StepTotals, add_train_step
+from pbgtrain.model import BucketEdges, EmbeddingModel, StepStats
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import precision_scope
+from pbgtrain.model.runner import make_runner
 from pbgtrain.plan.batching import ChunkKey, IterationStep, PreparedChunk, prepare_chunk, stable_seed
 from pbgtrain.plan.buckets import Bucket, PartitionLayout, Wait, all_buckets
 from pbgtrain.progress import Reporter
@@ -85,6 +86,9 @@ class Trainer:
                                        device=self.device, counts=self.counts, written=self.scheduler.written)
         self.ckpt.restore_model(self.model, self.optimizer, self.model.spec.relation_lr)
         self.generator = torch.Generator(device=self.device)
+        # the step, chosen once (plan.step): the trainer gives it each batch and reads its sums
+        self.runner = make_runner(plan.step, self.model, self.optimizer, self.device, cfg.batch_size,
+                                  generator=self.generator, static_shapes=plan.static_shapes)
         self.movement = MovementStats()
         self.update_lock = threading.Lock()  # held while a step updates the shared state (a distributed run syncs it)
         self.prefetcher = Prefetcher()  # reads ahead what the scheduler says comes next (its thread starts then)
@@ -125,7 +129,9 @@ class Trainer:
             time.sleep(self.coordinator.placement.first_epoch_delay)  # as the original's hogwild_delay
         prepared = prepare_chunk(edges_np.rel, key=key, eval_fraction=cfg.eval_fraction, batch_size=cfg.batch_size,
                                  dynamic=cfg.dynamic_relations, shuffle_seed=key.shuffle_seed(seed, step.epoch_idx))
-        self.generator.manual_seed(stable_seed("negatives", seed, step.index, bucket.lhs, bucket.rhs))
+        negatives_seed = stable_seed("negatives", seed, step.index, bucket.lhs, bucket.rhs)
+        self.generator.manual_seed(negatives_seed)
+        self.runner.reseed(negatives_seed)
         held = prepared.held_out.eval_idx.to(self.device)
         before = self.held_out.rank(held, edges, bucket, self.partitions.table, self.generator) if len(held) else None
         with precision_scope(self.plan.precision, self.device):
@@ -135,30 +141,29 @@ class Trainer:
 
     def _train_batches(self, prepared: PreparedChunk, edges: BucketEdges, bucket: Bucket,
                        reporter: Reporter) -> StepStats:
-        """One step per batch of the chunk; the sums stay on the device, read back every
-        :data:`PROGRESS_EVERY` batches (the progress bar's loss) and at the end."""
-        cfg = self.cfg
-        totals = StepTotals()
+        """One step per batch of the chunk (the run's :class:`~pbgtrain.model.runner.StepRunner`);
+        the sums stay on the device, read back every :data:`PROGRESS_EVERY` batches (the progress
+        bar's loss) and at the end."""
+        cfg, runner = self.cfg, self.runner
         shown, loss_shown = StepStats(), 0.0
         for batches in prepared.worker_batches:
             on_device = batches.to(self.device)  # one copy of the chunk's order; each batch a slice of it
             for k, idx in enumerate(on_device):
-                rel_of: int | torch.Tensor = edges.rel[idx] if cfg.dynamic_relations else batches.relation(k) or 0
-                relation = cfg.relations[0 if cfg.dynamic_relations else int(rel_of)]
-                batch = edges.batch(idx, rel_of, *self.model.spec.featurized_sides(relation))
-                if self.plan.static_shapes:
-                    batch = batch.pad(cfg.batch_size)
+                rel = None if cfg.dynamic_relations else batches.relation(k) or 0
+                relation = cfg.relations[rel or 0]
                 with self.update_lock:
-                    add_train_step(totals, self.model, self.partitions.table(relation.lhs, bucket, "lhs"),
-                                   self.partitions.table(relation.rhs, bucket, "rhs"), batch, self.optimizer,
-                                   generator=self.generator)
-                if totals.steps % PROGRESS_EVERY == 0:
-                    now = totals.result()
+                    runner.train(edges, idx, rel, self.partitions.table(relation.lhs, bucket, "lhs"),
+                                 self.partitions.table(relation.rhs, bucket, "rhs"))
+                if runner.totals.steps % PROGRESS_EVERY == 0:
+                    now = runner.totals.result()
                     loss_shown = (now.loss - shown.loss) / max(now.count - shown.count, 1)
                     shown = now
                 reporter.edges_done(len(idx), loss_shown)
                 interrupts.check()
-        return totals.result()
+        for note in runner.notes:
+            reporter.log(f"note: {note}")
+        runner.notes.clear()
+        return runner.take_totals()
 
     # ---- one iteration
     def buckets_of_pass(self, step: IterationStep) -> Iterator[tuple[Bucket, int]]:

@@ -214,32 +214,59 @@ def test_original_resumes_a_validation_driven_run(original: Original, tmp_path: 
     assert report.ok, "after pbgtrain resumed with --valid: " + validation_message(report)
 
 
-def test_original_resumes_a_run_trained_with_relation_prediction(original: Original, tmp_path: Path) -> None:
-    """``fit --relation-prediction`` changes training only: on the dynamic-relations cell
-    (complex_diagonal, dot, N3) its checkpoint validates, the original trains one more epoch from
-    it, and the directory still validates and resumes in pbgtrain."""
+def _resumed_by_the_original(original: Original, tmp_path: Path, cell_name: str, options: Any,
+                             what: str) -> CheckpointDir:
+    """Import and fit the cell with ``options``, validate, let the original train one more epoch,
+    validate again, resume with pbgtrain (the same options) and validate: its checkpoint directory."""
     from pbgtrain.config import load_run_config
-    from pbgtrain.train import FitOptions, fit
+    from pbgtrain.train import fit
 
-    cell = next(c for c in CELLS if c.name == "dynamic")
+    cell = next(c for c in CELLS if c.name == cell_name)
     root = tmp_path / "cell"
     train, test = cell.write_inputs(root)
     ours_import(write_json(root / "import.json", cell.config(root, edge_paths=("train", "test"))), [train, test],
                 weight_col=3 if cell.weighted else None)
     config = cell.config(root)
     config_path = write_json(root / "config.json", config)
-    options = FitOptions(relation_prediction=0.5)
     fit(load_run_config(config_path), options)
     report = ours_validate(config_path)
-    assert report.ok, "a checkpoint trained with relation prediction: " + validation_message(report)
+    assert report.ok, f"a checkpoint trained {what}: " + validation_message(report)
     ckpt = CheckpointDir(root / "checkpoint")
     version = ckpt.read_version()
     assert version > 0
-    assert any(line.get("pbgtrain", {}).get("relation_prediction") == 0.5 for line in ckpt.read_stats())
 
     original.cli("train", config, [], workdir=tmp_path / "run", overrides=[f"num_epochs={cell.epochs + 1}"])
     assert ckpt.read_version() == version + cell.num_chunks
     report = ours_validate(config_path)
-    assert report.ok, "after the original resumed a run trained with relation prediction: " + validation_message(report)
+    assert report.ok, f"after the original resumed a run trained {what}: " + validation_message(report)
     fit(load_run_config(config_path, [f"num_epochs={cell.epochs + 2}"]), options)
     assert ckpt.read_version() == version + 2 * cell.num_chunks
+    report = ours_validate(config_path)
+    assert report.ok, f"after pbgtrain resumed the original's version of a run trained {what}: " + \
+        validation_message(report)
+    return ckpt
+
+
+def test_original_resumes_a_run_trained_with_relation_prediction(original: Original, tmp_path: Path) -> None:
+    """``fit --relation-prediction`` changes training only: on the dynamic-relations cell
+    (complex_diagonal, dot, N3) its checkpoint validates, the original trains one more epoch from
+    it, and the directory still validates and resumes in pbgtrain."""
+    from pbgtrain.train import FitOptions
+
+    ckpt = _resumed_by_the_original(original, tmp_path, "dynamic", FitOptions(relation_prediction=0.5),
+                                    "with relation prediction")
+    assert any(line.get("pbgtrain", {}).get("relation_prediction") == 0.5 for line in ckpt.read_stats())
+
+
+@pytest.mark.parametrize("cell_name", ["static_unpart", "dynamic"])
+def test_original_resumes_a_run_through_the_replay_driver(original: Original, tmp_path: Path, cell_name: str) -> None:
+    """``fit --step attention --capture`` (the GPU's step: the softmax over negatives as attention,
+    through the replay driver, which on a CPU calls the step's body where a GPU replays it) changes
+    how a step computes, not what it writes: its checkpoint validates, the original trains one
+    more epoch from it, and pbgtrain resumes the original's version with the same step."""
+    from pbgtrain.train import FitOptions
+
+    ckpt = _resumed_by_the_original(original, tmp_path, cell_name, FitOptions(step="attention", capture=True),
+                                    "through the replay driver")
+    ours = [line for line in ckpt.read_stats() if "lhs_partition" in line and "pbgtrain" in line]
+    assert ours and all(line["pbgtrain"].get("violators_sampled_edges", 0) > 0 for line in ours)

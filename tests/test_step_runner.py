@@ -1,0 +1,259 @@
+"""The run's step (``pbgtrain.model.runner``): eager, and through the replay driver.
+
+On a CPU the replay driver runs everything a GPU runs (static buffers filled per batch, padding as
+a device count, learning rates and the negatives' generator in device memory, one graph per
+relation and pair of tables, warm-up steps, host-side step counts) except the capture call, which
+its stand-in replaces by the step's body. So the tests here hold the driver to the eager step, and
+check what it decides: when it captures again, what a failed capture does.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from pbgtrain.cli import app
+from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, NegativeSampling, RelationSpec
+from pbgtrain.model.model import make_relation_optimizer
+from pbgtrain.model.runner import Body, ReplayRunner, StandInReplayer, make_head, make_runner
+from pbgtrain.model.step_choice import StepChoice
+
+DEVICE = torch.device("cpu")
+
+
+def _setup(dynamic: bool, *, all_negs: bool = False, seed: int = 0, batch_negs: int = 6,
+           uniform_negs: int = 4) -> tuple[EmbeddingModel, EntityTable, BucketEdges]:
+    negs = NegativeSampling(batch_negs, uniform_negs)
+    relations = (RelationSpec("r", "e", "e", operator="complex_diagonal", all_negs=all_negs),) if dynamic else (
+        RelationSpec("r0", "e", "e", operator="translation"), RelationSpec("r1", "e", "e", operator="diagonal",
+                                                                           weight=0.5))
+    spec = ModelSpec({"e": 8}, relations, num_dynamic_rels=5 if dynamic else None, comparator="dot",
+                     loss_fn="softmax", regularization_coef=0.01, global_emb=not dynamic, lr=0.2, relation_lr=0.1,
+                     train_negatives=negs, eval_negatives=negs)
+    model = EmbeddingModel(spec)
+    model.draw_operators(0.3, seed)
+    gen = torch.Generator().manual_seed(seed)
+    table = EntityTable(torch.randn(40, 8, generator=gen) * 0.3)
+    n = 200
+    edges = BucketEdges(torch.randint(40, (n,), generator=gen), torch.randint(40, (n,), generator=gen),
+                        torch.randint(5 if dynamic else 2, (n,), generator=gen), torch.rand(n, generator=gen) + 0.5,
+                        None, None)
+    return model, table, edges
+
+
+def _batches(edges: BucketEdges, dynamic: bool, batch_size: int,
+             seed: int = 1) -> list[tuple[torch.Tensor, int | None]]:
+    """Shuffled batches of at most ``batch_size`` edges (one relation each when static), the last of each shorter."""
+    order = torch.randperm(len(edges), generator=torch.Generator().manual_seed(seed))
+    out: list[tuple[torch.Tensor, int | None]] = []
+    groups = [(order, None)] if dynamic else [(order[edges.rel[order] == r], r) for r in (0, 1)]
+    for idx, rel in groups:
+        out += [(idx[i:i + batch_size], rel) for i in range(0, len(idx), batch_size)]
+    return out
+
+
+def _train(runner_of: object, model: EmbeddingModel, table: EntityTable, edges: BucketEdges, batches: list,
+           *, reseed_every: int = 7) -> tuple[EmbeddingModel, EntityTable, list, object]:
+    model, table = copy.deepcopy(model), copy.deepcopy(table)
+    optimizer = make_relation_optimizer(model)
+    runner = runner_of(model, optimizer)  # type: ignore[operator]
+    stats = []
+    for i, (idx, rel) in enumerate(batches):
+        if i % reseed_every == 0:
+            runner.reseed(100 + i)
+            if i:
+                stats.append(runner.take_totals())
+        runner.train(edges, idx, rel, table, table)
+    stats.append(runner.take_totals())
+    return model, table, stats, optimizer
+
+
+def _assert_same(a: tuple, b: tuple) -> None:
+    model_a, table_a, stats_a, opt_a = a
+    model_b, table_b, stats_b, opt_b = b
+    torch.testing.assert_close(table_a.weights, table_b.weights, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(table_a.adagrad_sum, table_b.adagrad_sum, rtol=1e-4, atol=1e-6)
+    for p, q in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(opt_a.state[p]["sum"], opt_b.state[q]["sum"], rtol=1e-4, atol=1e-6)
+        assert float(opt_a.state[p]["step"]) == float(opt_b.state[q]["step"])
+    for s, t in zip(stats_a, stats_b, strict=True):
+        assert (s.count, s.violator_edges) == (t.count, t.violator_edges)
+        assert s.loss == pytest.approx(t.loss, rel=1e-5)
+        # the relation optimizer's update rounds in another order when its rate is a tensor: a few
+        # negatives within a rounding error of their positive may fall on the other side
+        for v, w in ((s.violators_lhs, t.violators_lhs), (s.violators_rhs, t.violators_rhs)):
+            assert abs(v - w) <= max(3, 0.02 * w), (v, w)
+
+
+@pytest.mark.parametrize(("dynamic", "all_negs"), [(False, False), (True, False), (True, True)])
+def test_the_replay_driver_trains_as_the_eager_attention_step(dynamic: bool, all_negs: bool) -> None:
+    """Every batch padded to 16 rows in the driver's buffers, none in the eager step; the same
+    negatives (one counter generator reseeded alike), the same sums, tables and optimizer states."""
+    model, table, edges = _setup(dynamic, all_negs=all_negs)
+    batches = _batches(edges, dynamic, 16)
+    eager = _train(lambda m, o: make_runner(StepChoice("attention"), m, o, DEVICE, 16), model, table, edges, batches)
+    replayed = _train(lambda m, o: make_runner(StepChoice("attention", capture="stand-in"), m, o, DEVICE, 16),
+                      model, table, edges, batches)
+    _assert_same(eager, replayed)
+    assert eager[2][0].violators_sampled is False or eager[2][0].violator_edges < eager[2][0].count
+    assert float(eager[3].state[next(eager[0].parameters())]["step"]) > 0  # the optimizer's steps were counted
+
+
+def test_the_replay_driver_with_the_score_matrix_head_trains_as_the_padded_eager_step() -> None:
+    model, table, edges = _setup(True)
+    batches = _batches(edges, True, 16)
+    eager = _train(lambda m, o: make_runner(StepChoice("scores"), m, o, DEVICE, 16, static_shapes=True,
+                                            generator=None), model, table, edges, batches)
+    # the eager score-matrix step draws from a torch generator: give the driver's counter stream to both
+    replayed = _train(lambda m, o: make_runner(StepChoice("scores", capture="stand-in"), m, o, DEVICE, 16),
+                      model, table, edges, batches)
+    assert eager[2][-1].count == replayed[2][-1].count
+    assert replayed[2][-1].violator_edges == replayed[2][-1].count  # the score matrices count every edge
+
+
+def test_learning_rates_changed_between_steps_reach_the_replayed_step() -> None:
+    """``--lr-decay`` replaces ``spec.lr`` and the optimizer's rate: the driver refills the memory
+    its step reads, so the replayed run trains as the eager one."""
+    model, table, edges = _setup(True)
+    batches = _batches(edges, True, 16)
+
+    def decaying(choice: StepChoice):  # type: ignore[no-untyped-def]
+        def make(m: EmbeddingModel, o: object) -> object:
+            runner = make_runner(choice, m, o, DEVICE, 16)  # type: ignore[arg-type]
+            train = runner.train
+
+            def train_and_decay(*args: object) -> None:
+                train(*args)  # type: ignore[arg-type]
+                m.spec = dataclasses.replace(m.spec, lr=m.spec.lr * 0.9)
+                for group in o.param_groups:  # type: ignore[attr-defined]
+                    group["lr"] *= 0.9
+
+            runner.train = train_and_decay  # type: ignore[method-assign]
+            return runner
+        return make
+
+    eager = _train(decaying(StepChoice("attention")), model, table, edges, batches)
+    replayed = _train(decaying(StepChoice("attention", capture="stand-in")), model, table, edges, batches)
+    _assert_same(eager, replayed)
+    fixed = _train(lambda m, o: make_runner(StepChoice("attention", capture="stand-in"), m, o, DEVICE, 16),
+                   model, table, edges, batches)
+    assert not torch.allclose(fixed[1].weights, replayed[1].weights)
+
+
+class CountingReplayer(StandInReplayer):
+    """The stand-in, counting its warm-up steps and captures."""
+
+    def __init__(self) -> None:
+        self.eager_steps = 0
+        self.captures = 0
+
+    def eager(self, body: Body) -> None:
+        self.eager_steps += 1
+        body()
+
+    def capture(self, body: Body) -> Body:
+        self.captures += 1
+        return body
+
+
+class FailingReplayer(StandInReplayer):
+    """A capture that fails, as an operation that cannot be captured makes it fail on a GPU."""
+
+    def capture(self, body: Body) -> Body:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+
+def _replay_runner(model: EmbeddingModel, optimizer: object, replayer: StandInReplayer) -> ReplayRunner:
+    return ReplayRunner(model, optimizer, make_head(StepChoice("attention"), model, DEVICE), DEVICE, 16,  # type: ignore[arg-type]
+                        replayer)
+
+
+def test_a_graph_per_relation_captured_once_and_again_when_the_tables_change() -> None:
+    model, table, edges = _setup(False)
+    other = copy.deepcopy(table)
+    replayer = CountingReplayer()
+    runner = _replay_runner(model, make_relation_optimizer(model), replayer)
+    runner.reseed(0)
+    for _ in range(3):
+        for rel in (0, 1):
+            runner.train(edges, torch.arange(10), rel, table, table)
+    assert (replayer.eager_steps, replayer.captures) == (2, 2)  # one warm-up step and one capture per relation
+    runner.train(edges, torch.arange(10), 0, other, other)  # another partition: a new graph, warmed up first
+    runner.train(edges, torch.arange(10), 0, other, other)
+    assert (replayer.eager_steps, replayer.captures) == (3, 3)
+    runner.train(edges, torch.arange(10), 0, table, table)
+    assert replayer.eager_steps == 4  # the first tables again: captured again (one graph per relation)
+    assert runner.totals.steps == 9
+
+
+def test_a_failed_capture_goes_on_uncaptured_and_says_so_once() -> None:
+    model, table, edges = _setup(True)
+    batches = _batches(edges, True, 16)
+    failing = _train(lambda m, o: _replay_runner(m, o, FailingReplayer()), model, table, edges, batches)
+    standing_in = _train(lambda m, o: _replay_runner(m, o, StandInReplayer()), model, table, edges, batches)
+    _assert_same(failing, standing_in)
+    model2, table2, edges2 = _setup(True)
+    runner = _replay_runner(model2, make_relation_optimizer(model2), FailingReplayer())
+    for idx, rel in batches:
+        runner.train(edges2, idx, rel, table2, table2)
+    assert runner.notes == ["the step could not be captured as a CUDA graph (RuntimeError: operation not permitted "
+                            "when stream is capturing); training goes on with the same step uncaptured"]
+
+
+def test_a_batch_larger_than_the_buffers_is_refused() -> None:
+    model, table, edges = _setup(True)
+    runner = make_runner(StepChoice("attention", capture="stand-in"), model, None, DEVICE, 8)
+    with pytest.raises(ValueError, match="a batch of 9 edges is larger than the step's 8 rows"):
+        runner.train(edges, torch.arange(9), None, table, table)
+
+
+def test_fit_through_the_replay_driver_says_its_step_and_samples_its_violators(tmp_path: Path) -> None:
+    """``fit --step attention --capture`` on a CPU: the run's line names the step, every bucket's
+    stats say on how many edges its violators were counted, the checkpoint validates, and today's
+    step resumes it."""
+    from pbgio.cli import app as pbgio_app
+
+    runner = CliRunner()
+    assert runner.invoke(pbgio_app, ["example", str(tmp_path / "ex")]).exit_code == 0
+    config = str(tmp_path / "ex" / "config.json")
+    done = runner.invoke(app, ["fit", config, "--step", "attention", "--capture", "-p", "num_epochs=2",
+                               "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "step: softmax over negatives as attention, through the replay driver" in done.output
+    assert "violators counted on the first 64 edges of each batch" in done.output
+    lines = [json.loads(line) for line in (tmp_path / "ex" / "checkpoint" / "training_stats.json").read_text()
+             .splitlines()]
+    buckets = [line for line in lines if "lhs_partition" in line]
+    assert buckets and all(0 < line["pbgtrain"]["violators_sampled_edges"] < line["stats"]["count"]
+                           for line in buckets)
+    assert runner.invoke(pbgio_app, ["validate", config]).exit_code == 0
+    done = runner.invoke(app, ["fit", config, "--step", "scores", "-p", "num_epochs=3", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "step: score matrices" in done.output
+    assert runner.invoke(pbgio_app, ["validate", config]).exit_code == 0
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--step", "attention", "-p", "loss_fn=ranking"],
+     "--step attention: the attention form is the softmax loss's; this run's loss_fn is ranking"),
+    (["--step", "attention", "-p", "comparator=l2"], "--step attention: the attention form scores by a dot product"),
+    (["--capture", "-p", "max_norm=1"], "--capture: the step cannot be replayed: max_norm renormalises rows"),
+    (["--capture", "-p", "num_machines=2"], "--capture: the step cannot be replayed: several trainers"),
+])
+def test_step_options_that_cannot_apply_to_the_config_exit_2_naming_the_option(tmp_path: Path, options: list[str],
+                                                                message: str) -> None:
+    from pbgio.cli import app as pbgio_app
+
+    runner = CliRunner()
+    assert runner.invoke(pbgio_app, ["example", str(tmp_path / "ex")]).exit_code == 0
+    done = runner.invoke(app, ["fit", str(tmp_path / "ex" / "config.json"), *options, "--no-progress"])
+    assert done.exit_code == 2, done.output
+    assert message in " ".join(done.output.split())
+    assert not (tmp_path / "ex" / "checkpoint" / "training_stats.json").exists()
