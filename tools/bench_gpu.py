@@ -41,6 +41,16 @@ are printed, never asserted. Without CUDA the GPU scenarios print "skipped" and 
     .venv/bin/python tools/bench_gpu.py --scenario cpu-partitioned --edges 2e6   # CPU, shorter
     .venv/bin/python tools/bench_gpu.py --scenario freebase --scale 0.05 --device cpu --precision fp32 \
         --freebase-epochs 1 --workdir bench-data/gpu          # the 1/20-size pipeline on a CPU
+
+``--check`` prints every GPU line of the fused, captured step with its target in one run of under
+five minutes (``tools/gpu_check.py``): the LiveJournal shape at batch 10,000 and 50,000,
+Freebase86m's shape, FB15k-237 1-vs-all at dimension 2,000. What it needs from a CPU machine first
+(docs/guides/gpu.md, "Checking a card"):
+
+    .venv/bin/python tools/bench_gpu.py --prepare-check bench-data/gpu-check   # FB15k-237, imported
+    .venv/bin/python tools/bench_gpu.py --check --prepared bench-data/gpu-check   # on the card
+    .venv/bin/python tools/bench_gpu.py --check --device cpu --scale 0.001 --check-seconds 1 \
+        --check-fb15k-minutes 0.1 --check-fb15k-dimension 32 --prepared bench-data/gpu-check   # a CPU smoke run
 """
 
 from __future__ import annotations
@@ -374,11 +384,35 @@ def main() -> None:
                              "launches (on a CPU: aten operations) and host ms per batch")
     parser.add_argument("--freebase-epochs", type=int, default=10)
     parser.add_argument("--freebase-negatives", type=int, default=500, help="same-batch and uniform, each")
+    parser.add_argument("--check", action="store_true",
+                        help="the GPU lines with their targets, one run of under five minutes (tools/gpu_check.py)")
+    parser.add_argument("--prepare-check", type=Path, default=None, metavar="DIR",
+                        help="import what --check needs (FB15k-237, with polars) into DIR, on a CPU machine")
+    parser.add_argument("--prepared", type=Path, default=None, metavar="DIR", help="--check: what --prepare-check made")
+    parser.add_argument("--check-seconds", type=float, default=20.0, help="--check: seconds each step rate is measured")
+    parser.add_argument("--check-fb15k-minutes", type=float, default=2.5,
+                        help="--check: minutes of FB15k-237 training (the target is .37 within 10)")
+    parser.add_argument("--check-fb15k-dimension", type=int, default=2000, help="--check: FB15k-237's dimension")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=None, help="keep (and reuse) the graphs here")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     args.precision = args.precision or ["fp32", "tf32", "bf16"]
+    if args.prepare_check is not None:
+        from gpu_check import prepare
+
+        print(f"prepared: {prepare(args.prepare_check, REPO_ROOT.parent / 'shared')}")
+        return
+    if args.check:
+        from gpu_check import run
+
+        if args.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                sys.exit("--check: no CUDA device here (--device cpu runs it as a smoke run)")
+        run(args)
+        return
 
     import torch
 

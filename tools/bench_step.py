@@ -5,10 +5,15 @@
     python tools/bench_step.py --profile         # torch profiler table of a few steps
     python tools/bench_step.py --overhead        # host time per step where the arithmetic is tiny
     python tools/bench_step.py --overhead --count-ops   # + dispatched operations per step
+    python tools/bench_step.py --livejournal --step attention   # the softmax as attention, LiveJournal's shape
 
 ``--overhead`` is the LiveJournal model (one relation, operator none, dot, softmax, no N3) at
 dimension 8, batch 100, 100 batch + 100 uniform negatives: the arithmetic of a step is a few
 microseconds, so its time is what the host spends dispatching (the time a GPU would wait for).
+``--livejournal`` is the partitioned benchmark's shape (a 1.25M-row partition, dimension 100,
+operator none, dot, softmax, no N3, batch 10,000, 1,000 same-batch + 1,000 uniform negatives).
+``--step`` picks the head (``scores``: the score matrices, ``attention``: the softmax over
+negatives as attention, with ``--core`` explicit or fused kernels; :mod:`pbgtrain.model.step_choice`).
 ``--count-ops`` counts with the profiler the operations one step of the trainer
 (``add_train_step``, its sums left on the device) dispatches: every ``aten::`` operation, and
 those that compute (not a view, an allocation or a dtype wrapper), the ones that would each be a
@@ -43,12 +48,17 @@ from pbgtrain.model import (
     ModelSpec,
     NegativeSampling,
     RelationSpec,
+    StepStats,
     StepTotals,
     add_train_step,
     keep_freed_memory,
     make_relation_optimizer,
     train_step,
 )
+from pbgtrain.model.attention import AttentionHead, ExplicitAttention, FusedAttention
+from pbgtrain.model.precision import precision_scope
+from pbgtrain.model.runner import make_head
+from pbgtrain.model.step_choice import StepChoice
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--default-malloc", action="store_true", help="skip keep_freed_memory() (glibc defaults)")
     p.add_argument("--profile", action="store_true", help="print a torch profiler table of 5 steps")
     p.add_argument("--compile", action="store_true", help="fuse the elementwise passes (torch.compile)")
+    p.add_argument("--step", choices=["scores", "attention"], default="scores", help="the step's head")
+    p.add_argument("--core", choices=["explicit", "fused"], default=None,
+                   help="the attention head's core (default: the device's, attention_core)")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
+    p.add_argument("--livejournal", action="store_true", help="the partitioned benchmark's shape (see above)")
     p.add_argument("--overhead", action="store_true", help="the LiveJournal model at d8, batch 100, 100+100 negatives")
     p.add_argument("--count-ops", action="store_true", help="count the operations one step dispatches")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -79,14 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.overhead:
         args.dimension, args.batch_size, args.batch_negs, args.uniform_negs = 8, 100, 100, 100
         args.operator, args.relations, args.reg, args.entities = "none", 0, 0.0, 10_000
+    if args.livejournal:
+        args.dimension, args.batch_size, args.batch_negs, args.uniform_negs = 100, 10_000, 1000, 1000
+        args.operator, args.relations, args.reg, args.entities = "none", 0, 0.0, 1_250_000
     tuned = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if args.compile:
-        from pbgtrain.model import fused
-
-        fused.use_compiled()
     negs = NegativeSampling(args.batch_negs, args.uniform_negs, share_uniform_negs=not args.per_chunk_uniform)
     spec = ModelSpec(
         entity_dimensions={"entity": args.dimension},
@@ -96,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         train_negatives=negs, eval_negatives=negs)
     gen = torch.Generator(device=device).manual_seed(0)
     model = EmbeddingModel(spec).to(device)
+    head = make_head(StepChoice(args.step, compiled=args.compile), model, device)
+    if args.core is not None:
+        head = AttentionHead(FusedAttention() if args.core == "fused" else ExplicitAttention())
     optimizer = make_relation_optimizer(model)
     table = EntityTable.random(args.entities, args.dimension, generator=gen, device=device)
     num_batches = 64
@@ -109,24 +126,28 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    def step(i: int) -> StepStats:
+        with precision_scope(args.precision, device):
+            return train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen, head=head)
+
     for i in range(args.warmup):
-        train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen)
+        step(i)
     sync()
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for i in range(5):
-                train_step(model, table, table, batches[i % num_batches], optimizer, generator=gen)
+                step(i)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     totals = StepTotals()  # the trainer's step: its sums stay on the device (train_step also reads them back)
     ops = count_ops(lambda i: add_train_step(totals, model, table, table, batches[i % num_batches], optimizer,
-                                             generator=gen)) if args.count_ops else None
+                                             generator=gen, head=head)) if args.count_ops else None
     step_times: list[float] = []
     start = time.perf_counter()
     steps = 0
     while time.perf_counter() - start < args.seconds:
         t0 = time.perf_counter()
-        stats = train_step(model, table, table, batches[steps % num_batches], optimizer, generator=gen)
+        stats = step(steps)
         sync()
         step_times.append(time.perf_counter() - t0)
         steps += 1
@@ -144,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         "shared_uniform_negs": not args.per_chunk_uniform,
         "malloc_tuned": tuned,
         "compiled": args.compile,
+        "head": head.name,
+        "precision": args.precision,
         "last_loss": round(stats.loss, 3),
         "torch": torch.__version__,
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
@@ -151,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         **({"ops_per_step": ops[0], "compute_ops_per_step": ops[1]} if ops else {}),
     }
-    print(f"train_step: {edges_per_s:,.0f} edges/s over {steps} steps in {elapsed:.1f} s "
+    print(f"train_step ({head.name}, {args.precision}): {edges_per_s:,.0f} edges/s over {steps} steps in "
+          f"{elapsed:.1f} s "
           f"(median step {median_ms:.1f} ms → {figures['edges_per_s_median_step']:,.0f} edges/s; "
           f"{torch.get_num_threads()} threads, load {figures['loadavg_1m']})")
     if ops:
