@@ -257,3 +257,20 @@ def test_step_options_that_cannot_apply_to_the_config_exit_2_naming_the_option(t
     assert done.exit_code == 2, done.output
     assert message in " ".join(done.output.split())
     assert not (tmp_path / "ex" / "checkpoint" / "training_stats.json").exists()
+
+
+def test_an_optimizer_state_that_decays_its_rate_is_trained_eagerly_and_said_so() -> None:
+    """A relation optimizer loaded from a torch Adagrad state with ``lr_decay`` computes its rate
+    from the step count on the host: the run goes on with the eager step, and says why."""
+    model, table, edges = _setup(True)
+    optimizer = make_relation_optimizer(model)
+    assert optimizer is not None
+    for group in optimizer.param_groups:
+        group["lr_decay"] = 0.01
+    runner = make_runner(StepChoice("attention", capture="stand-in"), model, optimizer, DEVICE, 16)
+    assert not isinstance(runner, ReplayRunner)
+    runner.reseed(0)
+    runner.train(edges, torch.arange(16), None, table, table)
+    assert runner.take_totals().count == 16
+    assert runner.notes == ["the step is not replayed: the relation optimizer's state decays its rate with the "
+                            "step count (lr_decay), which the host computes"]

@@ -300,7 +300,7 @@ class AttentionHead:
         d_queries = (weighted_keys / total.unsqueeze(-1)).sub_(p).mul_(scale.unsqueeze(-1))
         d_positives = q * -scale.unsqueeze(-1)
         d_candidates: Tensor | None = None
-        per_key = (q * (scale / total).unsqueeze(-1))
+        per_key = q * (scale / total).unsqueeze(-1)
         for group, saved, sink_share in runs:
             d_out = q.new_zeros(*group.queries.shape[:-1], width, dtype=dtype)
             d_out[..., :dim] = group.to_group(per_key) / sink_share.unsqueeze(-1)
@@ -310,7 +310,7 @@ class AttentionHead:
                 d_positives += dp
             if dc is not None:
                 d_candidates = dc if d_candidates is None else d_candidates + dc
-        violators, counted = _sampled_violators(groups, operands, pos, own, real, shape)
+        violators, counted = _sampled_violators(groups, operands, pos, own, real)
         return HeadGradients(loss, violators, d_queries, d_positives, d_candidates, counted)
 
 
@@ -323,7 +323,7 @@ def _nothing(q: Tensor, p: Tensor, candidates: Sequence[Tensor], real: Tensor | 
 
 
 def _sampled_violators(groups: Sequence[_KeyGroup], operands: Sequence[tuple[Tensor, Tensor]], pos: Tensor,
-                       own: Tensor | None, real: Tensor | int, shape: BlockShape) -> tuple[Tensor, Tensor | int]:
+                       own: Tensor | None, real: Tensor | int) -> tuple[Tensor, Tensor | int]:
     """Violators of the first :data:`VIOLATOR_ROWS` edges of each side (no more than a chunk when a
     group is chunked), counted exactly: per side [S], and how many edges they were counted on.
     Scored from the attention's own operands (the mask coordinate masks the padding; the sink,

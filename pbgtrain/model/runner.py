@@ -89,10 +89,15 @@ def make_runner(choice: StepChoice, model: EmbeddingModel, optimizer: RelationAd
     step draws its negatives from (the attention form and a replayed step draw from a
     :class:`~pbgtrain.model.counter_rng.CounterGenerator` of their own)."""
     head = make_head(choice, model, device)
-    if choice.capture == "none":
+    decaying = optimizer is not None and any(group["lr_decay"] for group in optimizer.param_groups)
+    if choice.capture == "none" or decaying:
         draws: torch.Generator | CounterGenerator = CounterGenerator(device) if choice.head == "attention" else \
             generator or torch.Generator(device=device)
-        return EagerRunner(model, optimizer, head, draws, batch_size if static_shapes else None)
+        runner = EagerRunner(model, optimizer, head, draws, batch_size if static_shapes else None)
+        if choice.capture != "none":  # a state loaded from torch's Adagrad with lr_decay: its rate needs the host
+            runner.notes.append("the step is not replayed: the relation optimizer's state decays its rate with the "
+                                "step count (lr_decay), which the host computes")
+        return runner
     replayer: Replayer = CudaGraphReplayer(device) if choice.capture == "cuda-graph" else StandInReplayer()
     return ReplayRunner(model, optimizer, head, device, batch_size, replayer)
 
