@@ -68,9 +68,9 @@ def _train(runner_of: object, model: EmbeddingModel, table: EntityTable, edges: 
         if i % reseed_every == 0:
             runner.reseed(100 + i)
             if i:
-                stats.append(runner.take_totals())
+                stats.append(runner.totals.take())
         runner.train(edges, idx, rel, table, table)
-    stats.append(runner.take_totals())
+    stats.append(runner.totals.take())
     return model, table, stats, optimizer
 
 
@@ -271,6 +271,6 @@ def test_an_optimizer_state_that_decays_its_rate_is_trained_eagerly_and_said_so(
     assert not isinstance(runner, ReplayRunner)
     runner.reseed(0)
     runner.train(edges, torch.arange(16), None, table, table)
-    assert runner.take_totals().count == 16
+    assert runner.totals.take().count == 16
     assert runner.notes == ["the step is not replayed: the relation optimizer's state decays its rate with the "
                             "step count (lr_decay), which the host computes"]

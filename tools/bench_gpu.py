@@ -401,7 +401,7 @@ def main() -> None:
     if args.prepare_check is not None:
         from gpu_check import prepare
 
-        print(f"prepared: {prepare(args.prepare_check, REPO_ROOT.parent / 'shared')}")
+        print(f"prepared: {prepare(args.prepare_check)}")
         return
     if args.check:
         from gpu_check import run

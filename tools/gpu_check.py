@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import shutil
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,28 +109,19 @@ def step_rate(*, entities: int, edges: int, relations: int, operator: str, batch
             trained += batch_size
         sync()
     elapsed = time.perf_counter() - started
-    stats = runner.take_totals()
+    stats = runner.totals.take()
     if not math.isfinite(stats.loss):
         raise SystemExit(f"the step's loss is not finite ({stats.loss}): {choice.note}")
     return {"edges_per_s": trained / elapsed, "seconds": elapsed, "step": choice.note, "notes": runner.notes,
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None}
 
 
-def prepare(root: Path, shared: Path) -> Path:
-    """Import FB15k-237 with its recipe (a CPU machine, with polars) into ``root``; the config's path."""
-    from pbgio.importers import import_edge_lists
+def prepare(root: Path) -> Path:
+    """Import FB15k-237 with its recipe (a CPU machine, with polars) into ``root``, as the quality
+    benchmark does (:func:`bench_quality.prepare`); the config's path."""
+    from bench_quality import prepare as prepare_recipe
 
-    repo = Path(__file__).resolve().parent.parent
-    work = root / "fb15k-237"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    shutil.copy(repo / "recipes" / "fb15k-237.json", work / "config.json")
-    with tarfile.open(shared / "datasets" / "fb15k-237.tar.gz") as tar:
-        tar.extractall(work / "raw", filter="data")
-    [train] = list((work / "raw").rglob("train.tsv"))
-    import_edge_lists(work / "config.json", [train.parent / f"{s}.tsv" for s in ("train", "valid", "test")])
-    shutil.rmtree(work / "raw")
-    return work / "config.json"
+    return prepare_recipe(root, "fb15k-237") / "config.json"
 
 
 def fb15k(config: Path, device: torch.device, minutes: float, dimension: int) -> tuple[Line, Line]:

@@ -69,7 +69,7 @@ from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator
 from pbgtrain.model.losses import LossFunction
-from pbgtrain.model.negative_blocks import BlockShape, HeadGradients, head_inputs, pad_rows, stack_sides
+from pbgtrain.model.negative_blocks import BlockShape, HeadGradients, head_inputs, stack_sides
 from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
 from pbgtrain.model.precision import autocast_state
 
@@ -157,12 +157,6 @@ class _KeyGroup:
     rows: int  # how many first rows each side has in one group (a chunk, or the batch)
 
 
-def _chunked(x: Tensor, shape: BlockShape) -> Tensor:
-    """[S, B, …] → [S · chunks, chunk, …], zero rows appended to the last chunk."""
-    sides = x.shape[0]
-    return pad_rows(x, shape.padded).view(sides * shape.num_chunks, shape.chunk, *x.shape[2:])
-
-
 def _groups(shape: BlockShape, q: Tensor, p: Tensor, candidates: Sequence[Tensor],
             num_real: Tensor | int) -> list[_KeyGroup]:
     """The key groups of one layout (as :func:`~pbgtrain.model.negative_blocks.negative_blocks` lays it out)."""
@@ -185,7 +179,7 @@ def _groups(shape: BlockShape, q: Tensor, p: Tensor, candidates: Sequence[Tensor
 
     out = []
     if shape.mode is NegativeMode.BATCH_UNIFORM:
-        keys = _chunked(p, shape)
+        keys = shape.chunked(p)
         rows = torch.arange(padded, device=q.device)
         mask = torch.where(rows >= num_real, MASKED_SCORE, 0.0).to(q.dtype).view(chunks, chunk).repeat(sides, 1)
         num_candidates = 0
@@ -205,11 +199,11 @@ def _groups(shape: BlockShape, q: Tensor, p: Tensor, candidates: Sequence[Tensor
             dc = d_keys[:, chunk:].reshape(sides, chunks, num_candidates, dim)
             return d_pos, dc.reshape(sides, -1, dim) if per_chunk else dc.sum(1)
 
-        out.append(_KeyGroup(_chunked(q, shape), keys, mask, lambda x: _chunked(x, shape), unchunk, split_batch,
+        out.append(_KeyGroup(shape.chunked(q), keys, mask, shape.chunked, unchunk, split_batch,
                              first_rows_of_chunks, first_of_chunks, own_first=True, rows=chunk))
     if candidates and not merged and per_chunk:  # uniform negatives only, each chunk its own
-        out.append(_KeyGroup(_chunked(q, shape), stack_sides(candidates).view(sides * chunks, -1, dim), None,
-                             lambda x: _chunked(x, shape), unchunk, lambda d: (None, d.reshape(sides, -1, dim)),
+        out.append(_KeyGroup(shape.chunked(q), stack_sides(candidates).view(sides * chunks, -1, dim), None,
+                             shape.chunked, unchunk, lambda d: (None, d.reshape(sides, -1, dim)),
                              first_rows_of_chunks, first_of_chunks, own_first=False, rows=chunk))
     elif candidates and not merged and len(candidates) == 1:  # one set of candidates for every side
         out.append(_KeyGroup(q.reshape(1, sides * num_pos, dim), candidates[0].unsqueeze(0), None,

@@ -70,6 +70,15 @@ class BlockShape:
     def padded(self) -> int:
         return self.num_chunks * self.chunk
 
+    def chunked(self, x: Tensor) -> Tensor:
+        """[S, B, …] → [S · chunks, chunk, …], zero rows appended to the last chunk."""
+        return _pad(x, self.padded).view(x.shape[0] * self.num_chunks, self.chunk, *x.shape[2:])
+
+    def real_rows(self, num_real: Tensor | None) -> Tensor | int:
+        """How many rows are edges: ``num_real`` (a count on the device) when the batch is padded,
+        else every positive (a number)."""
+        return self.num_pos if num_real is None else num_real
+
     def mask_columns(self, scores: Tensor, value: float, real: Tensor | int) -> None:
         """Set the batch-negative columns of [S·chunks, chunk, W] (the first ``chunk`` of each
         row; W − chunk uniform columns may follow) that are no edge (past ``real``, a count on the
@@ -127,7 +136,7 @@ def _rows(x: Tensor, rows: int) -> Tensor:
     return x if x.shape[1] == rows else x[:, :rows]
 
 
-def pad_rows(x: Tensor, rows: int) -> Tensor:
+def _pad(x: Tensor, rows: int) -> Tensor:
     """[S, B, …] with zero rows appended on axis 1 up to ``rows``."""
     if x.shape[1] == rows:
         return x
@@ -149,13 +158,12 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
            p: Tensor, candidates: Sequence[Tensor]) -> _Scored:
     """The blocks of queries ``q`` [S, B, D] (positives ``p``, the batch negatives)."""
     sides, num_pos, dim = q.shape
-    chunk, chunks, padded = shape.chunk, shape.num_chunks, shape.padded
+    chunks, padded = shape.num_chunks, shape.padded
     out = _Scored(q, [], [], [])
     per_chunk = shape.uniform == "per_chunk"
     merged = bool(candidates) and shape.merges(candidates[0].shape[0] // (chunks if per_chunk else 1))
     if shape.mode is NegativeMode.BATCH_UNIFORM:
-        qc = pad_rows(q, padded).view(sides * chunks, chunk, dim)
-        keys = pad_rows(p, padded).view(sides * chunks, chunk, dim)
+        qc, keys = shape.chunked(q), shape.chunked(p)
         if merged:
             c = stack_sides(candidates)
             if not per_chunk and chunks > 1:
@@ -168,7 +176,7 @@ def _score(cmp: Comparator, shape: BlockShape, masked: float, own: Tensor | None
         out.blocks.append(_rows(scores.view(sides, padded, -1), num_pos))
         out.kinds.append("batch")
     if candidates and not merged and per_chunk:  # uniform negatives only, each chunk its own
-        qc = pad_rows(q, padded).view(sides * chunks, chunk, dim)
+        qc = shape.chunked(q)
         c = stack_sides(candidates).view(sides * chunks, -1, dim)
         scores = full_precision(cmp.all_pairs(qc, c))
         out.operands.append((qc, c, scores))
@@ -316,7 +324,7 @@ def head_inputs(shape: BlockShape, queries: Sequence[Tensor], positives: Sequenc
                                                                              Tensor | int]:
     """What every head starts from: the queries and positives stacked [S, B, D], the candidates
     (none when the layout takes none), and the count of real rows (a number without padding)."""
-    real: Tensor | int = shape.num_pos if num_real is None else num_real
+    real = shape.real_rows(num_real)
     return stack_sides(queries), stack_sides(positives), () if shape.uniform == "none" else candidates, real
 
 
@@ -366,7 +374,7 @@ def negative_blocks(cmp: Comparator, shape: BlockShape, queries: Sequence[Tensor
     """
     if shape.uniform == "none":
         candidates = ()
-    real: Tensor | int = shape.num_pos if num_real is None else num_real
+    real = shape.real_rows(num_real)
     out: tuple[Tensor, ...] = _NegativeBlocks.apply(  # type: ignore[no-untyped-call]
         cmp, shape, masked, own, real, len(queries), len(candidates), *queries, *positives, *candidates)
     return out

@@ -2,7 +2,7 @@
 
 A :class:`StepRunner` trains one batch at a time (:meth:`StepRunner.train`: a bucket's edges on the
 device and the offsets of the batch) and keeps the sums of its steps on the device
-(:meth:`StepRunner.take_totals`). Two implementations:
+(:attr:`StepRunner.totals`). Two implementations:
 
 - :class:`EagerRunner`: each batch cut from the bucket (padded to ``batch_size`` with
   ``--static-shapes``) and given to :func:`~pbgtrain.model.step.add_train_step`;
@@ -28,7 +28,7 @@ device and the offsets of the batch) and keeps the sums of its steps on the devi
 >>> edges = BucketEdges(torch.arange(10), torch.arange(10).flip(0), torch.zeros(10, dtype=torch.long), None, None, None)
 >>> runner.reseed(1)
 >>> runner.train(edges, torch.arange(5), 0, table, table)
->>> runner.take_totals().count
+>>> runner.totals.take().count
 5
 """
 
@@ -49,7 +49,7 @@ from pbgtrain.model.inputs import BucketEdges, EdgeBatch
 from pbgtrain.model.model import EmbeddingModel
 from pbgtrain.model.negative_blocks import Head, ScoreMatrixHead
 from pbgtrain.model.relation_adagrad import RelationAdagrad
-from pbgtrain.model.step import StepStats, StepTotals, add_train_step, step_body
+from pbgtrain.model.step import StepTotals, add_train_step, step_body
 from pbgtrain.model.step_choice import StepChoice
 from pbgtrain.model.tables import EntityTable
 
@@ -70,9 +70,6 @@ class StepRunner(Protocol):
               rhs_table: EntityTable) -> None:
         """Train the batch ``idx`` (offsets into ``edges``) of relation ``rel`` (None with dynamic
         relations: each edge's own, from ``edges.rel``)."""
-
-    def take_totals(self) -> StepStats:
-        """The sums of the steps since the last call (one read from the device), then zero."""
 
 
 def make_head(choice: StepChoice, model: EmbeddingModel, device: torch.device) -> Head:
@@ -125,11 +122,6 @@ class EagerRunner:
             batch = batch.pad(self.pad_to)
         add_train_step(self.totals, self.model, lhs_table, rhs_table, batch, self.optimizer,
                        generator=self.generator, head=self.head)
-
-    def take_totals(self) -> StepStats:
-        stats = self.totals.result()
-        self.totals.reset()
-        return stats
 
 
 class Replayer(Protocol):
@@ -214,12 +206,14 @@ class _StaticBatch:
         self.weight = torch.zeros(size, device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
 
-    def fill(self, edges: BucketEdges, idx: Tensor) -> None:
-        """Copy the edges ``idx`` in (on the device: gathers and fills, no synchronisation)."""
+    def fill(self, edges: BucketEdges, idx: Tensor, *, relations: bool) -> None:
+        """Copy the edges ``idx`` in, their relation ids too when ``relations`` (dynamic relations;
+        on the device: gathers and fills, no synchronisation)."""
         n = len(idx)
         if n > len(self.lhs):
             raise ValueError(f"a batch of {n} edges is larger than the step's {len(self.lhs)} rows (batch_size)")
-        for source, target in ((edges.lhs, self.lhs), (edges.rhs, self.rhs), (edges.rel, self.rel)):
+        pairs = [(edges.lhs, self.lhs), (edges.rhs, self.rhs)] + ([(edges.rel, self.rel)] if relations else [])
+        for source, target in pairs:
             torch.index_select(source, 0, idx, out=target[:n])
             target[n:].zero_()
         if edges.weight is None:
@@ -256,11 +250,6 @@ class ReplayRunner:
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
 
-    def take_totals(self) -> StepStats:
-        stats = self.totals.result()
-        self.totals.reset()
-        return stats
-
     def _refill_rates(self) -> None:
         rates = (self.model.spec.lr, self._relation_rate())
         if rates != self._rates:  # --lr-decay changed them: the graph reads the new values from the same memory
@@ -270,20 +259,19 @@ class ReplayRunner:
 
     def train(self, edges: BucketEdges, idx: Tensor, rel: int | None, lhs_table: EntityTable,
               rhs_table: EntityTable) -> None:
-        self.buffers.fill(edges, idx)
+        self.buffers.fill(edges, idx, relations=rel is None)
         self._refill_rates()
         graph = self._graphs.get(rel)
         if graph is None or not graph.serves(lhs_table, rhs_table):
             graph = self._graphs[rel] = _Graph.of(lhs_table, rhs_table)
-        body = self._body(rel, lhs_table, rhs_table)
         if self._uncaptured is not None or graph.eager_steps < self.replayer.warmup_steps:
-            self.replayer.eager(body)
+            self.replayer.eager(self._body(rel, lhs_table, rhs_table))
             if graph.eager_steps == 0:
                 graph.trained = [p for p in self.model.parameters() if p.grad is not None]
             graph.eager_steps += 1
         else:
-            if graph.replay is None:
-                graph.replay = self._capture(body)
+            if graph.replay is None:  # the body is made where it runs: a replay needs none
+                graph.replay = self._capture(self._body(rel, lhs_table, rhs_table))
             graph.replay()
         if self.optimizer is not None:
             self.optimizer.count_steps(graph.trained)

@@ -104,6 +104,12 @@ class StepTotals:
             else:
                 self._host_counts[i] += value
 
+    def take(self) -> StepStats:
+        """:meth:`result`, then :meth:`reset`: the sums since the last take."""
+        stats = self.result()
+        self.reset()
+        return stats
+
     def reset(self) -> None:
         """Start again from zero (the same memory)."""
         for sums in (self._loss, self._reg, self._violators, self._counts):

@@ -163,7 +163,7 @@ class Trainer:
         for note in runner.notes:
             reporter.log(f"note: {note}")
         runner.notes.clear()
-        return runner.take_totals()
+        return runner.totals.take()
 
     # ---- one iteration
     def buckets_of_pass(self, step: IterationStep) -> Iterator[tuple[Bucket, int]]:
