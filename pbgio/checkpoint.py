@@ -41,15 +41,19 @@ from pbgio.checks import optimizer as optimizer_checks
 from pbgio.checks import raise_first
 from pbgio.errors import CorruptFileError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import (
+    InMemoryRows,
     attr_int,
     attr_str,
     check_format_version,
     check_written,
     link_name,
+    mapped_rows,
     open_h5,
+    read_row_chunks,
     read_whole,
     write_format_version,
 )
+from pbgio.formats.h5 import TableRows as TableRows  # re-exported: pbgtrain reads rows through it
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
     CONFIG_JSON_ATTR,
@@ -209,34 +213,48 @@ class CheckpointDir:
             _write_blob(f, state.optimizer_state)
         return path
 
-    def read_embeddings(self, entity_type: str, part: int, version: int | None = None) -> EmbeddingsState:
-        path = self.embeddings_path(entity_type, part, self._version_or_latest(version))
-        with open_h5(path) as f:
-            check_format_version(f, path)
-            ds = f.get(EMBEDDINGS_DATASET)
-            raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
-            return EmbeddingsState(read_whole(ds, path), _read_blob(f, path))
-
-    def embeddings_shape(self, entity_type: str, part: int, version: int) -> tuple[int, ...]:
-        """The shape of a partition's table, read without its values."""
+    @contextlib.contextmanager
+    def _table(self, entity_type: str, part: int, version: int) -> Iterator[tuple[Any, AnyPath]]:
+        """The open file of a partition's table and its checked ``embeddings`` dataset."""
         path = self.embeddings_path(entity_type, part, version)
         with open_h5(path) as f:
             check_format_version(f, path)
             ds = f.get(EMBEDDINGS_DATASET)
             raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
+            yield ds, path
+
+    def read_embeddings(self, entity_type: str, part: int, version: int | None = None) -> EmbeddingsState:
+        with self._table(entity_type, part, self._version_or_latest(version)) as (ds, path):
+            return EmbeddingsState(read_whole(ds, path), _read_blob(ds.file, path))
+
+    def iter_embedding_rows(self, entity_type: str, part: int, version: int) -> Iterator[tuple[int, Float32Array]]:
+        """``(first row, rows)`` of a partition's table in order, a bounded chunk at a time
+        (:func:`pbgio.formats.h5.read_row_chunks`; ``PBG_ROW_CHUNK_BYTES``): what a stage that
+        streams a table reads, in memory one chunk, whatever the partition's size."""
+        with self._table(entity_type, part, version) as (ds, path):
+            for start, rows in read_row_chunks(ds, path):
+                yield start, np.ascontiguousarray(rows, dtype=np.float32)
+
+    def map_embeddings(self, entity_type: str, part: int, version: int) -> TableRows:
+        """A partition's table for reading rows here and there (evaluation, predictions): exactly the
+        rows asked for, read from the file where HDF5 stores the table as plain bytes
+        (:class:`pbgio.formats.h5.MappedRows`), else from the table held whole
+        (:class:`~pbgio.formats.h5.InMemoryRows`)."""
+        with self._table(entity_type, part, version) as (ds, path):
+            mapped = mapped_rows(ds, path) if ds.dtype == np.float32 else None
+            return mapped if mapped is not None else InMemoryRows(np.asarray(read_whole(ds, path), dtype=np.float32))
+
+    def embeddings_shape(self, entity_type: str, part: int, version: int) -> tuple[int, ...]:
+        """The shape of a partition's table, read without its values."""
+        with self._table(entity_type, part, version) as (ds, _):
             return tuple(int(n) for n in ds.shape)
 
     def read_embedding_rows(self, entity_type: str, part: int, version: int,
                             offsets: NDArray[np.int64]) -> Float32Array:
         """Rows ``offsets`` (any order, repeats allowed) of a partition's table, read without the rest
         (a nearest-neighbour search re-ranks a few rows; a fingerprint checks a few)."""
-        path = self.embeddings_path(entity_type, part, version)
-        wanted = np.asarray(offsets, dtype=np.int64)
-        unique, inverse = np.unique(wanted, return_inverse=True)
-        with open_h5(path) as f:
-            check_format_version(f, path)
-            ds = f.get(EMBEDDINGS_DATASET)
-            raise_first([checks.embeddings_dataset(str(path), *_member(ds))])
+        unique, inverse = np.unique(np.asarray(offsets, dtype=np.int64), return_inverse=True)
+        with self._table(entity_type, part, version) as (ds, path):
             check_written(ds, path)
             if len(unique) and (unique[0] < 0 or unique[-1] >= ds.shape[0]):
                 bad = int(unique[0] if unique[0] < 0 else unique[-1])
@@ -527,63 +545,6 @@ def remove_uncommitted(ckpt: CheckpointDir) -> list[AnyPath]:
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
-
-
-def keep_version(ckpt: CheckpointDir, version: int, name: str = naming.BEST_DIR) -> AnyPath:
-    """Keep committed ``version`` in the subdirectory ``name`` (default ``best/``) for good: a
-    checkpoint directory of its own (its files, ``config.json`` and a version file) that later
-    commits, pbgtrain's or the original's, never remove. Returns the subdirectory.
-
-    Local files are hard links (no copy; the data stays while either name does), copies where a
-    link cannot be made and on object stores. Like a commit: the files first, then the version
-    file (written atomically: the switch), then the files of the version kept before.
-
-    >>> import tempfile, pathlib
-    >>> from pbgio.example import example_config
-    >>> d = CheckpointDir(pathlib.Path(tempfile.mkdtemp()))
-    >>> state = EmbeddingsState(np.ones((2, 4), dtype=np.float32))
-    >>> for v in (1, 2):
-    ...     write_checkpoint(d, v, embeddings={("user", 0): state}, model=None)
-    >>> best = keep_version(d, 1)
-    Traceback (most recent call last):
-    ...
-    ValueError: version 1 has no files left in ...; keep a version right after it is committed
-    >>> best = keep_version(d, 2)
-    >>> write_checkpoint(d, 3, embeddings={("user", 0): state}, model=None)
-    >>> CheckpointDir(best).read_version(), sorted(p.name for p in best.iterdir())
-    (2, ['checkpoint_version.txt', 'embeddings_user_0.v2.h5'])
-    """
-    files = ckpt.files_of_version(version)
-    if not files:
-        raise ValueError(f"version {version} has no files left in {storage.display(ckpt.path)}; "
-                         "keep a version right after it is committed")
-    kept = ckpt.path / name
-    kept.mkdir(parents=True, exist_ok=True)
-    config = ckpt.path / naming.CONFIG_JSON
-    for path in [*files, *([config] if config.is_file() else [])]:
-        _link_or_copy(path, kept / path.name)
-    atomic.write_text(kept / naming.CHECKPOINT_VERSION, format_count(version))
-    for stale in CheckpointDir(kept).versions_on_disk():
-        if stale != version:
-            for path in CheckpointDir(kept).files_of_version(stale):
-                path.unlink(missing_ok=True)
-    return kept
-
-
-def _link_or_copy(source: AnyPath, target: AnyPath) -> None:
-    """``target`` holds ``source``'s bytes: a hard link where possible (replacing what was there)."""
-    if not storage.is_remote(source) and not storage.is_remote(target):
-        try:
-            if target.exists() and os.path.samefile(source, target):
-                return
-            staged = target.with_name(target.name + ".link-tmp")
-            staged.unlink(missing_ok=True)
-            os.link(source, staged)
-            os.replace(staged, target)
-            return
-        except OSError:  # another file system, or one without hard links: copy
-            pass
-    storage.copy_file(source, target)
 
 
 def _snapshot(ckpt: CheckpointDir, version: int, epoch: int) -> None:

@@ -2,9 +2,11 @@
 atomically with every rule of :mod:`pbgio.checks.index` enforced, and the rows it indexes.
 
 The file is written through a temp file renamed into place, so a build killed at any point
-leaves the previous index or none, never half of one. :class:`TypeRows` gives one entity type's
-rows of one version as export writes them (global embedding added when asked), partition by
-partition or a few at a time, and their fingerprint.
+leaves the previous index or none, never half of one. The payload is streamed into it, never
+whole in memory, and stored as one run of plain bytes, which a search maps instead of loading
+(:func:`load_index_payload`). :class:`TypeRows` gives one entity type's rows of one version as
+export writes them (global embedding added when asked), a bounded chunk at a time or a few
+rows here and there, and their fingerprint.
 
 >>> import tempfile, pathlib
 >>> from pbgio.testing import small_valid_layout, write_layout
@@ -14,6 +16,8 @@ partition or a few at a time, and their fingerprint.
 >>> rows = TypeRows(cfg, CheckpointDir(config.parent / "checkpoint"), 1, "user", add_global=True)
 >>> rows.partition_rows(), rows.dimension, len(rows.fingerprint())
 ([5, 4], 4, 64)
+>>> [(first, len(chunk)) for first, chunk in rows.chunks(1)]
+[(0, 4)]
 >>> bool((rows.rows(1, [3, 0])[0] == rows.partition(1)[3]).all())
 True
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -34,8 +38,15 @@ from pbgio.checks import index as checks
 from pbgio.checks import raise_first
 from pbgio.checks.checkpoint import param_missing
 from pbgio.config import ConfigSchema
-from pbgio.errors import FormatError, Issue
-from pbgio.formats.h5 import attr_str, check_format_version, check_written, open_h5, write_format_version
+from pbgio.errors import FormatError, Issue, PbgioError
+from pbgio.formats.h5 import (
+    attr_str,
+    check_format_version,
+    check_written,
+    mapped_rows,
+    open_h5,
+    write_format_version,
+)
 from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.spec.index import META_ATTR, PAYLOAD_DATASET, fingerprint_offsets
 from pbgio.storage import AnyPath, atomic
@@ -43,6 +54,11 @@ from pbgio.storage import AnyPath, atomic
 HASH_BLOCK = 1 << 24
 T = TypeVar("T")
 Floats = NDArray[np.float32]
+Payload = NDArray[np.uint8]
+PayloadSink = Callable[[bytes], object]
+"""Takes a serialized index's next bytes, in order (the library's writer calls it piece by piece)."""
+PayloadWriter = Callable[[PayloadSink], None]
+"""Serializes an index into the sink it is given: the same bytes, in the same order, at every call."""
 
 
 @dataclass(frozen=True)
@@ -90,14 +106,6 @@ def stale_issue(config: ConfigSchema, checkpoint: CheckpointDir, version: int, m
     return checks.stale(file, asdict(meta), counts, rows.dimension, fingerprint)
 
 
-def payload_digest(payload: NDArray[np.uint8]) -> str:
-    digest = hashlib.sha256()
-    flat = payload.reshape(-1)
-    for start in range(0, len(flat), HASH_BLOCK):
-        digest.update(flat[start:start + HASH_BLOCK].tobytes())
-    return digest.hexdigest()
-
-
 def dataset_digest(ds: Any) -> str:
     """SHA-256 of a stored payload dataset, read a block at a time (never whole in memory)."""
     digest = hashlib.sha256()
@@ -106,19 +114,78 @@ def dataset_digest(ds: Any) -> str:
     return digest.hexdigest()
 
 
-def write_index_file(path: AnyPath, meta: IndexMeta, payload: NDArray[np.uint8]) -> IndexMeta:
-    """Write ``path`` atomically: the payload and the metadata, stamped with the payload's digest
-    (returned)."""
+class PayloadSizeError(PbgioError, RuntimeError):
+    """The library serialized an index to a different number of bytes the second time (nothing was
+    written under the index's name)."""
+
+
+def write_index_file(path: AnyPath, meta: IndexMeta, write: PayloadWriter) -> tuple[IndexMeta, int]:
+    """Write ``path`` atomically: the payload ``write`` serializes and the metadata, stamped with
+    the payload's digest; returns that metadata and the payload's size.
+
+    ``write`` runs twice, the payload never whole in memory: once to count its bytes, then into a
+    contiguous dataset of that size (one run of plain bytes in the file, which a search maps:
+    :func:`load_index_payload`), :data:`HASH_BLOCK` bytes at a time, hashed on the way."""
     import h5py
 
-    stamped = IndexMeta(**{**asdict(meta), "payload_sha256": payload_digest(payload)})
+    size = _payload_size(write)
     with atomic.atomic_target(path) as tmp:
         path.parent.mkdir(parents=True, exist_ok=True)
         with h5py.File(tmp, "w") as f:
             write_format_version(f)
-            f.create_dataset(PAYLOAD_DATASET, data=payload)
+            sink = _DatasetSink(f.create_dataset(PAYLOAD_DATASET, shape=(size,), dtype=np.uint8), path)
+            write(sink)
+            stamped = IndexMeta(**{**asdict(meta), "payload_sha256": sink.finish()})
             f.attrs[META_ATTR] = stamped.to_json()
-    return stamped
+    return stamped, size
+
+
+def _payload_size(write: PayloadWriter) -> int:
+    """Bytes ``write`` serializes (counted, not kept)."""
+    size = 0
+
+    def count(piece: bytes) -> None:
+        nonlocal size
+        size += len(piece)
+
+    write(count)
+    return size
+
+
+class _DatasetSink:
+    """Writes the pieces it is given, in order, into a 1-D uint8 dataset of their total size,
+    :data:`HASH_BLOCK` bytes at a time, hashing them on the way."""
+
+    def __init__(self, ds: Any, path: AnyPath) -> None:
+        self.ds = ds
+        self.path = path
+        self.digest = hashlib.sha256()
+        self.written = 0
+        self.pending = bytearray()
+
+    def __call__(self, piece: bytes) -> None:
+        self.digest.update(piece)
+        self.pending += piece
+        if len(self.pending) >= HASH_BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        stop = self.written + len(self.pending)
+        if stop > self.ds.shape[0]:
+            raise self._changed(f"at least {stop:,}")
+        self.ds[self.written:stop] = np.frombuffer(self.pending, np.uint8)
+        self.written, self.pending = stop, bytearray()
+
+    def finish(self) -> str:
+        """The payload's digest, once every piece is written (all the bytes counted)."""
+        self._flush()
+        if self.written != self.ds.shape[0]:
+            raise self._changed(f"{self.written:,}")
+        return self.digest.hexdigest()
+
+    def _changed(self, size: str) -> PayloadSizeError:
+        return PayloadSizeError(f"{self.path}: the index serialized to {self.ds.shape[0]:,} bytes, then to {size}; "
+                                "nothing was written")
 
 
 def meta_problem(file: str, f: Any) -> tuple[IndexMeta | None, Issue | None]:
@@ -146,16 +213,26 @@ def read_index_meta(path: AnyPath) -> IndexMeta:
     return meta
 
 
-def load_index_payload(path: AnyPath, meta: IndexMeta, load: Callable[[Callable[[int], bytes]], T]) -> T:
-    """``load(read)``, where ``read(n)`` gives the payload's next ``n`` bytes (fewer at its end),
-    after the payload was checked against the recorded digest (``index-damaged``). The payload is
-    streamed twice, a block at a time: memory holds the loaded index, not also its bytes."""
+def load_index_payload(path: AnyPath, meta: IndexMeta, view: Callable[[Payload], T],
+                       stream: Callable[[Callable[[int], bytes]], T]) -> T:
+    """The index of ``path``'s payload, once the payload matches the recorded digest
+    (``index-damaged``; hashed a block at a time).
+
+    Where the payload is one run of plain bytes in a local file (as :func:`write_index_file`
+    writes it; :func:`pbgio.formats.h5.mapped_rows`), ``view(payload)`` gets it as a read-only
+    memory map (which lives as long as ``payload``): an index that keeps its large arrays in place
+    reads the pages a search touches, so memory never holds the payload. Elsewhere (remote
+    storage, a payload stored in chunks), ``stream(read)``, where ``read(n)`` gives the payload's
+    next ``n`` bytes (fewer at its end): memory holds the loaded index, not also its bytes."""
     with open_h5(path) as f:
         ds = f[PAYLOAD_DATASET]
         check_written(ds, path)
         issue = checks.damaged(str(path), asdict(meta), dataset_digest(ds), ds.shape[0])
         if issue is not None:
             raise FormatError(issue)
+        mapped = mapped_rows(ds, path)
+        if mapped is not None:
+            return view(mapped.array)
         position = 0
 
         def read(count: int) -> bytes:
@@ -165,11 +242,12 @@ def load_index_payload(path: AnyPath, meta: IndexMeta, load: Callable[[Callable[
             position = stop
             return chunk
 
-        return load(read)
+        return stream(read)
 
 
 class TypeRows:
-    """One entity type's rows of one version, as indexed: read per partition, or a few at a time."""
+    """One entity type's rows of one version, as indexed: a bounded chunk at a time, or a few here
+    and there (a whole partition only for tools and tests that compare against one)."""
 
     def __init__(self, config: ConfigSchema, checkpoint: CheckpointDir, version: int, entity_type: str, *,
                  add_global: bool) -> None:
@@ -197,8 +275,14 @@ class TypeRows:
         return list(self._rows)
 
     def partition(self, part: int) -> Floats:
-        """All rows of partition ``part``."""
+        """All rows of partition ``part``, in memory at once (tools and tests; a build reads :meth:`chunks`)."""
         return self._shifted(self.checkpoint.read_embeddings(self.entity_type, part, self.version).embeddings)
+
+    def chunks(self, part: int) -> Iterator[tuple[int, Floats]]:
+        """``(first row, rows)`` of partition ``part`` in order, a bounded chunk at a time
+        (:meth:`pbgio.checkpoint.CheckpointDir.iter_embedding_rows`), the global embedding added to each."""
+        for first, values in self.checkpoint.iter_embedding_rows(self.entity_type, part, self.version):
+            yield first, self._shifted(values)
 
     def rows(self, part: int, offsets: Sequence[int] | NDArray[np.int64]) -> Floats:
         """Rows ``offsets`` of partition ``part``, in the order given."""
@@ -209,13 +293,11 @@ class TypeRows:
         """As export writes rows: float32, plus the global embedding (float32 + float32)."""
         return np.ascontiguousarray(values if self.shift is None else values + self.shift, dtype=np.float32)
 
-    def fingerprint(self, sampled: Sequence[Floats] | None = None) -> str:
-        """The fingerprint of :mod:`pbgio.spec.index`; ``sampled``: each partition's rows at
-        :func:`~pbgio.spec.index.fingerprint_offsets`, when the caller has them already."""
+    def fingerprint(self) -> str:
+        """The fingerprint of :mod:`pbgio.spec.index`: each partition's rows at
+        :func:`~pbgio.spec.index.fingerprint_offsets`, read alone."""
         counts = self.partition_rows()
-        if sampled is None:
-            sampled = [self.rows(p, fingerprint_offsets(n)) for p, n in enumerate(counts)]
-        return fingerprint(counts, sampled)
+        return fingerprint(counts, [self.rows(p, fingerprint_offsets(n)) for p, n in enumerate(counts)])
 
 
 def fingerprint(partition_rows: Sequence[int], sampled: Sequence[Floats]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pbgio import storage
+from pbgio import storage, training_memory
 from pbgio.checkpoint import CheckpointDir
 from pbgio.edges import bucket_length, iter_buckets
 from pbgio.entities import read_dynamic_rel_count, read_entity_count, read_relation_names
@@ -66,6 +66,7 @@ def _summarize_config(layout: Layout) -> dict[str, Any]:
         summary["dynamic_rel_names"] = _safe(read_relation_names, entity_path)
     summary["edge_paths"] = [_summarize_edges(p) for p in layout.edge_paths]
     summary["checkpoint"] = _summarize_checkpoint(layout.checkpoint_path)
+    summary["training_memory"] = _safe(training_memory.summary, layout)
     return summary
 
 

@@ -8,9 +8,11 @@ operator is applied: this is similarity in the embedding space, not link predict
 rows are its features, so its neighbours are features.
 
 Every row of the type is compared with every query, exactly: partition by partition, a block
-of rows at a time (memory: one partition, one block of scores and ``k`` per query), the best
-``k`` kept by :class:`~pbgio.topk.TopK` (equal scores: lower partition, then lower row first);
-the scan is :func:`pbgio.topk.scan_partitions`, the one ``pbgtrain predict`` uses too.
+of rows at a time, each partition streamed a bounded chunk at a time (``PBG_ROW_CHUNK_BYTES``;
+:class:`pbgio.index.RowWindow`; memory: a chunk or two, one block of scores and ``k`` per query,
+never a partition; the queries' own rows are read alone), the best ``k`` kept by
+:class:`~pbgio.topk.TopK` (equal scores: lower partition, then lower row first); the scan is
+:func:`pbgio.topk.scan_partitions`, the one ``pbgtrain predict`` uses too.
 ``cos`` divides each vector by its L2 norm (a zero vector scores 0 against everything);
 ``dot`` is the plain inner product. On ``device="cpu"`` numpy does the products (no torch is
 imported); ``cuda`` moves each block to the GPU through torch. A query is left out of its own
@@ -38,6 +40,7 @@ from pbgio.checks.entities import names_count
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, PbgioError
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
+from pbgio.index.rows import RowWindow
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
@@ -188,33 +191,16 @@ def _neighbors(source: CheckpointVersion, entity_type: str, names: list[str], k:
     where = locate_entities(source.entity_path, entity_type, num_parts, names)
     queries = [where[name] for name in names]
     shift = global_embeddings(source, [entity_type])[entity_type] if add_global and cfg.global_emb else None
-
-    def rows_of(part: int) -> Floats:
-        values = source.checkpoint.read_embeddings(entity_type, part, source.version).embeddings
-        return add_global_embedding(values, shift, entity_type)
-
-    vectors = np.empty((len(queries), cfg.entity_dimension(entity_type)), np.float32)
-    held: tuple[int, Floats] | None = None  # the last partition read for queries, scanned first
-    for part in sorted({q.partition for q in queries}):
-        rows = rows_of(part)
-        for i, q in enumerate(queries):
-            if q.partition == part:
-                if q.offset >= len(rows):
-                    raise _more_names_than_rows(source, entity_type, part, len(rows))
-                vectors[i] = rows[q.offset]
-        held = (part, rows)
-    del rows  # held keeps the last one, for the scan to start with
-    scorer = VectorScorer(vectors, metric, device)
+    scorer = VectorScorer(_query_rows(source, entity_type, queries, shift), metric, device)
 
     def open_partition(part: int) -> tuple[int, BlockScores]:
-        nonlocal held
-        rows = held[1] if held is not None and held[0] == part else rows_of(part)
-        held = None
-        return len(rows), lambda start, stop: scorer(rows[start:stop])
+        num_rows = source.checkpoint.embeddings_shape(entity_type, part, source.version)[0]
+        window = RowWindow((first, add_global_embedding(values, shift, entity_type)) for first, values in
+                           source.checkpoint.iter_embedding_rows(entity_type, part, source.version))
+        return num_rows, lambda start, stop: scorer(window(start, stop))
 
-    order = sorted(range(num_parts), key=lambda p: (held is None or p != held[0], p))
     step = rows_per_block(max(cfg.entity_dimension(entity_type), len(queries)), SCORE_BUDGET, MAX_BLOCK_ROWS)
-    scan = scan_partitions(order, open_partition, k=k if include_self else k + 1, block_rows=step,
+    scan = scan_partitions(range(num_parts), open_partition, k=k if include_self else k + 1, block_rows=step,
                            queries=len(queries))
     found = [[(s, Position(p, o)) for s, p, o in top.items() if include_self or Position(p, o) != q][:k]
              for top, q in zip(scan.tops, queries, strict=True)]
@@ -223,6 +209,21 @@ def _neighbors(source: CheckpointVersion, entity_type: str, names: list[str], k:
                       [Neighbor(rank, named[pos], score, pos.partition, pos.offset)
                        for rank, (score, pos) in enumerate(best, 1)])
             for name, best in zip(names, found, strict=True)]
+
+
+def _query_rows(source: CheckpointVersion, entity_type: str, queries: list[Position], shift: Floats | None) -> Floats:
+    """The rows of ``queries`` (global embedding added when ``shift`` is given), each partition's
+    read without the rest of it."""
+    vectors = np.empty((len(queries), source.config.entity_dimension(entity_type)), np.float32)
+    for part in sorted({q.partition for q in queries}):
+        members = [i for i, q in enumerate(queries) if q.partition == part]
+        offsets = np.array([queries[i].offset for i in members], np.int64)
+        num_rows = source.checkpoint.embeddings_shape(entity_type, part, source.version)[0]
+        if offsets.max() >= num_rows:
+            raise _more_names_than_rows(source, entity_type, part, num_rows)
+        values = source.checkpoint.read_embedding_rows(entity_type, part, source.version, offsets)
+        vectors[members] = add_global_embedding(values, shift, entity_type)
+    return vectors
 
 
 def _more_names_than_rows(source: CheckpointVersion, entity_type: str, part: int, rows: int) -> FormatError:

@@ -33,7 +33,7 @@ app = typer.Typer(
 PrecisionOption = Annotated[PrecisionChoice | None, typer.Option(
     "--precision", help="Matrix products in fp32 (the reference), tf32 (CUDA tensor cores), bf16, or auto: bf16 "
     "where the device computes it natively (a GPU; a CPU with AVX-512 BF16 or AMX), else fp32. Embeddings and "
-    "optimizer state stay float32. The choice is said on the run's first line (default: bf16 on a GPU when the "
+    "optimizer state stay float32. The choice is said on the run's first lines (default: bf16 on a GPU when the "
     "config sets half_precision, else fp32).")]
 
 

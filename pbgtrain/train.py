@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import torch
 
-from pbgio import interrupts, storage
+from pbgio import interrupts, storage, training_memory
 from pbgio.checkpoint import CheckpointDir, remove_superseded, remove_uncommitted
 from pbgio.config import semantic_issues
 from pbgio.edges import bucket_length
@@ -305,10 +305,12 @@ def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter
 
 
 def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:
-    """Once per run: the device and precision, then what runs differently from what the config
-    may suggest."""
+    """Once per run: on a CPU the memory it holds (:mod:`pbgio.training_memory`), the device and
+    precision, then what runs differently from what the config may suggest."""
     cfg = trainer.cfg
     threads = torch.get_num_threads()
+    if trainer.device.type == "cpu":
+        reporter.log(f"memory: {training_memory.summary(trainer.plan.layout)['line']}")
     reporter.log(f"training on {trainer.device} ({threads} thread{'s' if threads != 1 else ''}), "
                  f"{trainer.plan.precision_note}")
     reporter.log(trainer.plan.step.note)

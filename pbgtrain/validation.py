@@ -5,7 +5,7 @@ evaluated on the validation edge path with the filtered protocol (all entities a
 known edges of the filter paths left out: :func:`pbgtrain.evaluate.evaluate_checkpoint`). Then:
 
 * **best version**: a version whose validation MRR beats every earlier one is kept in
-  ``checkpoint_path/best/`` (:func:`pbgio.checkpoint.keep_version`), a checkpoint directory of its
+  ``checkpoint_path/best/`` (:func:`pbgio.keep.keep_version`), a checkpoint directory of its
   own that later commits never remove: evaluate or export it with ``-p checkpoint_path=…/best``;
 * **early stopping** (``patience`` P): the run stops after P evaluations in a row without a
   better MRR (a run stopped by another rule, ``--max-minutes``, has its last version evaluated too);
@@ -40,7 +40,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pbgio import storage
-from pbgio.checkpoint import CheckpointDir, keep_version
+from pbgio.checkpoint import CheckpointDir
+from pbgio.keep import keep_version
 from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.spec.stats import EXTRA_KEY

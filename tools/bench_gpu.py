@@ -283,14 +283,35 @@ def planted_edge_list(path: Path, *, entities: int, edges: int, relations: int, 
     tmp.replace(path)
 
 
-def stage(name: str, module: str, argv: list[str], cwd: Path) -> dict[str, Any]:
+def stage(name: str, module: str, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``python -m module argv`` in ``cwd``: its wall seconds and peak RSS (exit on failure)."""
     from _benchutil import run_python_module
 
-    run = run_python_module(module, argv, cwd=cwd)
+    run = run_python_module(module, argv, cwd=cwd, env=env)
     if run.returncode != 0:
         sys.exit(f"freebase: {name} failed: {run.failure()}")
-    return {"stage": name, "seconds": run.wall_seconds, "peak_rss_bytes": run.peak_rss_bytes, "stdout": run.stdout}
+    print(f"  {name}: {run.wall_seconds:.1f} s, peak RSS {run.peak_rss_bytes / GIB:.2f} GiB", flush=True)
+    return {"stage": name, "seconds": run.wall_seconds, "peak_rss_bytes": run.peak_rss_bytes, "stdout": run.stdout,
+            "stderr": run.stderr}
+
+
+def _bytes_under(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def freebase_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's config: ComplEx d100 over dynamic relations, ``--freebase-partitions``
+    partitions, each bucket in ``--freebase-edge-chunks`` chunks (``fit`` trains
+    ``--freebase-iterations`` of them: that share of an epoch)."""
+    negs = args.freebase_negatives
+    return {
+        "entities": {"entity": {"num_partitions": args.freebase_partitions}},
+        "relations": [{"name": "rel", "lhs": "entity", "rhs": "entity", "operator": "complex_diagonal"}],
+        "dynamic_relations": True, "dimension": 100, "comparator": "dot", "loss_fn": "softmax", "lr": 0.1,
+        "global_emb": False, "regularization_coef": 0.0, "batch_size": 10_000, "num_batch_negs": negs,
+        "num_uniform_negs": negs, "eval_fraction": 0.0, "num_epochs": args.freebase_epochs,
+        "num_edge_chunks": args.freebase_edge_chunks, "verbose": 0,
+        "entity_path": "data", "edge_paths": ["data/train", "data/test"], "checkpoint_path": "model"}
 
 
 def freebase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -311,53 +332,88 @@ def freebase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                           seed=args.seed + 1)
         marker.write_text(json.dumps(shape), encoding="utf-8")
         stages.append({"stage": "generate (TSV)", "seconds": time.perf_counter() - started, "peak_rss_bytes": None})
-    negs = args.freebase_negatives
-    config = {
-        "entities": {"entity": {"num_partitions": 1}},
-        "relations": [{"name": "rel", "lhs": "entity", "rhs": "entity", "operator": "complex_diagonal"}],
-        "dynamic_relations": True, "dimension": 100, "comparator": "dot", "loss_fn": "softmax", "lr": 0.1,
-        "global_emb": False, "regularization_coef": 0.0, "batch_size": 10_000, "num_batch_negs": negs,
-        "num_uniform_negs": negs, "eval_fraction": 0.0, "num_epochs": args.freebase_epochs, "verbose": 0,
-        "entity_path": "data", "edge_paths": ["data/train", "data/test"], "checkpoint_path": "model"}
-    (root / "config.json").write_text(json.dumps(config, indent=4), encoding="utf-8")
+    (root / "config.json").write_text(json.dumps(freebase_config(args), indent=4), encoding="utf-8")
     for leftover in ("data", "model", "export"):
         shutil.rmtree(root / leftover, ignore_errors=True)
     cli = ["--no-progress"]
     stages.append(stage("import", "pbgio", ["import", "config.json", "train.tsv", "test.tsv", *cli], root))
+    stages.append(stage("validate", "pbgio", ["validate", "config.json"], root))
     # The planted relations are random labels over one community structure, so identity operators are
     # this graph's truth: started random (fit's default), 741 of them at 1/20 learn nothing in one
     # epoch (test MRR .0041, chance; identity: .0112). Identity keeps the scenario's figures comparable.
-    stages.append(stage("fit", "pbgtrain", ["fit", "config.json", "-p", "edge_paths=data/train", "--device",
-                                            args.device, "--precision", args.precision[0], "--no-validate",
-                                            "--operator-init", "identity", *cli], root))
+    limit = ["--max-iterations", str(args.freebase_iterations)] if args.freebase_iterations else []
+    fitted = stage("fit", "pbgtrain", ["fit", "config.json", "-p", "edge_paths=data/train", "--device",
+                                       args.device, "--precision", args.precision[0], "--no-validate",
+                                       "--operator-init", "identity", *limit, *cli], root)
+    stages.append(fitted)
     stages.append(stage("eval", "pbgtrain", ["eval", "config.json", "--edges", "data/test", "--device", args.device,
                                              "--json", *cli], root))
-    stages.append(stage("export", "pbgio", ["export", "config.json", "-o", "export", "--format", "npy", *cli], root))
+    for fmt, target in (("npy", "export"), ("parquet", "export"), ("tsv", "export/embeddings.tsv")):
+        done = stage(f"export {fmt}", "pbgio", ["export", "config.json", "-o", target, "--format", fmt, *cli], root)
+        done["output_bytes"] = _bytes_under(root / target)
+        stages.append(done)
+        shutil.rmtree(root / "export", ignore_errors=True)  # each format's files go before the next's come
     try:
         import faiss  # noqa: F401
-
-        stages.append(stage("index", "pbgio", ["index", "build", "config.json", "-t", "entity", *cli], root))
     except ImportError:
-        stages.append({"stage": "index", "seconds": None, "peak_rss_bytes": None, "skipped": "FAISS is not installed"})
+        stages.append({"stage": "index build", "seconds": None, "peak_rss_bytes": None,
+                       "skipped": "FAISS is not installed"})
+    else:
+        built = stage("index build", "pbgio", ["index", "build", "config.json", "-t", "entity", *cli], root)
+        built["output_bytes"] = sum(p.stat().st_size for p in (root / "model").glob("index_entity.*"))
+        stages.append(built)
+        stages.append(stage("neighbours (index)", "pbgio", ["neighbors", "config.json", "-t", "entity", "n0", "n1",
+                                                            "--metric", "dot", "--index", "-k", "10", "--json"], root))
+        stages.append(stage("predict (index)", "pbgtrain", ["predict", "config.json", "--lhs", "n0", "--rel", "r0",
+                                                            "--index", "-k", "10", "--json"], root))
     stats = [json.loads(line) for line in (root / "model" / "training_stats.json").read_text().splitlines()]
     trained = [line for line in stats if "stats" in line and "pbgtrain" in line]
     train_seconds = sum(line["pbgtrain"]["trained_until"] - line["pbgtrain"]["trained_from"] for line in trained)
     train_edges = sum(line["stats"]["count"] for line in trained)
+    said = (fitted["stdout"] + fitted["stderr"]).splitlines()
+    memory_line = next((line[line.index("memory:"):] for line in said if "memory:" in line), None)
     rows = [[s["stage"], "-" if s["seconds"] is None else f"{s['seconds']:.1f}",
-             "-" if s["peak_rss_bytes"] is None else f"{s['peak_rss_bytes'] / GIB:.2f}", s.get("skipped", "")]
+             "-" if s["peak_rss_bytes"] is None else f"{s['peak_rss_bytes'] / GIB:.2f}",
+             f"{s['output_bytes'] / GIB:.2f}" if "output_bytes" in s else "", s.get("skipped", "")]
             for s in stages]
-    print(f"{entities:,} entities, {edges:,} training edges, {relations:,} relations; ComplEx d100, "
-          f"{negs} + {negs} negatives, {args.freebase_epochs} epoch(s) on {args.device} ({args.precision[0]}): "
+    share = (f"{args.freebase_iterations} of {args.freebase_edge_chunks} edge chunks" if args.freebase_iterations
+             else f"{args.freebase_epochs} epoch(s)")
+    print(f"{entities:,} entities, {edges:,} training edges, {relations:,} relations, {args.freebase_partitions} "
+          f"partitions; ComplEx d100, {args.freebase_negatives} + {args.freebase_negatives} negatives, {share} on "
+          f"{args.device} ({args.precision[0]}): {train_edges:,} edges at "
           f"{train_edges / max(train_seconds, 1e-9):,.0f} edges/s of training")
-    print(format_table(["stage", "seconds", "peak RSS GiB", ""], rows))
-    evaluated = next(s for s in stages if s["stage"] == "eval").pop("stdout")
+    if memory_line:
+        print(f"fit's first line: {memory_line}")
+    print(format_table(["stage", "seconds", "peak RSS GiB", "output GiB", ""], rows))
+    evaluated = next(s for s in stages if s["stage"] == "eval")["stdout"]
     report = json.loads(evaluated[evaluated.index("{"):evaluated.rindex("}") + 1])
     m = report["metrics"]
     print(f"test ({report['count']:,} edges, {report['protocol']}): MRR {m['mrr']:.4f}, Hits@10 {m['r10']:.4f}")
     for s in stages:
         s.pop("stdout", None)
-    return {"shape": shape, "stages": stages, "train_edges_per_s": train_edges / max(train_seconds, 1e-9),
-            "test": report}
+        s.pop("stderr", None)
+    return {"shape": shape, "partitions": args.freebase_partitions, "stages": stages, "train_edges": train_edges,
+            "train_edges_per_s": train_edges / max(train_seconds, 1e-9), "memory_rule": memory_line, "test": report}
+
+
+def side_by_side(paths: list[Path]) -> None:
+    """The freebase stages of several ``--json`` results (e.g. 1/20 and 1/4, or two commits) in one table."""
+    results = [json.loads(p.read_text())["results"]["freebase"] for p in paths]
+    names = list(dict.fromkeys(s["stage"] for r in results for s in r["stages"]))
+    header = ["stage"]
+    for path, r in zip(paths, results, strict=True):
+        label = f"{path.stem} ({r['shape']['entities'] / 1e6:.1f}M)"
+        header += [f"{label} s", f"{label} GiB"]
+    rows = []
+    for name in names:
+        row = [name]
+        for r in results:
+            found = next((s for s in r["stages"] if s["stage"] == name), None)
+            seconds = None if found is None else found["seconds"]
+            peak = None if found is None else found["peak_rss_bytes"]
+            row += ["-" if seconds is None else f"{seconds:.1f}", "-" if peak is None else f"{peak / GIB:.2f}"]
+        rows.append(row)
+    print(format_table(header, rows))
 
 
 SCENARIOS = {"livejournal": livejournal, "fb15k": fb15k, "oversize": oversize, "cpu-partitioned": cpu_partitioned,
@@ -383,6 +439,12 @@ def main() -> None:
                         help="profile a fresh run of about this many batches (0: none): device busy share, kernel "
                              "launches (on a CPU: aten operations) and host ms per batch")
     parser.add_argument("--freebase-epochs", type=int, default=10)
+    parser.add_argument("--freebase-partitions", type=int, default=1,
+                        help="partitions of the entity type (8: the bounded-memory run of docs/guides/scaling.md)")
+    parser.add_argument("--freebase-edge-chunks", type=int, default=1, help="num_edge_chunks of the config")
+    parser.add_argument("--freebase-iterations", type=int, default=0,
+                        help="fit stops after this many edge chunks (0: every epoch); with --freebase-edge-chunks "
+                             "20, 1 trains a 20th of an epoch over every bucket")
     parser.add_argument("--freebase-negatives", type=int, default=500, help="same-batch and uniform, each")
     parser.add_argument("--check", action="store_true",
                         help="the GPU lines with their targets, one run of under five minutes (tools/gpu_check.py)")
@@ -396,7 +458,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=None, help="keep (and reuse) the graphs here")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--side-by-side", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="print the freebase stages of these --json results side by side, and exit")
     args = parser.parse_args()
+    if args.side_by_side:
+        side_by_side(args.side_by_side)
+        return
     args.precision = args.precision or ["fp32", "tf32", "bf16"]
     if args.prepare_check is not None:
         from gpu_check import prepare

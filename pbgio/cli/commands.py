@@ -172,6 +172,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
                       f"{ck['versions_on_disk']}, snapshots {ck['snapshots'] or 'none'}{best}{indexes}")
     else:
         console.print(f"checkpoint {ck['path']}: not written yet")
+    if summary.get("training_memory"):
+        console.print(f"memory: {summary['training_memory']['line']}")
 
 
 @app.command()

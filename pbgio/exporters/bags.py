@@ -9,14 +9,14 @@ or integer row offsets within the partition (for layouts without names files). R
 features count as often as they appear, as in ``embedding_bag(mode="mean")``.
 
 One pass over the bags checks them and turns names into row offsets (a dictionary built from
-the names file at the first name); rows are then gathered and bag sums taken by numpy
-(``np.add.reduceat``, float64 accumulation, rounded once to float32), a block of rows at a
-time. No torch: ``pbgio embed`` starts fast.
+the names file at the first name); rows are then read (only the bags' features, never the whole
+partition) and bag sums taken by numpy (``np.add.reduceat``, float64 accumulation, rounded once to
+float32), a block of rows at a time. No torch: ``pbgio embed`` starts fast.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Literal
 
 import numpy as np
@@ -81,22 +81,28 @@ def embed_bags(
     if not 0 <= partition < cfg.num_partitions(entity_type):
         raise ExportError(f"expected a partition of {entity_type!r} in [0, {cfg.num_partitions(entity_type)}), "
                           f"found {partition}")
-    rows = source.checkpoint.read_embeddings(entity_type, partition, source.version).embeddings
-    ids, counts = _bag_ids(source, entity_type, partition, bags, rows.shape[0], unknown)
+    num_features, dimension = source.checkpoint.embeddings_shape(entity_type, partition, source.version)
+    ids, counts = _bag_ids(source, entity_type, partition, bags, num_features, unknown)
     shift = global_embeddings(source, [entity_type])[entity_type] if add_global and cfg.global_emb else None
-    return _means(rows, ids, counts, shift, entity_type)
+
+    def rows(offsets: Ints) -> Floats:
+        return source.checkpoint.read_embedding_rows(entity_type, partition, source.version, offsets)
+
+    return _means(rows, dimension, ids, counts, shift, entity_type)
 
 
-def _means(rows: Floats, ids: Ints, counts: Ints, shift: Floats | None, entity_type: str) -> Floats:
-    """Mean of each bag's rows as exported (global embedding added), summed in float64 a block at a time."""
-    means = np.empty((len(counts), rows.shape[1]), dtype=np.float32)
+def _means(rows: Callable[[Ints], Floats], dimension: int, ids: Ints, counts: Ints, shift: Floats | None,
+           entity_type: str) -> Floats:
+    """Mean of each bag's rows as exported (global embedding added), summed in float64 a block at a time;
+    ``rows`` reads the rows of given offsets of the partition (a block's worth)."""
+    means = np.empty((len(counts), dimension), dtype=np.float32)
     ends = np.cumsum(counts)
     starts = ends - counts
     first = 0
     while first < len(counts):  # bags [first, stop) hold about _BLOCK features (at least one bag)
         stop = max(first + 1, int(np.searchsorted(ends, starts[first] + _BLOCK, side="right")))
         lo, hi = starts[first], ends[stop - 1]
-        block = add_global_embedding(rows[ids[lo:hi]], shift, entity_type).astype(np.float64)
+        block = add_global_embedding(rows(ids[lo:hi]), shift, entity_type).astype(np.float64)
         means[first:stop] = np.add.reduceat(block, starts[first:stop] - lo, axis=0) / counts[first:stop, None]
         first = stop
     return means

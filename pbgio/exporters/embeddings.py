@@ -20,6 +20,10 @@ Formats (values are float32 and read back bit for bit):
 ``output`` is the TSV file; for Parquet and npy it is a directory (``{type}.parquet``,
 ``{type}.npy``), or, when one type is exported, may name the file itself
 (``user.parquet``; ``user.npy`` with ``user.names.json`` beside it).
+
+Memory: a partition's rows are read a row chunk at a time (``PBG_ROW_CHUNK_BYTES``,
+:meth:`pbgio.checkpoint.CheckpointDir.iter_embedding_rows`), beside its names as one string
+column; never a whole partition's table, never a whole type's names.
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ ParquetLayout = Literal["list", "columns"]
 FORMATS: tuple[EmbeddingFormat, ...] = ("tsv", "parquet", "npy")
 ROWS_PER_WRITE = 1 << 16
 Floats = NDArray[np.float32]
+RowChunk = tuple[pl.Series, Floats]
+"""The names and rows (as exported) of one row chunk of a partition."""
+Partition = tuple[pl.Series, Iterator[RowChunk]]
+"""A partition's names (all of them, checked) and its row chunks, read as they are iterated."""
 
 
 @consistent_version
@@ -93,17 +101,18 @@ def export_embeddings(
         with output_file(output, overwrite) as tmp, tmp.open("wb") as out:
             for entity_type in types:
                 parts = _partitions(source, entity_type, shift.get(entity_type), progress)
-                for part, (names, values) in enumerate(parts):
+                for part, (names, chunks) in enumerate(parts):
                     _check_tsv_names(names, source, entity_type, part)
-                    write_tsv(out, names, values)
+                    for chunk_names, values in chunks:
+                        write_tsv(out, chunk_names, values)
                     report.rows[entity_type] = report.rows.get(entity_type, 0) + len(names)
         report.outputs.append(str(output))
     else:
         for entity_type, path in _targets(output, fmt, types).items():
             parts = _partitions(source, entity_type, shift.get(entity_type), progress)
             if fmt == "parquet":
-                report.rows[entity_type] = _write_parquet(path, parts, cfg.entity_dimension(entity_type),
-                                                          parquet_layout, overwrite)
+                chunks, dimension = _row_chunks(parts), cfg.entity_dimension(entity_type)
+                report.rows[entity_type] = _write_parquet(path, chunks, dimension, parquet_layout, overwrite)
                 report.outputs.append(str(path))
             else:
                 names_path = path.with_name(f"{path.stem}.names.json")
@@ -129,13 +138,36 @@ def global_embeddings(source: CheckpointVersion, types: list[str]) -> dict[str, 
 
 
 def _partitions(source: CheckpointVersion, entity_type: str, shift: Floats | None,
-                progress: Progress) -> Iterator[tuple[pl.Series, Floats]]:
-    """Names and rows of each partition, global embedding added when ``shift`` is given."""
+                progress: Progress) -> Iterator[Partition]:
+    """Each partition's names, checked against its row count, and its row chunks (global embedding
+    added when ``shift`` is given); a partition counts as done once its chunks are read."""
     for part in range(source.config.num_partitions(entity_type)):
-        values = source.checkpoint.read_embeddings(entity_type, part, source.version).embeddings
-        names = partition_names(source, entity_type, part, values.shape[0])
-        yield names, add_global_embedding(values, shift, entity_type)
-        progress.advance()
+        shape = source.checkpoint.embeddings_shape(entity_type, part, source.version)
+        names = partition_names(source, entity_type, part, shape[0])
+        yield names, _chunks(source, entity_type, part, shape, names, shift, progress)
+
+
+def _chunks(source: CheckpointVersion, entity_type: str, part: int, shape: tuple[int, ...], names: pl.Series,
+            shift: Floats | None, progress: Progress) -> Iterator[RowChunk]:
+    """A partition's rows a row chunk at a time (``PBG_ROW_CHUNK_BYTES``), each with its slice of ``names``."""
+    for start, values in _stored_chunks(source, entity_type, part, shape):
+        yield names.slice(start, len(values)), add_global_embedding(values, shift, entity_type)
+    progress.advance()
+
+
+def _stored_chunks(source: CheckpointVersion, entity_type: str, part: int,
+                   shape: tuple[int, ...]) -> Iterator[tuple[int, Floats]]:
+    """``(first row, rows)`` of a partition's table as stored; an empty table is one empty chunk, so
+    its dimension is checked (and its frame written) as any other's."""
+    if not shape[0]:
+        return iter([(0, np.zeros(shape, dtype=np.float32))])
+    return source.checkpoint.iter_embedding_rows(entity_type, part, source.version)
+
+
+def _row_chunks(parts: Iterator[Partition]) -> Iterator[RowChunk]:
+    """The row chunks of every partition, in order."""
+    for _, chunks in parts:
+        yield from chunks
 
 
 def partition_names(source: CheckpointVersion, entity_type: str, part: int, num_rows: int) -> pl.Series:
@@ -218,9 +250,16 @@ def _frame(names: pl.Series, values: Floats, layout: ParquetLayout) -> pl.DataFr
     return pl.DataFrame({"name": names, **_value_columns(values)})
 
 
-def _write_parquet(path: Path, parts: Iterator[tuple[pl.Series, Floats]], dimension: int,
+def _write_parquet(path: Path, chunks: Iterator[RowChunk], dimension: int,
                    layout: ParquetLayout, overwrite: bool) -> int:
-    """Stream the partitions into one Parquet file (memory: one partition)."""
+    """Stream the row chunks into one Parquet file, a frame each (memory: one row chunk, and the
+    rows polars holds for a row group).
+
+    Polars cuts row groups by the sizes of the frames it is given, so the file's bytes are those of
+    one frame per partition only while every partition fits in one row chunk (``PBG_ROW_CHUNK_BYTES``,
+    64 MiB: 167,772 rows of dimension 100), or while partitions are small (a few hundred rows: one
+    row group whatever the frames). Past that, row group boundaries (not values) follow the chunks:
+    frames of whole partitions would hold a whole partition in memory."""
     from polars.io.plugins import register_io_source
 
     schema: dict[str, pl.DataType] = {"name": pl.String()}
@@ -233,7 +272,7 @@ def _write_parquet(path: Path, parts: Iterator[tuple[pl.Series, Floats]], dimens
     def frames(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
                batch_size: int | None) -> Iterator[pl.DataFrame]:
         nonlocal rows
-        for names, values in parts:
+        for names, values in chunks:
             if values.shape[1] != dimension:
                 raise ExportError(f"expected dimension {dimension}, found {values.shape[1]}")
             rows += len(names)
@@ -247,32 +286,39 @@ def _write_parquet(path: Path, parts: Iterator[tuple[pl.Series, Floats]], dimens
 
 
 def _write_npy(path: Path, names_path: Path, source: CheckpointVersion, entity_type: str,
-               parts: Iterator[tuple[pl.Series, Floats]], overwrite: bool) -> int:
-    """A (count, dim) float32 .npy filled partition by partition, and the names beside it."""
+               parts: Iterator[Partition], overwrite: bool) -> int:
+    """A (count, dim) float32 .npy written a row chunk at a time, and the names beside it in the same
+    pass (memory: one row chunk, whatever the type's row count: rows are written, not mapped)."""
     from numpy.lib.format import open_memmap
 
     cfg = source.config
     total = sum(read_entity_count(source.entity_path, entity_type, p)
                 for p in range(cfg.num_partitions(entity_type)))
     check_free(names_path, overwrite)
-    all_names: list[pl.Series] = []
+    shape = (total, cfg.entity_dimension(entity_type))
     with output_file(path, overwrite) as tmp:
-        shape = (total, cfg.entity_dimension(entity_type))
-        array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
-        with tmp.open("r+b") as reserve:  # claim the disk space now: a full disk is then an
-            os.posix_fallocate(reserve.fileno(), 0, tmp.stat().st_size)  # ENOSPC, not a SIGBUS later
-        start = 0
-        for names, values in parts:
-            if values.shape[1] != array.shape[1] or start + len(names) > total:
-                raise ExportError(
-                    f"expected {total} rows of dimension {array.shape[1]} for {entity_type!r} (entity "
-                    f"counts, config), found rows of dimension {values.shape[1]} beyond row {start}")
-            array[start:start + len(names)] = values
-            start += len(names)
-            all_names.append(names)
-        if start != total:
-            raise ExportError(f"expected {total} rows for {entity_type!r} (entity counts), found {start}")
-        array.flush()
-        del array
-    write_name_list(names_path, (name for names in all_names for name in names))
+        header = open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape).offset  # the header; the file sized
+        with tmp.open("r+b") as out:
+            os.posix_fallocate(out.fileno(), 0, tmp.stat().st_size)  # claim the disk space: a full disk fails now
+            out.seek(header)
+            write_name_list(names_path, _fill(out, shape, parts, entity_type))
     return total
+
+
+def _fill(out: IO[bytes], shape: tuple[int, int], parts: Iterator[Partition], entity_type: str) -> Iterator[str]:
+    """Write every partition's rows to ``out`` in order, giving each chunk's names once its rows are
+    written (to the names file written beside it); the rows must be ``shape`` exactly."""
+    total, dimension = shape
+    row = 0
+    for names, chunks in parts:
+        first = row
+        for chunk_names, values in chunks:
+            if values.shape[1] != dimension or first + len(names) > total:
+                raise ExportError(
+                    f"expected {total} rows of dimension {dimension} for {entity_type!r} (entity "
+                    f"counts, config), found rows of dimension {values.shape[1]} beyond row {first}")
+            out.write(values.data)
+            row += len(values)
+            yield from chunk_names.to_list()
+    if row != total:
+        raise ExportError(f"expected {total} rows for {entity_type!r} (entity counts), found {row}")

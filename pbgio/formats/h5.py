@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import mmap
 import os
 import re
 from collections.abc import Iterator
-from typing import Any, cast
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import h5py
 import numpy as np
@@ -115,6 +117,121 @@ def _rows(ds: h5py.Dataset) -> int:
 
 def _unwritten(ds: h5py.Dataset, path: storage.AnyPath, message: str) -> CorruptFileError:
     return CorruptFileError(checks_hdf5.unreadable(storage.display(path), ds.name.lstrip("/"), message))
+
+
+ROW_CHUNK_BYTES_ENV = "PBG_ROW_CHUNK_BYTES"
+"""The environment variable that sets :func:`row_chunk_bytes` (bytes, e.g. ``PBG_ROW_CHUNK_BYTES=16777216``)."""
+DEFAULT_ROW_CHUNK_BYTES = 64 << 20
+"""Bytes of rows a stage that streams a table reads at a time (export, index build, validation, neighbours,
+predict's scans): its memory beside what it builds, whatever the size of a partition."""
+
+
+def row_chunk_bytes() -> int:
+    """Bytes of rows read at a time: ``PBG_ROW_CHUNK_BYTES`` when set (at least 1), else 64 MiB.
+
+    >>> row_chunk_bytes() == int(os.environ.get(ROW_CHUNK_BYTES_ENV, DEFAULT_ROW_CHUNK_BYTES))
+    True
+    """
+    value = os.environ.get(ROW_CHUNK_BYTES_ENV)
+    if not value:
+        return DEFAULT_ROW_CHUNK_BYTES
+    try:
+        size = int(value)
+    except ValueError:
+        raise ValueError(f"{ROW_CHUNK_BYTES_ENV}: expected a number of bytes, found {value!r}") from None
+    if size < 1:
+        raise ValueError(f"{ROW_CHUNK_BYTES_ENV}: expected at least 1 byte, found {size}")
+    return size
+
+
+def rows_per_chunk(row_bytes: int) -> int:
+    """Rows of ``row_bytes`` bytes each in one chunk of :func:`row_chunk_bytes` (at least one).
+
+    >>> rows_per_chunk(400) == max(1, row_chunk_bytes() // 400)
+    True
+    """
+    return max(1, row_chunk_bytes() // max(1, row_bytes))
+
+
+def read_row_chunks(ds: h5py.Dataset, path: storage.AnyPath) -> Iterator[tuple[int, np.ndarray[Any, Any]]]:
+    """``(first row, rows)`` of ``ds`` in order, :func:`rows_per_chunk` rows at a time (h5py slices),
+    after :func:`check_written`: memory holds one chunk, whatever the dataset's size."""
+    check_written(ds, path)
+    total = int(ds.shape[0])
+    step = rows_per_chunk(int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize)
+    for start in range(0, total, step):
+        yield start, np.asarray(ds[start:min(total, start + step)])
+
+
+class TableRows(Protocol):
+    """A table read row by row: ``array`` (every row; its shape and dtype, and whole-table reads),
+    ``take`` (the rows asked for) and ``release`` (what ``array`` holds in memory, let go)."""
+
+    array: np.ndarray[Any, Any]
+
+    def take(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]: ...
+
+    def release(self) -> None: ...
+
+
+class InMemoryRows:
+    """:class:`TableRows` over a table read whole (a remote or chunked file)."""
+
+    def __init__(self, array: np.ndarray[Any, Any]) -> None:
+        self.array = array
+
+    def take(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return self.array[np.asarray(rows, dtype=np.int64)]
+
+    def release(self) -> None:
+        """Nothing: the table is held whole."""
+
+
+class MappedRows:
+    """A table that HDF5 stores as one run of plain bytes in a local file, for reading rows here and
+    there: :attr:`array`, a read-only memory map of it (pages read when touched; the kernel maps
+    64 KiB or more around each, so touching a few thousand scattered rows maps most of a table),
+    and :meth:`take`, which reads exactly the rows asked for (``pread``) into memory."""
+
+    def __init__(self, path: Path, offset: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> None:
+        self.path = path
+        self.offset = offset
+        with open(path, "rb") as file:
+            self._mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        self.array: np.ndarray[Any, Any] = np.frombuffer(
+            self._mapping, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
+        self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+
+    def take(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Rows ``rows`` (any order, repeats allowed) read from the file, each distinct row once."""
+        unique, inverse = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+        if len(unique) and (unique[0] < 0 or unique[-1] >= len(self.array)):
+            bad = int(unique[0] if unique[0] < 0 else unique[-1])
+            raise IndexError(f"{self.path}: row {bad} asked for, outside its {len(self.array)} rows")
+        out = np.empty((len(unique), *self.array.shape[1:]), dtype=self.array.dtype)
+        with open(self.path, "rb", buffering=0) as file:
+            descriptor = file.fileno()
+            for position, row in enumerate(unique.tolist()):
+                os.preadv(descriptor, [out[position]], self.offset + row * self._row_bytes)
+        return out[inverse.reshape(-1)]
+
+    def release(self) -> None:
+        """Let the pages of :attr:`array` touched so far go from this process's memory (they are read
+        again, from the page cache, when touched next)."""
+        self._mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def mapped_rows(ds: h5py.Dataset, path: storage.AnyPath) -> MappedRows | None:
+    """``ds`` as :class:`MappedRows` when HDF5 stores it as one run of plain bytes (contiguous, no
+    filter, native byte order, in a local file), after :func:`check_written`; else None."""
+    check_written(ds, path)
+    if storage.is_remote(path) or ds.size == 0:
+        return None
+    plist = ds.id.get_create_plist()
+    offset = ds.id.get_offset()
+    if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters() or offset is None or not ds.dtype.isnative:
+        return None
+    return MappedRows(Path(path), int(offset), ds.dtype, tuple(ds.shape))
 
 
 def read_whole(ds: h5py.Dataset, path: storage.AnyPath) -> np.ndarray[Any, Any]:

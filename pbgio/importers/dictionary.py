@@ -154,7 +154,7 @@ def build_dictionary(entity_type: str, index: NameIndex, *, min_count: int, num_
     kept = index.counts >= min_count
     every = bool(kept.all())
     index.compact()
-    by_name = (names if every else names.filter(pl.Series(kept))).arg_sort().to_numpy()
+    by_name = name_order(names if every else names.filter(pl.Series(kept)))
     sorted_ids = by_name if every else np.flatnonzero(kept)[by_name]
     order = sorted_ids[shuffled_order(len(sorted_ids), seed=seed, salt=entity_type)].astype(np.int64, copy=False)
     bounds = partition_bounds(len(order), num_partitions)
@@ -165,6 +165,31 @@ def build_dictionary(entity_type: str, index: NameIndex, *, min_count: int, num_
         part_of[ids] = part
         offset_of[ids] = np.arange(len(ids), dtype=np.int32)
     return Dictionary(entity_type, names, order, bounds, index, part_of, offset_of)
+
+
+SORT_BLOCK = 2_000_000
+"""Names sorted at a time by :func:`name_order` (a sort holds about 30 bytes a name beside them)."""
+
+
+def name_order(names: pl.Series) -> Ints:
+    """The positions of distinct ``names`` in sorted (UTF-8 byte) order: ``names.arg_sort()``,
+    about :data:`SORT_BLOCK` names sorted at a time. Splitters drawn from a seeded sample cut the
+    names into ranges; each range is sorted alone, and the ranges follow each other in order.
+
+    >>> name_order(pl.Series(["b", "", "é", "a", "ab"])).tolist()
+    [1, 3, 4, 0, 2]
+    """
+    ranges = -(-len(names) // SORT_BLOCK)
+    if ranges <= 1:
+        return names.arg_sort().to_numpy().astype(np.int64)
+    sample = names.sample(n=min(len(names), 1000 * ranges), seed=0).sort()
+    splitters = sample.gather(np.linspace(0, len(sample) - 1, ranges + 1)[1:-1].round().astype(np.int64)).unique()
+    range_of = splitters.sort().search_sorted(names, side="left").to_numpy()
+    pieces = []
+    for number in range(len(splitters) + 1):
+        positions = np.flatnonzero(range_of == number)
+        pieces.append(positions[names.gather(positions).arg_sort().to_numpy()])
+    return np.concatenate(pieces)
 
 
 def relation_names(index: NameIndex, min_count: int) -> list[str]:

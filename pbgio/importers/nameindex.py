@@ -34,6 +34,8 @@ MAX_NAMES = (1 << 31) - 1  # slots hold int32 ids
 # A batch this many times larger than the names known so far is counted per distinct name
 # first (polars group_by); otherwise every name is looked up and only new ones are grouped.
 REPEATS_LIKELY = 8
+PLACE_BLOCK = 1 << 20
+"""Ids placed at a time when the table grows: the probing arrays stay a few MB, not a few bytes per name."""
 
 Ids = NDArray[np.int64]
 Keys = NDArray[np.uint64]  # shape (n, 2): the two hashes of each name
@@ -71,7 +73,7 @@ class NameIndex:
     def compact(self) -> None:
         """Once counting is over: drop the counts and the spare capacity."""
         self.counts = np.zeros(0, np.int64)
-        self._keys = self._keys[: max(self._size, 1)].copy()
+        self._keys.resize((max(self._size, 1), 2), refcheck=False)  # in place: never held twice
 
     def drop_names(self) -> None:
         """Keep only what :meth:`lookup` needs."""
@@ -97,8 +99,8 @@ class NameIndex:
             new_ids = self._insert(keys[new.get_column("row").to_numpy()])
             new_counts = new.get_column("n").to_numpy()
             self._names.append(new.get_column("name"))
-        if len(self.counts) < self._size:
-            self.counts = np.concatenate([self.counts, np.zeros(self._size - len(self.counts), np.int64)])
+        if len(self.counts) < self._size:  # in place, zeros after (no view of the counts outlives a call)
+            self.counts.resize(self._size, refcheck=False)
         np.add.at(self.counts, ids[~missing], weights[~missing])
         self.counts[new_ids] += new_counts
 
@@ -137,10 +139,8 @@ class NameIndex:
         start, end = self._size, self._size + len(keys)
         if end > MAX_NAMES:
             raise ValueError(f"expected at most {MAX_NAMES:,} distinct names, found more")
-        if end > len(self._keys):
-            grown = np.zeros((max(end, len(self._keys) * 3 // 2), 2), np.uint64)
-            grown[:start] = self._keys[:start]
-            self._keys = grown
+        if end > len(self._keys):  # grown in place (a remap of its pages, zeros after): never held twice
+            self._keys.resize((max(end, len(self._keys) * 3 // 2), 2), refcheck=False)
         self._keys[start:end] = keys
         self._size = end
         if 2 * end > len(self._slots):  # keep the table at most half full
@@ -148,7 +148,8 @@ class NameIndex:
             while 2 * end > slots:
                 slots *= 2
             self._slots = np.full(slots, _EMPTY, dtype=np.int32)
-            self._place(np.arange(end, dtype=np.int64))
+            for first in range(0, end, PLACE_BLOCK):  # a block at a time: its probing arrays are 8 bytes an id
+                self._place(np.arange(first, min(end, first + PLACE_BLOCK), dtype=np.int64))
         else:
             self._place(np.arange(start, end, dtype=np.int64))
         return np.arange(start, end, dtype=np.int64)

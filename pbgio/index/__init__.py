@@ -5,6 +5,7 @@ An index belongs to one checkpoint version of one entity type, and has one metri
 metrics or kinds, may sit beside it), :func:`open_index` loads the one that fits a search
 (:func:`find_index`; refusing a stale or damaged one) into an :class:`EmbeddingIndex` that answers
 many searches, each re-ranked exactly. ``pbgio neighbors --index`` and ``pbgtrain predict --index`` use it.
+Their exact scans read candidates through :class:`RowWindow` (a partition streamed a chunk at a time).
 
 >>> import tempfile, pathlib
 >>> from pbgio.testing import small_valid_layout, write_layout
@@ -19,6 +20,7 @@ faiss flat index of 9 'user' rows by cos, checkpoint version 1
 """
 
 from pbgio.index.build import BuiltIndex, IndexBuildError, build_index
+from pbgio.index.rows import RowWindow
 from pbgio.index.search import (
     DEFAULT_CANDIDATES,
     EmbeddingIndex,
@@ -30,4 +32,4 @@ from pbgio.index.search import (
 from pbgio.index_file import IndexMeta, read_index_meta
 
 __all__ = ["DEFAULT_CANDIDATES", "BuiltIndex", "EmbeddingIndex", "IndexBuildError", "IndexMeta", "IndexMismatchError",
-           "IndexSearchError", "build_index", "find_index", "open_index", "read_index_meta"]
+           "IndexSearchError", "RowWindow", "build_index", "find_index", "open_index", "read_index_meta"]

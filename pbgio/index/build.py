@@ -2,12 +2,15 @@
 
 The rows are the type's embeddings as export writes them (every partition, in order; the global
 embedding added when the config has one, unless ``add_global=False``). Building streams the
-partitions: it holds one partition, the training sample (IVF) and the index, never the whole
-table. An IVF index reads the partitions twice (a sample to train its lists, then every row);
-flat and HNSW indexes read them once. The file is written atomically beside the version's
-other files (``index_{type}.{metric}.{kind}.v{version}.h5``: one per metric and kind, so a cos
-index for neighbours and a dot one for predictions sit side by side; building one again replaces
-it) and removed with them when the version is superseded.
+partitions a bounded chunk of rows at a time (:meth:`pbgio.index_file.TypeRows.chunks`,
+``PBG_ROW_CHUNK_BYTES``): it holds one chunk, the training sample (IVF) and the index, never a
+whole partition, and writes the index into its file piece by piece, never a second copy of it
+(:func:`pbgio.index_file.write_index_file`). An IVF index reads the partitions three times (the
+sampled rows to train its lists, then every row to size each list, then every row to add it:
+:func:`pbgio.index.library.add_rows`); flat and HNSW indexes read them once. The file is
+written atomically beside the version's other files (``index_{type}.{metric}.{kind}.v{version}.h5``:
+one per metric and kind, so a cos index for neighbours and a dot one for predictions sit side by
+side; building one again replaces it) and removed with them when the version is superseded.
 
 Kind ``auto`` picks ``flat`` (exact) up to :data:`FLAT_MAX_ROWS` rows and ``ivf`` above. Why FAISS
 and IVF (``tools/bench_ann.py libraries``, 1M clustered rows of d100, 2 cores): FAISS IVF with
@@ -20,9 +23,12 @@ in 4.9 minutes, a 1.0 GB index, recall@10 1.0 at 4 ms a query re-ranked.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
+from numpy.typing import NDArray
 
 from pbgio.checkpoint import read_committed
 from pbgio.config import ConfigSchema
@@ -32,12 +38,11 @@ from pbgio.index_file import IndexMeta, TypeRows, write_index_file
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.progress import Progress
 from pbgio.spec import naming
-from pbgio.spec.index import KINDS, METRICS, fingerprint_offsets
+from pbgio.spec.index import KINDS, METRICS
 from pbgio.storage import AnyPath
 
 FLAT_MAX_ROWS = 100_000
 """Rows up to which ``kind="auto"`` builds an exact flat index."""
-ADD_BLOCK_ROWS = 1 << 20
 SAMPLE_SEED = 0
 
 
@@ -130,48 +135,54 @@ def _build(source: CheckpointVersion, entity_type: str, kind: str, metric: str, 
         params["nlist"] = min(params["nlist"], total)
         params["nprobe"] = min(params["nprobe"], params["nlist"])
     index = library.new_index(kind, rows.dimension, params)
-    sampled: list[np.ndarray] = []
     wanted = library.training_rows(kind, params, total)
     if wanted:
-        sample = _training_sample(rows, counts, wanted, metric, sampled, progress)
+        sample = _training_sample(rows, counts, wanted, metric, progress)
         progress.start(f"training {params['nlist']:,} lists on {len(sample):,} rows")
         library.train(index, sample)
         del sample
-    progress.start(f"indexing {total:,} {entity_type!r} rows", total=total)
-    for part, count in enumerate(counts):
-        values = rows.partition(part)
-        if not wanted:
-            sampled.append(values[fingerprint_offsets(count)])
-        for start in range(0, count, ADD_BLOCK_ROWS):
-            library.add(index, library.prepare(values[start:start + ADD_BLOCK_ROWS], metric))
-            progress.advance(min(ADD_BLOCK_ROWS, count - start))
-        del values
+    library.add_rows(index, kind, partial(_prepared_chunks, rows, metric, progress))
     progress.start("writing the index")
-    payload = library.serialize(index)
-    del index
     meta = IndexMeta(entity_type=entity_type, version=source.version, metric=metric, add_global=rows.add_global,
-                     dimension=rows.dimension, partition_rows=counts, fingerprint=rows.fingerprint(sampled),
+                     dimension=rows.dimension, partition_rows=counts, fingerprint=rows.fingerprint(),
                      library=library.LIBRARY, library_version=library.library_version(), kind=kind, params=params)
     path = source.checkpoint.path / naming.index_file(entity_type, source.version, metric, kind)
-    meta = write_index_file(path, meta, payload)
+    meta, size = write_index_file(path, meta, partial(library.write, index))
     progress.stop()
-    return BuiltIndex(path, meta, int(payload.size), time.perf_counter() - started)
+    return BuiltIndex(path, meta, size, time.perf_counter() - started)
 
 
-def _training_sample(rows: TypeRows, counts: list[int], wanted: int, metric: str, sampled: list[np.ndarray],
-                     progress: Progress) -> np.ndarray:
-    """``wanted`` rows drawn uniformly without replacement across partitions (seeded), prepared for
-    the metric; fills ``sampled`` with each partition's fingerprint rows on the way."""
-    total = sum(counts)
-    chosen = np.sort(np.random.default_rng(SAMPLE_SEED).choice(total, size=wanted, replace=False))
+def _prepared_chunks(rows: TypeRows, metric: str, progress: Progress, what: str) -> Iterator[NDArray[np.float32]]:
+    """Every row, prepared for the metric, a chunk at a time, in order (``what``: the pass, shown)."""
+    counts = rows.partition_rows()
+    progress.start(f"{what}: {sum(counts):,} {rows.entity_type!r} rows", total=sum(counts))
+    for part in range(len(counts)):
+        for _, values in rows.chunks(part):
+            yield library.prepare(values, metric)
+            progress.advance(len(values))
+
+
+def _training_sample(rows: TypeRows, counts: list[int], wanted: int, metric: str,
+                     progress: Progress) -> NDArray[np.float32]:
+    """``wanted`` rows drawn uniformly without replacement across partitions (seeded), in order,
+    prepared for the metric a partition at a time; each partition's drawn rows are gathered from
+    its chunks into their place in the sample (memory: the sample and one partition's drawn rows)."""
+    chosen = np.sort(np.random.default_rng(SAMPLE_SEED).choice(sum(counts), size=wanted, replace=False))
     starts = np.concatenate([[0], np.cumsum(counts)])
-    parts = []
+    bounds = np.searchsorted(chosen, starts)  # each partition's drawn rows: chosen[bounds[p]:bounds[p + 1]]
+    sample = np.empty((wanted, rows.dimension), np.float32)
     progress.start(f"sampling {wanted:,} rows to train on", total=len(counts))
-    for part, count in enumerate(counts):
-        values = rows.partition(part)
-        sampled.append(values[fingerprint_offsets(count)])
-        mine = chosen[(chosen >= starts[part]) & (chosen < starts[part + 1])] - starts[part]
-        parts.append(library.prepare(values[mine], metric))
-        del values
+    for part in range(len(counts)):
+        lo, hi = bounds[part], bounds[part + 1]
+        sample[lo:hi] = library.prepare(_gather(rows, part, chosen[lo:hi] - starts[part]), metric)
         progress.advance()
-    return np.concatenate(parts)
+    return sample
+
+
+def _gather(rows: TypeRows, part: int, offsets: NDArray[np.int64]) -> NDArray[np.float32]:
+    """Rows ``offsets`` (sorted) of partition ``part``, picked from its chunks as they stream by."""
+    out = np.empty((len(offsets), rows.dimension), np.float32)
+    for first, values in rows.chunks(part):
+        lo, hi = np.searchsorted(offsets, [first, first + len(values)])
+        out[lo:hi] = values[offsets[lo:hi] - first]
+    return out

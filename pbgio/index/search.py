@@ -1,5 +1,7 @@
 """Searching a built index: :func:`open_index` loads it once (after refusing a stale, renamed or
-damaged file), and the :class:`EmbeddingIndex` it returns answers any number of searches.
+damaged file), and the :class:`EmbeddingIndex` it returns answers any number of searches. A
+local index file is mapped, not read (:func:`pbgio.index_file.load_index_payload`): a search
+reads the pages of the lists it visits, so memory holds a few of them, not the index.
 
 A search asks the index for ``candidates`` rows per query (its approximate order), then reads
 those rows from the checkpoint and scores them exactly (:class:`pbgio.topk.VectorScorer`, the
@@ -92,7 +94,7 @@ class EmbeddingIndex:
         self.close()
 
     def close(self) -> None:
-        """Free the index (its memory); later searches fail."""
+        """Free the index (its memory, or its map of the file); later searches fail."""
         self._index = None
 
     # ---- the index's own (approximate) answer
@@ -272,7 +274,7 @@ def load_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
                  checks.name_mismatch(shown, name, dataclasses.asdict(meta))])
     raise_first([stale_issue(source.config, source.checkpoint, source.version, meta, shown)], StaleIndexError)
     try:
-        index = load_index_payload(path, meta, library.read)
+        index = load_index_payload(path, meta, library.view, library.read)
     except (RuntimeError, MemoryError) as exc:  # intact by its digest, yet not an index FAISS can read
         raise_first([checks.unloadable(shown, f"expected a {meta.library} index, found bytes it cannot read "
                                               f"({str(exc).strip().splitlines()[-1][:200]})")])

@@ -22,7 +22,15 @@ from pbgio.checks import index as index_rules
 from pbgio.checks import optimizer as optimizer_rules
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, Issue, MissingArtifactError
-from pbgio.formats.h5 import attr_str, byte_dataset_file, check_written, format_version, link_name, open_h5
+from pbgio.formats.h5 import (
+    attr_str,
+    byte_dataset_file,
+    check_written,
+    format_version,
+    link_name,
+    open_h5,
+    read_row_chunks,
+)
 from pbgio.index_file import dataset_digest, meta_problem, stale_issue
 from pbgio.optimizer_state import read_state
 from pbgio.spec import naming
@@ -39,9 +47,6 @@ from pbgio.spec.checkpoint import (
 from pbgio.spec.index import PAYLOAD_DATASET
 from pbgio.storage import AnyPath
 from pbgio.validate.context import Context, RowCollector
-
-ROW_BLOCK_BYTES = 16 << 20
-
 
 MAX_CHECK_ATTEMPTS = 20
 """Times a checkpoint directory is checked again because a writer committed during the check."""
@@ -248,7 +253,8 @@ def _written(ctx: Context, file: AnyPath, ds: h5py.Dataset) -> bool:
 
 
 def _check_finite(ctx: Context, file: AnyPath, ds: Any, check: Callable[[Any], RowProblem | None]) -> None:
-    """Stream ``ds`` by blocks of rows through ``check`` (a non-finite rule)."""
+    """Stream ``ds`` a row chunk at a time (``PBG_ROW_CHUNK_BYTES``) through ``check`` (a non-finite rule);
+    offending rows are named by their row in the file."""
     if not _written(ctx, file, ds):
         return
     rows = RowCollector(ctx, file)
@@ -257,10 +263,8 @@ def _check_finite(ctx: Context, file: AnyPath, ds: Any, check: Callable[[Any], R
         if problem is not None:
             ctx.add(problem.issue(ctx.display(file), problem.describe(0)))  # a scalar: no rows
         return
-    row_bytes = max(1, int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize)
-    step = max(1, ROW_BLOCK_BYTES // row_bytes)
-    for start in range(0, ds.shape[0], step):
-        rows.add(start, check(ds[start:start + step]))
+    for start, values in read_row_chunks(ds, file):
+        rows.add(start, check(values))
     rows.flush()
 
 

@@ -83,7 +83,7 @@ def gather_rows(table: EntityTable, groups: Sequence[Tensor | FeatureBags], *, m
         table.weights.new_zeros(0, dtype=torch.long)
     if max_norm is not None and not frozen:
         table.renorm_(flat, max_norm)
-    leaf = table.weights.index_select(0, flat)
+    leaf = table.gather(flat)
     if max_norm is not None and frozen:
         with torch.no_grad():
             torch.embedding_renorm_(leaf, torch.arange(len(flat), device=leaf.device), max_norm, 2.0)

@@ -111,6 +111,11 @@ class EntityTable:
         return self.weights.numel() * self.weights.element_size() + \
             self.adagrad_sum.numel() * self.adagrad_sum.element_size()
 
+    def gather(self, ids: Tensor) -> Tensor:
+        """Rows ``ids`` of the weights, in order (the one read of rows a step makes:
+        :func:`pbgtrain.model.lookup.gather_rows`)."""
+        return self.weights.index_select(0, ids)
+
     @torch.no_grad()
     def renorm_(self, ids: Tensor, max_norm: float) -> None:
         """Scale rows ``ids`` whose L2 norm exceeds ``max_norm`` back to it (as embedding max_norm)."""

@@ -10,7 +10,8 @@ candidates) and ``lhs_side_score`` (the one that ranks lhs candidates; equal for
 
 :func:`top_k` ranks every entity of the candidate type, partition by partition and a block of
 rows at a time, keeping the best ``k`` across blocks (:func:`pbgio.topk.scan_partitions`, the
-scan ``pbgio neighbors`` uses too): memory is one partition, one block of scores and ``k``.
+scan ``pbgio neighbors`` uses too), each partition streamed a bounded chunk at a time
+(``PBG_ROW_CHUNK_BYTES``): memory is a chunk or two, one block of scores and ``k``, never a partition.
 Equal scores rank by (partition, row). With filter edge paths, the candidates that form a known
 edge with the query (same relation, in any bucket of those edge paths that holds the query's
 partition) are left out, as filtered evaluation leaves them out. :func:`rank_triple` ranks a

@@ -278,8 +278,8 @@ def score_triples(
     """The model's scores of (lhs, rel, rhs) name triples, in order.
 
     Names are resolved first (an unknown one raises :class:`~pbgio.errors.UnknownNameError`
-    naming the triple); then each partition holding a needed entity is read once, and the
-    triples are scored in batches of :data:`TRIPLE_BATCH`.
+    naming the triple); then the needed entities' rows are read (each partition's once, without
+    the rest of it), and the triples are scored in batches of :data:`TRIPLE_BATCH`.
     """
     opened = open_checkpoint(config, version=version, model=True)
     layout = opened.layout

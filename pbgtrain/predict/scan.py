@@ -1,6 +1,7 @@
 """How ``pbgtrain predict`` scores by name: a relation and its types, the stored rows of named
-entities, the known edges a filter leaves out, and the exact scan of every candidate of a type
-(:func:`pbgio.topk.scan_partitions`, the scan ``pbgio neighbors`` uses too).
+entities (read alone), the known edges a filter leaves out, and the exact scan of every candidate
+of a type (:func:`pbgio.topk.scan_partitions`, the scan ``pbgio neighbors`` uses too), each
+partition streamed a bounded chunk at a time (:class:`pbgio.index.RowWindow`), never whole.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 
 from pbgio.edges import read_bucket
+from pbgio.index import RowWindow
 from pbgio.layout import Layout
 from pbgio.names import Position, locate_relations
 from pbgio.spec import naming
@@ -63,21 +65,22 @@ class Relation:
 
 
 def rows(reader: CheckpointReader, entity_type: str, positions: Sequence[Position]) -> torch.Tensor:
-    """The stored rows of ``positions`` ([len, D], on the reader's device), each partition read once."""
+    """The stored rows of ``positions`` ([len, D], on the reader's device), each partition's read
+    without the rest of it."""
     dim = reader.layout.config.entity_dimension(entity_type)
     out = torch.empty(len(positions), dim)
     by_part: dict[int, list[int]] = {}
     for i, pos in enumerate(positions):
         by_part.setdefault(pos.partition, []).append(i)
     for part, members in sorted(by_part.items()):
-        weights = reader.dir.read_embeddings(entity_type, part, reader.version).embeddings
-        offsets = [positions[i].offset for i in members]
-        if max(offsets) >= len(weights):
+        offsets = np.array([positions[i].offset for i in members], np.int64)
+        num_rows = reader.dir.embeddings_shape(entity_type, part, reader.version)[0]
+        if offsets.max() >= num_rows:
             path = reader.layout.entity_path / naming.entity_names_file(entity_type, part)
-            raise PredictError(f"{path}: expected {len(weights)} names (the rows of "
+            raise PredictError(f"{path}: expected {num_rows} names (the rows of "
                                f"{reader.dir.embeddings_path(entity_type, part, reader.version)}), found more "
                                "[entity-names-count]")
-        out[members] = torch.from_numpy(weights[offsets])
+        out[members] = torch.from_numpy(reader.dir.read_embedding_rows(entity_type, part, reader.version, offsets))
     return out.to(reader.device)
 
 
@@ -107,7 +110,8 @@ def scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_typ
           known: dict[int, np.ndarray], k: int | None, positive: float | None = None,
           target: Position | None = None) -> PartitionScan:
     """Score the query (one row, of the other side's type) against every entity of ``cand_type``,
-    partition by partition and block by block (:func:`pbgio.topk.scan_partitions`); keep the best
+    partition by partition and block by block (:func:`pbgio.topk.scan_partitions`; a block's rows
+    alone make its table, from the partition's chunks as they stream by); keep the best
     ``k`` and count the candidates scoring at least ``positive``. Known edges and the ``target``'s
     own slot are left out."""
     model = reader.model
@@ -117,17 +121,19 @@ def scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_typ
     zero = torch.zeros(1, dtype=torch.long, device=device)
 
     def open_partition(part: int) -> tuple[int, BlockScores]:
-        weights = reader.dir.read_embeddings(cand_type, part, reader.version).embeddings
-        table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=part)
-        lhs_table, rhs_table = (query_table, table) if side == "rhs" else (table, query_table)
+        num_rows = reader.dir.embeddings_shape(cand_type, part, reader.version)[0]
+        window = RowWindow(reader.dir.iter_embedding_rows(cand_type, part, reader.version))
 
         def scores(start: int, stop: int) -> np.ndarray:
-            cand = torch.arange(start, stop, device=device)
+            table = EntityTable(torch.from_numpy(window(start, stop)).to(device), entity_type=cand_type,
+                                partition=part)
+            lhs_table, rhs_table = (query_table, table) if side == "rhs" else (table, query_table)
+            cand = torch.arange(stop - start, device=device)
             lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
             _, block = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand)
             return block.float().cpu().numpy()
 
-        return table.num_entities, scores
+        return num_rows, scores
 
     step = rows_per_block(reader.layout.config.entity_dimension(cand_type), ROW_BUDGET, MAX_BLOCK_ROWS)
     return scan_partitions(range(reader.layout.config.num_partitions(cand_type)), open_partition, k=k,

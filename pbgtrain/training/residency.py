@@ -185,10 +185,7 @@ class PartitionStore:
         started = time.perf_counter()
         swap = plan_swap(self.resident, bucket, self.layout)
         for key in swap.evict:
-            table = self.resident.pop(key)
-            if key in self.ckpt.written or not self.cache.park(key, table):
-                self.ckpt.save(key[0], key[1], table, step.info())
-                self.movement.add_table(table, saved=True)
+            self._evict(key, step)
         self.scheduler.hand_back(swap.evict)
         if swap.evict and self.device.type == "cpu":
             release_freed_memory()  # the evicted tables' pages, before the next ones are read
@@ -205,6 +202,14 @@ class PartitionStore:
             self.resident[key] = loaded
         self.load_unpartitioned()
         self.movement.seconds_swapping += time.perf_counter() - started
+
+    def _evict(self, key: PartitionKey, step: IterationStep) -> None:
+        """Park or save a resident partition; no reference to it outlives the call, so that its
+        memory is free (and given back, on a CPU) before the next partitions are read."""
+        table = self.resident.pop(key)
+        if key in self.ckpt.written or not self.cache.park(key, table):
+            self.ckpt.save(key[0], key[1], table, step.info())
+            self.movement.add_table(table, saved=True)
 
     def read_ahead(self, upcoming: Bucket, step: IterationStep) -> None:
         """Start reading the partitions ``upcoming`` will load from disk (those neither resident nor
