@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pbgio.checkpoint import CheckpointDir
+from pbgio.checkpoint import CheckpointDir, EmbeddingsState, write_checkpoint
 from pbgio.example import TEST_EDGE_PATH, build_example
 from pbgio.formats.h5 import InMemoryRows, MappedRows
 from pbgtrain.checkpoint_reader import FileTable
@@ -80,3 +80,14 @@ def test_a_file_table_renorms_the_rows_it_reads_not_the_file(trained: Path) -> N
     torch.embedding_renorm_(expected, ids, small, 2.0)
     assert torch.allclose(table.gather(ids), expected[ids])
     assert np.array_equal(ckpt.read_embeddings("user", 0, version).embeddings, stored.numpy())
+
+
+def test_mapped_rows_stay_readable_when_a_commit_removes_their_file(tmp_path: Path) -> None:
+    """A newer commit may remove the version being evaluated (pbgtrain fit --valid, eval while fit
+    commits): the rows asked for afterwards are still those of the file that was opened."""
+    stored = np.arange(40, dtype=np.float32).reshape(10, 4)
+    ckpt = CheckpointDir(tmp_path)
+    write_checkpoint(ckpt, 1, embeddings={("user", 0): EmbeddingsState(stored)}, model=None)
+    mapped = ckpt.map_embeddings("user", 0, 1)
+    ckpt.embeddings_path("user", 0, 1).unlink()
+    assert np.array_equal(mapped.take(np.array([9, 2])), stored[[9, 2]])

@@ -12,6 +12,7 @@ import io
 import mmap
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -196,8 +197,9 @@ class MappedRows:
     def __init__(self, path: Path, offset: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> None:
         self.path = path
         self.offset = offset
-        with open(path, "rb") as file:
-            self._mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._file = open(path, "rb", buffering=0)  # noqa: SIM115  # held: rows stay readable if a commit removes the file
+        weakref.finalize(self, self._file.close)
+        self._mapping = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.array: np.ndarray[Any, Any] = np.frombuffer(
             self._mapping, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
         self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
@@ -209,10 +211,9 @@ class MappedRows:
             bad = int(unique[0] if unique[0] < 0 else unique[-1])
             raise IndexError(f"{self.path}: row {bad} asked for, outside its {len(self.array)} rows")
         out = np.empty((len(unique), *self.array.shape[1:]), dtype=self.array.dtype)
-        with open(self.path, "rb", buffering=0) as file:
-            descriptor = file.fileno()
-            for position, row in enumerate(unique.tolist()):
-                os.preadv(descriptor, [out[position]], self.offset + row * self._row_bytes)
+        descriptor = self._file.fileno()
+        for position, row in enumerate(unique.tolist()):
+            os.preadv(descriptor, [out[position]], self.offset + row * self._row_bytes)
         return out[inverse.reshape(-1)]
 
     def release(self) -> None:
