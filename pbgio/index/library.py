@@ -162,11 +162,27 @@ def view(payload: NDArray[np.uint8]) -> Any:
     large arrays (inverted lists, flat codes, graph links) left in place as views of ``payload``: a
     search reads the pages it touches, memory never holds the whole index. The index keeps
     ``payload`` referenced (FAISS's ``referenced_objects``), so the map lives as long as it; it
-    answers searches, and takes no rows."""
+    answers searches, and takes no rows. FAISS before 1.9 has no zero-copy reader: there the index
+    is read whole from ``payload``, as from a remote file."""
     faiss = faiss_module()
+    if not hasattr(faiss, "ZeroCopyIOReader"):
+        return read(_bytes_of(payload))
     index = faiss.read_index(faiss.ZeroCopyIOReader(faiss.swig_ptr(payload), payload.size))
     index.referenced_objects = [payload]
     return index
+
+
+def _bytes_of(payload: NDArray[np.uint8]) -> Callable[[int], bytes]:
+    """``next_bytes(n)``: the next ``n`` bytes of ``payload`` (fewer at its end)."""
+    position = 0
+
+    def next_bytes(count: int) -> bytes:
+        nonlocal position
+        chunk = payload[position:position + count].tobytes()
+        position += len(chunk)
+        return chunk
+
+    return next_bytes
 
 
 def row_count(index: Any) -> int:
