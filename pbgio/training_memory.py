@@ -29,6 +29,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from pbgio.config import ConfigSchema
 from pbgio.edges import bucket_length, iter_buckets
 from pbgio.entities import read_entity_count
 from pbgio.layout import Layout
@@ -80,17 +81,30 @@ class MemoryRule:
 def memory_rule(layout: Layout) -> MemoryRule:
     """The rule's figures for ``layout``: its largest partition (entity counts) and its largest
     bucket (the edge paths' bucket files), read without reading any table or edge."""
+    return _rule(layout.config, *_sizes(layout))
+
+
+Counts = dict[tuple[str, int], int]
+"""Rows by (entity type, partition)."""
+
+
+def _sizes(layout: Layout) -> tuple[Counts, list[int]]:
+    """Every partition's row count and every bucket's edge count (of every edge path), read once."""
     cfg = layout.config
-    largest = max(((read_entity_count(layout.entity_path, name, part), cfg.entity_dimension(name))
-                   for name, entity in cfg.entities.items() for part in range(entity.num_partitions)),
-                  key=lambda rows_and_dimension: rows_and_dimension[0] * (4 * rows_and_dimension[1] + ROW_STATE_BYTES),
-                  default=(0, cfg.dimension))
+    counts = {(name, part): read_entity_count(layout.entity_path, name, part)
+              for name, entity in cfg.entities.items() for part in range(entity.num_partitions)}
+    lengths = [bucket_length(file) for path in layout.edge_paths if path.is_dir() for _, _, file in iter_buckets(path)]
+    return counts, lengths
+
+
+def _rule(cfg: ConfigSchema, counts: Counts, bucket_lengths: list[int]) -> MemoryRule:
+    def size(key: tuple[str, int]) -> int:
+        return counts[key] * (4 * cfg.entity_dimension(key[0]) + ROW_STATE_BYTES)
+
+    largest = max(counts, key=size, default=None)
+    rows, dimension = (counts[largest], cfg.entity_dimension(largest[0])) if largest else (0, cfg.dimension)
     held = 2 if any(entity.num_partitions > 1 for entity in cfg.entities.values()) else 1
-    return MemoryRule(*largest, max(_bucket_lengths(layout), default=0), cfg.num_edge_chunks or 1, held)
-
-
-def _bucket_lengths(layout: Layout) -> list[int]:
-    return [bucket_length(file) for path in layout.edge_paths if path.is_dir() for _, _, file in iter_buckets(path)]
+    return MemoryRule(rows, dimension, max(bucket_lengths, default=0), cfg.num_edge_chunks or 1, held)
 
 
 def partitions_needed(*, rows: int, dimension: int, edges: int, memory_gib: float, edge_chunks: int = 1) -> int:
@@ -118,13 +132,14 @@ def machine_memory_gib() -> float:
 def summary(layout: Layout) -> dict[str, object]:
     """The rule for ``layout`` as ``pbgio info`` and ``pbgtrain fit`` state it: its figures, its line,
     and the partitions this machine's memory needs for the largest entity type and every edge."""
-    rule, cfg, memory = memory_rule(layout), layout.config, machine_memory_gib()
-    rows = {name: sum(read_entity_count(layout.entity_path, name, p) for p in range(e.num_partitions))
-            for name, e in cfg.entities.items()}
+    cfg, memory = layout.config, machine_memory_gib()
+    counts, lengths = _sizes(layout)
+    rule = _rule(cfg, counts, lengths)
+    rows = {name: sum(counts[name, p] for p in range(e.num_partitions)) for name, e in cfg.entities.items()}
     largest = max(rows, key=lambda name: rows[name] * cfg.entity_dimension(name))
     try:
         needed: int | None = partitions_needed(rows=rows[largest], dimension=cfg.entity_dimension(largest),
-                                               edges=sum(_bucket_lengths(layout)), memory_gib=memory,
+                                               edges=sum(lengths), memory_gib=memory,
                                                edge_chunks=rule.edge_chunks)
     except ValueError:
         needed = None
