@@ -233,16 +233,22 @@ def load_index_payload(path: AnyPath, meta: IndexMeta, view: Callable[[Payload],
         mapped = mapped_rows(ds, path)
         if mapped is not None:
             return view(mapped.array)
-        position = 0
+        return stream(byte_reader(ds))
 
-        def read(count: int) -> bytes:
-            nonlocal position
-            stop = min(ds.shape[0], position + count)
-            chunk = np.asarray(ds[position:stop], dtype=np.uint8).tobytes()
-            position = stop
-            return chunk
 
-        return stream(read)
+def byte_reader(payload: Any) -> Callable[[int], bytes]:
+    """``read(n)``: the next ``n`` bytes of ``payload`` (a 1-D uint8 dataset or array; fewer at its
+    end), read a slice at a time."""
+    position = 0
+
+    def read(count: int) -> bytes:
+        nonlocal position
+        stop = min(payload.shape[0], position + count)
+        chunk = np.asarray(payload[position:stop], dtype=np.uint8).tobytes()
+        position = stop
+        return chunk
+
+    return read
 
 
 class TypeRows:

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.errors import MissingLibraryError
+from pbgio.index_file import byte_reader
 
 INSTALL_HINT = "pip install 'pbg[ann]' (or pip install faiss-cpu)"
 LIBRARY = "faiss"
@@ -166,23 +167,10 @@ def view(payload: NDArray[np.uint8]) -> Any:
     is read whole from ``payload``, as from a remote file."""
     faiss = faiss_module()
     if not hasattr(faiss, "ZeroCopyIOReader"):
-        return read(_bytes_of(payload))
+        return read(byte_reader(payload))
     index = faiss.read_index(faiss.ZeroCopyIOReader(faiss.swig_ptr(payload), payload.size))
     index.referenced_objects = [payload]
     return index
-
-
-def _bytes_of(payload: NDArray[np.uint8]) -> Callable[[int], bytes]:
-    """``next_bytes(n)``: the next ``n`` bytes of ``payload`` (fewer at its end)."""
-    position = 0
-
-    def next_bytes(count: int) -> bytes:
-        nonlocal position
-        chunk = payload[position:position + count].tobytes()
-        position += len(chunk)
-        return chunk
-
-    return next_bytes
 
 
 def row_count(index: Any) -> int:
