@@ -204,6 +204,57 @@ def test_export_refusals_do_not_depend_on_the_chunk_size(tmp_path: Path, monkeyp
         assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
 
 
+@pytest.mark.parametrize("parquet_layout", ["list", "columns"])
+def test_a_parquet_of_many_row_groups_is_cut_as_whole_partitions_were(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      parquet_layout: str) -> None:
+    """Partitions of several names chunks and row groups: the file written from small row chunks is,
+    byte for byte, the one written from frames of whole partitions (their names read in the names
+    file's chunks, as export read them before rows came a chunk at a time)."""
+    import polars as pl
+
+    from pbgio.entities import iter_entity_names
+
+    sizes = [150_000, 90_001]
+    cfg = parse_config({"entities": {"node": {"num_partitions": len(sizes)}},
+                        "relations": [{"name": "r", "lhs": "node", "rhs": "node"}], "dimension": 2,
+                        "entity_path": "data", "edge_paths": ["data/edges"], "checkpoint_path": "model"})
+    (tmp_path / "config.json").write_text(cfg.to_json())
+    rng = np.random.default_rng(7)
+    tables = {}
+    for part, count in enumerate(sizes):
+        write_entity_names(tmp_path / "data", "node", part, [f"entity-{part}-{i}" for i in range(count)])
+        write_entity_count(tmp_path / "data", "node", part, count)
+        tables["node", part] = EmbeddingsState(rng.standard_normal((count, 2)).astype(np.float32))
+    write_checkpoint(CheckpointDir(tmp_path / "model"), 1, embeddings=tables, model=ModelState({}), config=cfg)
+
+    frames = []
+    for part in range(len(sizes)):
+        names = pl.concat([pl.Series("name", chunk, dtype=pl.String)
+                           for chunk in iter_entity_names(tmp_path / "data", "node", part)])
+        values = tables["node", part].embeddings
+        assert len(names.chunk_lengths()) > 1
+        if parquet_layout == "list":
+            frames.append(pl.DataFrame([names, pl.Series("embedding", values, dtype=pl.Array(pl.Float32, 2))]))
+        else:
+            frames.append(pl.DataFrame({"name": names, "dim_0": values[:, 0], "dim_1": values[:, 1]}))
+    whole, cut = tmp_path / "whole.parquet", tmp_path / "cut.parquet"
+    _sink(frames, whole)
+    _sink([frame.slice(start, 7_000) for frame in frames for start in range(0, len(frame), 7_000)], cut)
+    assert cut.read_bytes() != whole.read_bytes()  # row groups follow the frames given
+
+    monkeypatch.setenv(ROW_CHUNK_BYTES_ENV, str(7_000 * 2 * 4))
+    out = tmp_path / "node.parquet"
+    export_embeddings(tmp_path / "config.json", out, fmt="parquet", parquet_layout=parquet_layout, add_global=False)
+    assert out.read_bytes() == whole.read_bytes()
+
+
+def _sink(frames: list[Any], path: Path) -> None:
+    """Write ``frames`` (polars) into one Parquet file as export hands them to polars: a source of frames."""
+    from polars.io.plugins import register_io_source
+
+    register_io_source(lambda *_: iter(frames), schema=frames[0].schema).sink_parquet(path)
+
+
 def test_export_refuses_a_table_of_another_dimension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      bounded_reads: list[int]) -> None:
     write_layout(tmp_path, small_valid_layout(featurized=False))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
@@ -111,7 +112,7 @@ def export_embeddings(
         for entity_type, path in _targets(output, fmt, types).items():
             parts = _partitions(source, entity_type, shift.get(entity_type), progress)
             if fmt == "parquet":
-                chunks, dimension = _row_chunks(parts), cfg.entity_dimension(entity_type)
+                chunks, dimension = _name_chunk_frames(parts), cfg.entity_dimension(entity_type)
                 report.rows[entity_type] = _write_parquet(path, chunks, dimension, parquet_layout, overwrite)
                 report.outputs.append(str(path))
             else:
@@ -164,10 +165,27 @@ def _stored_chunks(source: CheckpointVersion, entity_type: str, part: int,
     return source.checkpoint.iter_embedding_rows(entity_type, part, source.version)
 
 
-def _row_chunks(parts: Iterator[Partition]) -> Iterator[RowChunk]:
-    """The row chunks of every partition, in order."""
-    for _, chunks in parts:
-        yield from chunks
+def _name_chunk_frames(parts: Iterator[Partition]) -> Iterator[RowChunk]:
+    """The rows of every partition, in order, cut where its names' chunks end (the chunks of
+    :func:`pbgio.entities.iter_entity_names`, at most ``NAMES_PER_CHUNK`` names), whatever the row chunk."""
+    for names, chunks in parts:
+        yield from _by_name_chunks(names, chunks)
+
+
+def _by_name_chunks(names: pl.Series, chunks: Iterator[RowChunk]) -> Iterator[RowChunk]:
+    """A partition's row chunks re-cut to the chunk lengths of ``names`` (memory: a row chunk and a
+    names chunk); an empty partition is one empty piece."""
+    sizes = deque(names.chunk_lengths())
+    held: list[Floats] = []
+    count = row = 0
+    for _, values in chunks:
+        held.append(values)
+        count += len(values)
+        while sizes and count >= sizes[0]:
+            size = sizes.popleft()
+            block = np.concatenate(held) if len(held) > 1 else held[0]
+            yield names.slice(row, size), block[:size]
+            held, count, row = [block[size:]], count - size, row + size
 
 
 def partition_names(source: CheckpointVersion, entity_type: str, part: int, num_rows: int) -> pl.Series:
@@ -252,14 +270,13 @@ def _frame(names: pl.Series, values: Floats, layout: ParquetLayout) -> pl.DataFr
 
 def _write_parquet(path: Path, chunks: Iterator[RowChunk], dimension: int,
                    layout: ParquetLayout, overwrite: bool) -> int:
-    """Stream the row chunks into one Parquet file, a frame each (memory: one row chunk, and the
-    rows polars holds for a row group).
+    """Stream the pieces into one Parquet file, a frame each (memory: one row chunk, and the rows
+    polars holds for a row group).
 
-    Polars cuts row groups by the sizes of the frames it is given, so the file's bytes are those of
-    one frame per partition only while every partition fits in one row chunk (``PBG_ROW_CHUNK_BYTES``,
-    64 MiB: 167,772 rows of dimension 100), or while partitions are small (a few hundred rows: one
-    row group whatever the frames). Past that, row group boundaries (not values) follow the chunks:
-    frames of whole partitions would hold a whole partition in memory."""
+    Polars cuts row groups by the chunks of the frames it is given (it gathers them to about 82k
+    rows). The pieces are cut where the names file's chunks end, as the frames of whole partitions
+    (names read in those chunks, concatenated) were cut before rows were read a chunk at a time, so
+    the file's bytes are the same whatever ``PBG_ROW_CHUNK_BYTES`` is."""
     from polars.io.plugins import register_io_source
 
     schema: dict[str, pl.DataType] = {"name": pl.String()}
