@@ -44,7 +44,7 @@ from pbgio.checks.config import (
     semantic_issues,
     unreadable,
 )
-from pbgio.errors import ConfigError, MissingArtifactError
+from pbgio.errors import ConfigError, MissingArtifactError, UsageError
 from pbgio.spec.config import (
     CONFIG_KEYS,
     FALSE_STRINGS,
@@ -109,6 +109,24 @@ def _json_failure(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nesting too deep to decode"
     return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def entity_type_or_only(config: ConfigSchema, entity_type: str | None) -> str:
+    """``entity_type`` when given, else the config's only entity type (``--type`` by default); none
+    given while the config has several is a :class:`~pbgio.errors.UsageError` naming them.
+
+    >>> cfg = parse_config({"entities": {"user": {"num_partitions": 1}}, "dimension": 8, "entity_path": "data",
+    ...                     "relations": [{"name": "f", "lhs": "user", "rhs": "user"}], "edge_paths": ["data/e"],
+    ...                     "checkpoint_path": "model"})
+    >>> entity_type_or_only(cfg, None)
+    'user'
+    """
+    if entity_type is not None:
+        return entity_type
+    types = sorted(config.entities)
+    if len(types) != 1:
+        raise UsageError(f"give the entity type (--type): the config has {len(types)}, {', '.join(types)}")
+    return types[0]
 
 
 def load_config(path: str | AnyPath) -> ConfigSchema:

@@ -45,6 +45,22 @@ UNWRAPPED_WIDTH = 100_000
 """The width of a console that is not a terminal: lines keep their length (logs, CI, pipes)."""
 
 
+HELP_WIDTH_OFF_TERMINAL = 120
+"""The columns of ``--help`` (and of a usage error) printed to a pipe or a file."""
+
+
+def widen_help_off_terminal() -> None:
+    """Lay ``--help`` out at :data:`HELP_WIDTH_OFF_TERMINAL` columns when standard output is no terminal
+    (``pbgtrain fit --help | less``, a log) and neither ``COLUMNS`` nor ``TERMINAL_WIDTH`` says a width:
+    rich would squeeze it into 80, an option's help into a narrow column of many lines. Through the
+    environment typer reads (``TERMINAL_WIDTH``), so rich is imported only when help is printed."""
+    import os
+    import sys
+
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS") and not os.environ.get("TERMINAL_WIDTH"):
+        os.environ["TERMINAL_WIDTH"] = str(HELP_WIDTH_OFF_TERMINAL)
+
+
 def console(*, stderr: bool = False) -> Any:
     """A rich console (no syntax highlighting of paths and numbers). On a terminal, text wraps
     at its width; elsewhere nothing is wrapped, so a log or a pipe gets whole lines (rich would

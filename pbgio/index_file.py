@@ -51,6 +51,9 @@ from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.spec.index import META_ATTR, PAYLOAD_DATASET, fingerprint_offsets
 from pbgio.storage import AnyPath, atomic
 
+SEARCH_PARAMS = ("nprobe", "ef_search")
+"""The parameters of an index (:attr:`IndexMeta.params`) that a search may change."""
+
 HASH_BLOCK = 1 << 24
 T = TypeVar("T")
 Floats = NDArray[np.float32]
@@ -77,6 +80,9 @@ class IndexMeta:
     kind: str
     params: dict[str, int] = field(default_factory=dict)
     payload_sha256: str = ""
+    recall_at_10: float | None = None
+    recall_queries: int = 0
+    recall_candidates: int = 0
 
     @property
     def rows(self) -> int:
@@ -89,6 +95,37 @@ class IndexMeta:
         """Library, kind and parameters (``params``: those a search uses, default the stored ones)."""
         shown = ", ".join(f"{k} {v}" for k, v in sorted((self.params if params is None else params).items()))
         return f"{self.library} {self.kind}{f' ({shown})' if shown else ''}"
+
+    def accuracy(self, params: dict[str, int] | None = None, candidates: int | None = None) -> str:
+        """What a search through this index gives: ``exact`` (a flat index), or ``approximate`` with
+        the recall@10 measured at build, and the settings it was measured at when a search's
+        (``params``: nprobe or ef_search; ``candidates``: rows proposed) differ from them.
+
+        >>> meta = IndexMeta("user", 1, "cos", False, 4, [9], "", "faiss", "1.8", "ivf", {"nlist": 3, "nprobe": 2})
+        >>> meta.accuracy()
+        'approximate (recall not measured at build)'
+        >>> from dataclasses import replace
+        >>> meta = replace(meta, recall_at_10=0.9625, recall_queries=500, recall_candidates=100)
+        >>> meta.accuracy()
+        'approximate (recall@10 ≈ 0.963 measured at build)'
+        >>> print(meta.accuracy({"nlist": 3, "nprobe": 1}, candidates=20))  # doctest: +NORMALIZE_WHITESPACE
+        approximate (recall@10 ≈ 0.963 measured at build with nprobe 2 and 100 candidates; not at nprobe 1 and 20
+        candidates)
+        """
+        if self.kind == "flat":
+            return "exact"
+        if self.recall_at_10 is None or not self.recall_queries:
+            return "approximate (recall not measured at build)"
+        measured = f"recall@10 ≈ {self.recall_at_10:.3f} measured at build"
+        searched = {**self.params, **(params or {})}
+        changed = sorted(key for key in SEARCH_PARAMS if key in self.params and searched[key] != self.params[key])
+        other_count = candidates is not None and candidates != self.recall_candidates
+        if not changed and not other_count:
+            return f"approximate ({measured})"
+        at = [f"{key} {self.params[key]}" for key in SEARCH_PARAMS if key in self.params]
+        now = [f"{key} {searched[key]}" for key in changed]
+        return (f"approximate ({measured} with {' and '.join([*at, f'{self.recall_candidates:,} candidates'])}; "
+                f"not at {' and '.join([*now, *([f'{candidates:,} candidates'] if other_count else [])])})")
 
     def describe(self) -> str:
         """One line: kind, parameters, rows, metric, version."""

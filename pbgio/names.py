@@ -7,6 +7,11 @@ Names files are streamed (:func:`pbgio.entities.iter_entity_names`): memory hold
 of names and the answers, whatever the size of the dictionary. A name found twice is taken
 where it is first found (partition 0 first).
 
+Names are also found by a part of them (:func:`iter_name_matches`: ``dog`` finds
+``dog.n.02084071``; ``pbgio names``), and an unknown name's message lists the names that
+contain it, or the closest ones (:func:`unknown_name_hint`), every list there complete or
+followed by the ``pbgio names`` command that lists it all.
+
 >>> import tempfile, pathlib
 >>> from pbgio.entities import write_entity_names
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -26,15 +31,15 @@ where it is first found (partition 0 first).
 from __future__ import annotations
 
 import bisect
-import difflib
-from collections.abc import Iterable, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from pbgio.checks import raise_first
 from pbgio.checks.entities import names_count
-from pbgio.config import ConfigSchema
+from pbgio.config import ConfigSchema, entity_type_or_only
 from pbgio.entities import iter_entity_names, read_relation_names
-from pbgio.errors import UnknownNameError
+from pbgio.errors import UnknownNameError, UsageError
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 
@@ -81,10 +86,127 @@ def locate_entities(entity_path: AnyPath, entity_type: str, num_partitions: int,
             row += len(chunk)
     if missing:
         unknown = [n for n in wanted if n in missing]
-        close = close_names(entity_path, entity_type, num_partitions, unknown[0])
+        hint = unknown_name_hint(unknown[0], lambda: entity_name_chunks(entity_path, entity_type, num_partitions),
+                                 names_command(entity_type))
         where = names_files(entity_path, entity_type, num_partitions)
-        raise UnknownNameError(unknown, f"{entity_type!r} entity", where, context=context, hint=suggestion(close))
+        raise UnknownNameError(unknown, f"{entity_type!r} entity", where, context=context, hint=hint)
     return {name: found[name] for name in wanted}
+
+
+def entity_name_chunks(entity_path: AnyPath, entity_type: str, num_partitions: int) -> Iterator[list[str]]:
+    """The names of every partition of a type, partition 0 first, streamed a chunk at a time."""
+    for part in range(num_partitions):
+        yield from iter_entity_names(entity_path, entity_type, part)
+
+
+def names_command(entity_type: str | None, config: str = "CONFIG") -> str:
+    """The ``pbgio names`` command that lists the names of ``entity_type`` (None: the relations).
+
+    >>> names_command("synset"), names_command(None, "my graph.json")
+    ('pbgio names CONFIG --type synset', "pbgio names 'my graph.json' --relations")
+    """
+    config = config if config == "CONFIG" else shlex.quote(config)
+    return f"pbgio names {config} " + ("--relations" if entity_type is None else f"--type {shlex.quote(entity_type)}")
+
+
+SHOWN_MATCHES = 5
+"""Names an unknown name's message lists among those containing it, before saying how many more."""
+
+
+class NameMatches(NamedTuple):
+    """The names that contain a pattern: the first ones (:func:`iter_name_matches`' order) and
+    how many there are in all."""
+
+    names: list[str]
+    total: int
+
+
+def name_match(name: str, folded: str) -> int | None:
+    """0 when ``name`` starts with the pattern (``folded``: the pattern casefolded), 1 when it
+    contains it further on, None when it does not contain it; case is set aside.
+
+    >>> name_match("dog.n.02084071", "dog"), name_match("Hotdog", "dog"), name_match("cat", "dog")
+    (0, 1, None)
+    """
+    at = name.casefold().find(folded)
+    return None if at < 0 else min(at, 1)
+
+
+def iter_name_matches(chunks: Callable[[], Iterable[Sequence[str]]], pattern: str) -> Iterator[str]:
+    """Every name of ``chunks()`` that contains ``pattern`` (case set aside): those that start
+    with it first, then the others, each in the dictionary's order. Streamed: the names are
+    read twice (``chunks`` is called once a pass), and memory holds one chunk.
+
+    >>> list(iter_name_matches(lambda: [["hotdog", "Dog.n.1"], ["cat", "dog.v.2"]], "dog"))
+    ['Dog.n.1', 'dog.v.2', 'hotdog']
+    """
+    folded = pattern.casefold()
+    for wanted in (0, 1):
+        for chunk in chunks():
+            yield from (name for name in chunk if name_match(name, folded) == wanted)
+
+
+def count_name_matches(chunks: Iterable[Sequence[str]], pattern: str, limit: int = SHOWN_MATCHES, *,
+                       leave_out: Iterable[str] = ()) -> NameMatches:
+    """The first ``limit`` names that contain ``pattern``, in :func:`iter_name_matches`' order,
+    and how many names contain it, the names of ``leave_out`` set aside; one pass over the
+    names, memory for one chunk and ``limit`` names.
+
+    >>> count_name_matches([["hotdog", "Dog.n.1"], ["cat", "dog.v.2", "dog.n.3"]], "dog", limit=2)
+    NameMatches(names=['Dog.n.1', 'dog.v.2'], total=4)
+    """
+    folded = pattern.casefold()
+    skip = set(leave_out)
+    first: tuple[list[str], list[str]] = ([], [])
+    total = 0
+    for chunk in chunks:
+        for name in chunk:
+            rank = name_match(name, folded)
+            if rank is not None and name not in skip:
+                total += 1
+                if len(first[rank]) < limit:
+                    first[rank].append(name)
+    return NameMatches((first[0] + first[1])[:limit], total)
+
+
+def listed(names: Sequence[str], total: int, see_all: str) -> str:
+    """``'a', 'b'``: names quoted, then, when they are not all of the ``total``, how many more
+    there are and the command ``see_all`` that lists them all.
+
+    >>> listed(["a", "b"], 2, "pbgio names CONFIG --relations")
+    "'a', 'b'"
+    >>> listed(["a", "b"], 12, "pbgio names CONFIG --relations")
+    "'a', 'b', … (10 more: pbgio names CONFIG --relations)"
+    """
+    shown = ", ".join(repr(n) for n in names)
+    return shown + (f", … ({total - len(names):,} more: {see_all})" if total > len(names) else "")
+
+
+def unknown_name_hint(name: str, chunks: Callable[[], Iterable[Sequence[str]]], see_all: str,
+                      noun: str = "name") -> str:
+    """What an unknown ``name``'s message adds: the closest known names (near-typos: ``did you
+    mean 'virus'?``), then the other names that contain it (``3 names contain it: 'dog.n.02084071',
+    …``; when they are too many to show, how many more and the command that lists them all:
+    ``see_all`` followed by the name), or nothing. ``chunks()`` streams the dictionary; it is
+    read twice.
+
+    >>> names = lambda: [["dog.n.01", "dog.v.02", "hotdog.n.03", "dot.n.04"]]
+    >>> unknown_name_hint("dog", names, "pbgio names CONFIG")
+    "3 names contain it: 'dog.n.01', 'dog.v.02', 'hotdog.n.03'"
+    >>> unknown_name_hint("dog.n.1", names, "pbgio names CONFIG")
+    "did you mean 'dog.n.01'?"
+    >>> unknown_name_hint("hot", names, "pbgio names CONFIG", "relation")
+    "1 relation contains it: 'hotdog.n.03'"
+    """
+    close = close_names_in(chunks(), name)
+    found = count_name_matches(chunks(), name, leave_out=close)
+    if not found.total:
+        return suggestion(close)
+    other = "other " if close else ""
+    count = (f"{found.total:,} {other}{noun}s contain it" if found.total > 1
+             else f"1 {other}{noun} contains it")
+    shown = listed(found.names, found.total, f"{see_all} {shlex.quote(name)}")
+    return f"{suggestion(close)} {count}: {shown}".lstrip()
 
 
 SUGGESTIONS = 3
@@ -106,6 +228,11 @@ def close_names(entity_path: AnyPath, entity_type: str, num_partitions: int, nam
     >>> close_names(d, "all", 1, "viruss"), close_names(d, "all", 1, "VIRUS"), close_names(d, "all", 1, "zzz")
     (['virus'], ['virus'], [])
     """
+    return close_names_in(entity_name_chunks(entity_path, entity_type, num_partitions), name, limit)
+
+
+def close_names_in(chunks: Iterable[Sequence[str]], name: str, limit: int = SUGGESTIONS) -> list[str]:
+    """:func:`close_names` among the names of ``chunks`` (any dictionary, streamed)."""
     from rapidfuzz import process
     from rapidfuzz.distance import Levenshtein
     from rapidfuzz.utils import default_process
@@ -113,12 +240,11 @@ def close_names(entity_path: AnyPath, entity_type: str, num_partitions: int, nam
     wanted = default_process(name)
     cutoff = max(1, len(wanted) // 3)
     best: list[tuple[int, int, str]] = []
-    for part in range(num_partitions):
-        for chunk in iter_entity_names(entity_path, entity_type, part):
-            for found, distance, _ in process.extract(name, chunk, scorer=Levenshtein.distance,
-                                                      processor=default_process, limit=limit, score_cutoff=cutoff):
-                best.append((int(distance), Levenshtein.distance(name, found), found))
-            best = sorted(set(best))[:limit]
+    for chunk in chunks:
+        for found, distance, _ in process.extract(name, chunk, scorer=Levenshtein.distance,
+                                                  processor=default_process, limit=limit, score_cutoff=cutoff):
+            best.append((int(distance), Levenshtein.distance(name, found), found))
+        best = sorted(set(best))[:limit]
     if best and best[0][0] == 0:  # the same name but for case or punctuation: only those
         best = [item for item in best if item[0] == 0]
     return [found for _, _, found in best]
@@ -176,10 +302,15 @@ def relation_names(config: ConfigSchema, entity_path: AnyPath) -> list[str]:
     return [r.name for r in config.relations]
 
 
+SHOWN_RELATIONS = 10
+"""Relation names an unknown relation's message lists before saying how many more there are."""
+
+
 def locate_relations(config: ConfigSchema, entity_path: AnyPath, names: Iterable[str], *,
                      context: str = "") -> dict[str, int]:
     """The relation id of each of ``names`` (distinct, in their order); unknown names raise
-    :class:`~pbgio.errors.UnknownNameError`, with the closest known name as a hint."""
+    :class:`~pbgio.errors.UnknownNameError`, with the relations that contain the first unknown
+    name, or the closest ones, as a hint (:func:`unknown_name_hint`)."""
     known = relation_names(config, entity_path)
     index: dict[str, int] = {}
     for rel_id, name in enumerate(known):
@@ -187,14 +318,46 @@ def locate_relations(config: ConfigSchema, entity_path: AnyPath, names: Iterable
     wanted = list(dict.fromkeys(names))
     missing = [name for name in wanted if name not in index]
     if missing:
-        close = suggestion(difflib.get_close_matches(missing[0], known, n=1))
-        if config.dynamic_relations:  # the names file is named: with no close name, say what it holds
+        see_all = names_command(None)
+        hint = unknown_name_hint(missing[0], lambda: [known], see_all, "relation")
+        if config.dynamic_relations:  # the names file is named: with no better hint, say what it holds
             where = str(entity_path / naming.DYNAMIC_REL_NAMES)
-            listed = ", ".join(repr(n) for n in known[:10]) + (f", … ({len(known):,} in all)" if len(known) > 10
-                                                               else "")
-            hint = close or (f"the relations are {listed}" if known else "there are no relations")
+            every = f"the relations are {listed(known[:SHOWN_RELATIONS], len(known), see_all)}"
+            hint = hint or (every if known else "there are no relations")
         else:  # the config's relations are listed in the message itself
-            shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
-            where, hint = f"the config's relations ({shown})", close
+            shown = ", ".join(known[:SHOWN_RELATIONS])
+            more = f", … ({len(known) - SHOWN_RELATIONS:,} more: {see_all})" if len(known) > SHOWN_RELATIONS else ""
+            where = f"the config's relations ({shown}{more})"
         raise UnknownNameError(missing, "relation", where, context=context, hint=hint)
     return {name: index[name] for name in wanted}
+
+
+class Dictionary(NamedTuple):
+    """The names of an entity type or the relation names, as :func:`dictionary` finds them."""
+
+    what: str
+    """What the names name, for messages: ``'synset' entity`` or ``relation``."""
+    chunks: Callable[[], Iterable[Sequence[str]]]
+    """Streams the names (a chunk at a time), each call from the first."""
+    see_all: str
+    """The ``pbgio names`` command that lists them (CONFIG standing for the config)."""
+
+
+def dictionary(config: ConfigSchema, entity_path: AnyPath, entity_type: str | None = None, *,
+               relations: bool = False) -> Dictionary:
+    """The names of ``entity_type`` (None: the config's only type), or with ``relations`` the
+    relation names (:func:`relation_names`). A type the config does not have, or none given when
+    it has several, is a :class:`~pbgio.errors.UsageError`."""
+    if relations:
+        if entity_type is not None:
+            raise UsageError("--relations lists the relation names: give it without --type")
+        return Dictionary("relation", lambda: [relation_names(config, entity_path)], names_command(None))
+    types = sorted(config.entities)
+    entity_type = entity_type_or_only(config, entity_type)
+    if entity_type not in config.entities:
+        raise UsageError(f"--type: expected an entity type of the config ({', '.join(types)}), found "
+                         f"{entity_type!r}")
+    known = entity_type
+    parts = config.num_partitions(known)
+    return Dictionary(f"{known!r} entity", lambda: entity_name_chunks(entity_path, known, parts),
+                      names_command(known))

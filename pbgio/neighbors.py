@@ -30,20 +30,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from pbgio.checkpoint import read_committed
 from pbgio.checks.entities import names_count
-from pbgio.config import ConfigSchema
+from pbgio.config import ConfigSchema, entity_type_or_only
 from pbgio.errors import FormatError, PbgioError
 from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
 from pbgio.index.rows import RowWindow
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import Position, locate_entities, names_of
 from pbgio.spec import naming
+from pbgio.spec.index import default_metric
 from pbgio.storage import AnyPath
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ from pbgio.topk import (
     VectorScorer,
     rows_per_block,
     scan_partitions,
+    score_column,
     text_table,
 )
 
@@ -94,8 +96,11 @@ class Neighbors:
 
 
 def format_neighbors(results: Sequence[Neighbors]) -> str:
-    """One table (query, rank, name, score) for all the queries."""
-    rows = [[r.query, str(n.rank), n.name, f"{n.score:.6g}"] for r in results for n in r.neighbors]
+    """One table (query, rank, name, score) for all the queries, the scores aligned
+    (:func:`pbgio.topk.score_column`)."""
+    found = [(r.query, n) for r in results for n in r.neighbors]
+    scores = score_column([n.score for _, n in found])
+    rows = [[query, str(n.rank), n.name, score] for (query, n), score in zip(found, scores, strict=True)]
     return text_table(["query", "rank", "name", "score"], rows, right=[1, 3])
 
 
@@ -105,7 +110,7 @@ def nearest_neighbors(
     names: Sequence[str],
     *,
     k: int = 10,
-    metric: Metric = "cos",
+    metric: Metric | None = None,
     include_self: bool = False,
     add_global: bool = True,
     device: str = "cpu",
@@ -117,7 +122,8 @@ def nearest_neighbors(
     candidates: int | None = None,
 ) -> list[Neighbors]:
     """The ``k`` nearest neighbours of each entity of ``names`` (of ``entity_type``; None: the
-    config's only entity type), in order.
+    config's only entity type), in order, by ``metric`` (None: the metric an index is built by
+    unless told, :func:`pbgio.spec.index.default_metric` of the model's comparator).
 
     Names are looked up in the type's names files (an unknown one raises
     :class:`~pbgio.errors.UnknownNameError`); bad arguments raise :class:`NeighborsError`.
@@ -130,23 +136,20 @@ def nearest_neighbors(
     """
     if k < 1:
         raise NeighborsError(f"expected k >= 1, found {k}")
-    if metric not in METRICS:
+    if metric is not None and metric not in METRICS:
         raise NeighborsError(f"expected a metric among {METRICS}, found {metric!r}")
     if isinstance(names, str):
         raise NeighborsError(f"expected a sequence of names, found the string {names!r} (write [{names!r}])")
     if not names:
         raise NeighborsError("expected at least one query name, found none")
     source = open_checkpoint(config, base=base, checkpoint=checkpoint, version=version)
-    if entity_type is None:
-        types = sorted(source.config.entities)
-        if len(types) != 1:
-            raise NeighborsError(f"give the entity type of the names (--type): the config has {len(types)}, "
-                                 f"{', '.join(types)}")
-        entity_type = types[0]
+    entity_type = entity_type_or_only(source.config, entity_type)
     if entity_type not in source.config.entities:
         raise NeighborsError(f"expected an entity type of the config {sorted(source.config.entities)}, "
                              f"found {entity_type!r}")
     scorer_device = _check_device(device)
+    if metric is None:
+        metric = cast(Metric, default_metric(source.config.comparator))
     if index:
         from pbgio.index.search import load_index
 
@@ -177,7 +180,7 @@ def indexed_neighbors(index: EmbeddingIndex, names: Sequence[str], *, k: int = 1
                         exclude=None if include_self else [(q.partition, q.offset) for q in queries])
     named = names_of(source.entity_path, index.entity_type,
                      [Position(p, o) for best in found for _, p, o in best])
-    searched = index.describe()
+    searched = index.describe(candidates)
     return [Neighbors(name, index.entity_type, index.metric, index.version, index.meta.rows,
                       [Neighbor(rank, named[Position(p, o)], score, p, o)
                        for rank, (score, p, o) in enumerate(best, 1)], searched)

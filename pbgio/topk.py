@@ -16,7 +16,8 @@ or on how rows are split into blocks. A NaN score ranks below every other score.
 top-k and the ranks of a triple) share: each partition is opened (read) in turn, its rows are
 scored a block at a time, rows may be left out, and the best ``k`` of every query are kept with
 :class:`TopK` (and, for ranks, the rows scoring at least a threshold counted).
-:func:`text_table` prints results for people (``--json`` is for machines).
+:func:`text_table` prints results for people (``--json`` is for machines), their scores aligned
+by :func:`score_column`.
 
 >>> table = {0: np.array([0.5, 2.0, 0.25]), 1: np.array([2.0, 1.0, 3.0])}
 >>> def open_partition(part):  # one query: the scores are the rows themselves
@@ -202,6 +203,34 @@ def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequ
     return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
                      for line in lines)
+
+
+SCORE_DIGITS = 6
+"""Significant digits of the largest score of a table's column (:func:`score_column`)."""
+
+
+def score_column(scores: Sequence[float], digits: int = SCORE_DIGITS) -> list[str]:
+    """Scores written for one column of a :func:`text_table` (right-aligned): all with the same
+    decimals, so that their decimal points line up, as many as the largest magnitude needs for
+    ``digits`` significant digits. A column whose largest magnitude is under 1e-4 or at least
+    1e15 is written in scientific notation, each with ``digits`` significant digits; NaN and
+    infinities are written ``nan``, ``inf``, ``-inf``.
+
+    >>> score_column([0.00246032, -0.0010851, 0.0022701])
+    ['0.00246032', '-0.00108510', '0.00227010']
+    >>> print(text_table(["score"], [[c] for c in score_column([12.25, 0.5, float("nan")])], right=[0]))
+      score
+    12.2500
+     0.5000
+        nan
+    >>> score_column([3e-06, -1.25e-05])
+    ['3.00000e-06', '-1.25000e-05']
+    """
+    top = max((abs(s) for s in scores if math.isfinite(s)), default=0.0)
+    if top and not 1e-4 <= top < 1e15:
+        return [f"{s:.{digits - 1}e}" for s in scores]
+    decimals = max(0, digits - 1 - math.floor(math.log10(top))) if top else 0
+    return [f"{s:.{decimals}f}" for s in scores]
 
 
 class VectorScorer:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error
+from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, widen_help_off_terminal
 from pbgio.options import RELATIVE_TO_CONFIG, AsJson, BaseOption, ConfigArg, NoProgress, Overrides, VersionOption
 from pbgio.options import DeviceOption as Device
 from pbgio.progress import progress_wanted
@@ -123,6 +123,10 @@ def fit(
     lr_patience: Annotated[int, typer.Option(
         "--lr-patience", metavar="Q", help="With --lr-decay: evaluations without improvement (since the best or "
         "the last decay) before the learning rates decay.")] = 1,
+    valid_sample: Annotated[int | None, typer.Option(
+        "--valid-sample", metavar="N", help="With --valid: rank a sample of N of the validation edges instead of "
+        "all (drawn uniformly without repeats by --seed, the same edges at every evaluation; a validation costs "
+        "about its edges × the entities ranked). Each validation line and record says so.")] = None,
 ) -> None:
     """Train: resume from the latest committed checkpoint, commit one version per edge chunk.
 
@@ -134,11 +138,12 @@ def fit(
     from pbgtrain.train import fit as run_fit
 
     layout = _load(config, param, base)
-    if valid is None and (filter_paths or patience is not None or lr_decay is not None):
-        print_error("--filter, --patience and --lr-decay go with --valid PATH (the validation edge path)")
+    if valid is None and (filter_paths or patience is not None or lr_decay is not None or valid_sample is not None):
+        print_error("--filter, --patience, --lr-decay and --valid-sample go with --valid PATH (the validation edge "
+                    "path)")
         raise typer.Exit(EXIT_USAGE)
     validation = None if valid is None else ValidationOptions(valid, tuple(filter_paths or ()), eval_every, patience,
-                                                              lr_decay, lr_patience)
+                                                              lr_decay, lr_patience, valid_sample)
     options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout,
@@ -181,6 +186,10 @@ def _interrupted_fit(layout: Any) -> None:
     from pbgio.checkpoint import CheckpointDir
 
     version = CheckpointDir(layout.checkpoint_path).read_version()
+    if not version:
+        print_error("interrupted before the first commit: nothing was committed (no checkpoint version yet); run "
+                    "the same command to start again")
+        return
     print_error(f"interrupted; checkpoint version {version} is committed and intact; run the same "
                 "command to resume from it")
 
@@ -226,9 +235,33 @@ def evaluate(
             typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
                        "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
         result = evaluate_checkpoint(opened, options)
-    typer.echo(json.dumps(result.to_dict(), indent=2) if as_json else result.summary())
+        untrained = _untrained(opened, options.edge_paths)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict() | {"untrained_edges": untrained}, indent=2))
+    else:
+        typer.echo(result.summary())
+        if untrained["count"]:
+            typer.echo(_untrained_line(untrained))
     if result.per_relation is not None and not as_json:
         _print_per_relation(result.per_relation)
+
+
+def _untrained(opened: Any, edge_paths: list[Any] | None) -> dict[str, Any]:
+    """The evaluated edges naming an entity that no edge of the training paths names."""
+    from pbgio import storage
+    from pbgio.leakage import untrained_edges
+    from pbgtrain.evaluate import training_paths
+
+    trained = training_paths(opened)
+    count, total = untrained_edges(opened.layout, trained, edge_paths or opened.layout.edge_paths)
+    return {"count": count, "share": count / total if total else 0.0,
+            "training_paths": [storage.display(p) for p in trained]}
+
+
+def _untrained_line(untrained: dict[str, Any]) -> str:
+    return (f"{untrained['count']:,} of the evaluated edges ({untrained['share']:.1%}) name an entity that no "
+            f"training edge names (its vector was never trained; training paths: "
+            f"{', '.join(untrained['training_paths'])})")
 
 
 def _print_per_relation(per_relation: dict[str, Any]) -> None:
@@ -272,8 +305,9 @@ def predict(
     index: Annotated[bool, typer.Option(
         "--index", help="Top-k through the candidate type's index by the model's metric (pbgio index build): the "
         "query is moved through the relation's operator, the index proposes candidates, the model scores them "
-        "exactly, and the output names the index. Where the comparator allows no such query, or no index has its "
-        "metric, every candidate is scored (and the output says why).")] = False,
+        "exactly, and the output names the index and says whether its answer is exact (a flat index) or "
+        "approximate (with the recall@10 measured when it was built). Where the comparator allows no such query, or "
+        "no index has its metric, every candidate is scored (and the output says why).")] = False,
     nprobe: Annotated[int | None, typer.Option(
         "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
     candidates: Annotated[int | None, typer.Option(
@@ -446,6 +480,7 @@ def report(
 
 def main() -> None:
     """Console-script entry point."""
+    widen_help_off_terminal()
     try:
         app()
     except KeyboardInterrupt:

@@ -23,13 +23,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from pbgio import storage
 from pbgio.checkpoint import read_committed
 from pbgio.checks.config import featurized_ranking
 from pbgio.checks.edges import check_bounds
-from pbgio.edges import read_bucket
+from pbgio.edges import bucket_length, read_bucket
 from pbgio.errors import ConfigError, UsageError
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import relation_names
@@ -45,7 +46,7 @@ from pbgtrain.training.device import resolve_device
 from pbgtrain.training.records import add_negative_scores
 
 __all__ = ["EvalOptions", "EvalResult", "all_entities_batch", "check_featurized_evaluation",
-           "evaluate_checkpoint", "trained_on"]
+           "evaluate_checkpoint", "trained_on", "training_paths"]
 
 @dataclass(frozen=True)
 class EvalOptions:
@@ -57,6 +58,7 @@ class EvalOptions:
     seed: int = 0
     interactive: bool = False
     per_relation: bool = False  # also the metrics of each relation's edges (pbgtrain eval --per-relation)
+    sample: int | None = None  # rank a fixed sample of this many of the edges, drawn by ``seed`` (None: all)
 
 
 @dataclass
@@ -66,6 +68,7 @@ class EvalResult:
     metrics: RankingMetrics
     seconds: float
     per_relation: dict[str, RankingMetrics] | None = None  # by relation name, in relation id order
+    sampled_from: int | None = None  # with ``EvalOptions.sample``: the edges the sample was drawn from
 
     def summary(self) -> str:
         return (f"checkpoint version {self.version}, {', '.join(self.edge_paths)}: {self.metrics}  "
@@ -94,10 +97,15 @@ def trained_on(opened: CheckpointVersion, edge_dirs: list[AnyPath] | None = None
     ([], ['/srv/ex/edges/train'])
     """
     layout = opened.layout
-    trained_paths = (opened.trained_with or layout.config).edge_paths
-    trained = {storage.display(storage.absolute(layout.path(p))) for p in trained_paths}
+    trained = {storage.display(storage.absolute(p)) for p in training_paths(opened)}
     evaluated = [storage.display(storage.absolute(p)) for p in (layout.edge_paths if edge_dirs is None else edge_dirs)]
     return [p for p in evaluated if p in trained]
+
+
+def training_paths(opened: CheckpointVersion) -> list[AnyPath]:
+    """The edge paths the model of ``opened`` trained on: the ``edge_paths`` of the checkpoint's
+    ``config.json`` (the run's, its ``-p`` overrides included); without one, the config's."""
+    return [opened.layout.path(p) for p in (opened.trained_with or opened.layout.config).edge_paths]
 
 
 def evaluate_checkpoint(layout: Layout | CheckpointVersion, options: EvalOptions | None = None) -> EvalResult:
@@ -135,42 +143,48 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
     nl, nr = cfg.bucket_grid()
     partitions = PartitionLayout.from_config(cfg)
-    for edge_dir in edge_dirs:
-        for bucket in all_buckets(nl, nr):
-            path = edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs)
-            edges = read_bucket(path)
-            if not len(edges):
-                continue
-            check_bounds(edges, path, first_row=0,
-                         **bucket_limits(cfg, reader.counts, bucket, reader.model.spec.num_dynamic_rels))
-            needed = {(r.lhs, partitions.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
-                     {(r.rhs, partitions.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
-            reader.keep_only(needed)
-            tensors = BucketEdges.from_bucket(edges, device, str(path))
-            filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
-            # (the config's relation, the relation id it counts under, its edges); with dynamic
-            # relations the config's one relation: all edges at once, or each id's (--per-relation)
-            if not cfg.dynamic_relations:
-                groups = [(r, r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
-            elif options.per_relation:
-                groups = [(0, i, (tensors.rel == i).nonzero().squeeze(1)) for i in torch.unique(tensors.rel).tolist()]
+    paths = [edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs) for edge_dir in edge_dirs
+             for bucket in all_buckets(nl, nr)]
+    chosen, sampled_from = _sample(paths, options.sample, options.seed)
+    for position, (path, bucket) in enumerate(zip(paths, [b for _ in edge_dirs for b in all_buckets(nl, nr)],
+                                                  strict=True)):
+        edges = read_bucket(path)
+        if not len(edges) or (chosen is not None and not len(chosen[position])):
+            continue
+        check_bounds(edges, path, first_row=0,
+                     **bucket_limits(cfg, reader.counts, bucket, reader.model.spec.num_dynamic_rels))
+        needed = {(r.lhs, partitions.partition_of(r.lhs, bucket, "lhs")) for r in cfg.relations} | \
+                 {(r.rhs, partitions.partition_of(r.rhs, bucket, "rhs")) for r in cfg.relations}
+        reader.keep_only(needed)
+        tensors = BucketEdges.from_bucket(edges, device, str(path))
+        filter_index = _filter_index(options.filter_paths, bucket) if options.filter_paths else None
+        # (the config's relation, the relation id it counts under, its edges); with dynamic
+        # relations the config's one relation: all edges at once, or each id's (--per-relation)
+        if not cfg.dynamic_relations:
+            groups = [(r, r, (tensors.rel == r).nonzero().squeeze(1)) for r in range(len(cfg.relations))]
+        elif options.per_relation:
+            groups = [(0, i, (tensors.rel == i).nonzero().squeeze(1)) for i in torch.unique(tensors.rel).tolist()]
+        else:
+            groups = [(0, 0, torch.arange(len(tensors), device=device))]
+        if chosen is not None:  # the sample's edges of this bucket
+            keep = torch.zeros(len(tensors), dtype=torch.bool, device=device)
+            keep[torch.from_numpy(chosen[position]).to(device)] = True
+            groups = [(r, rel_id, sel[keep[sel]]) for r, rel_id, sel in groups]
+        for r, rel_id, sel in groups:
+            if not len(sel):
+                continue  # no edge of this relation in the bucket
+            relation = cfg.relations[r]
+            acc = by_relation.setdefault(rel_id, RankingAccumulator(protocol, seed=options.seed)) \
+                if options.per_relation else total
+            lhs_t = reader.table(relation.lhs, partitions.partition_of(relation.lhs, bucket, "lhs"))
+            rhs_t = reader.table(relation.rhs, partitions.partition_of(relation.rhs, bucket, "rhs"))
+            if all_entities:
+                rank_all_entities(acc, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
+                          tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
             else:
-                groups = [(0, 0, torch.arange(len(tensors), device=device))]
-            for r, rel_id, sel in groups:
-                if not len(sel):
-                    continue  # no edge of this relation in the bucket
-                relation = cfg.relations[r]
-                acc = by_relation.setdefault(rel_id, RankingAccumulator(protocol, seed=options.seed)) \
-                    if options.per_relation else total
-                lhs_t = reader.table(relation.lhs, partitions.partition_of(relation.lhs, bucket, "lhs"))
-                rhs_t = reader.table(relation.rhs, partitions.partition_of(relation.rhs, bucket, "rhs"))
-                if all_entities:
-                    rank_all_entities(acc, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
-                              tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
-                else:
-                    _rank_sampled(acc, reader.model, lhs_t, rhs_t, tensors, sel, r,
-                                  reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
-                                  generator)
+                _rank_sampled(acc, reader.model, lhs_t, rhs_t, tensors, sel, r,
+                              reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
+                              generator)
     per_relation = None
     if options.per_relation:
         names = relation_names(cfg, layout.entity_path)
@@ -178,7 +192,22 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
             total.merge(by_relation[key])
         per_relation = {names[key]: by_relation[key].result() for key in sorted(by_relation)}
     return EvalResult(reader.version, [str(p) for p in edge_dirs], total.result(), time.perf_counter() - started,
-                      per_relation)
+                      per_relation, sampled_from)
+
+
+def _sample(paths: list[AnyPath], size: int | None, seed: int) -> tuple[list[np.ndarray] | None, int | None]:
+    """``EvalOptions.sample``: the rows of each bucket file of ``paths`` in a uniform sample of ``size``
+    of all their edges (without repeats, drawn by ``seed``: the same edges at every call), and how
+    many edges there are; ``(None, None)`` without a sample, or when it would hold every edge."""
+    if size is None:
+        return None, None
+    lengths = [bucket_length(path) for path in paths]
+    total = sum(lengths)
+    if size >= total:
+        return None, None
+    picked = np.sort(np.random.default_rng(stable_seed("eval-sample", seed)).choice(total, size, replace=False))
+    starts = np.cumsum([0, *lengths])
+    return [picked[(picked >= starts[k]) & (picked < starts[k + 1])] - starts[k] for k in range(len(paths))], total
 
 
 def _protocol(opened: CheckpointVersion, reader: CheckpointReader, all_entities: bool,

@@ -103,7 +103,7 @@ def ranks(pos_scores: Tensor, candidate_scores: Tensor, exclude: Tensor | None =
     pos, cand = _check_scores(pos_scores, candidate_scores, exclude)
     beats = cand >= pos.unsqueeze(1)
     if exclude is not None:
-        beats &= ~exclude
+        beats.masked_fill_(exclude, False)  # in place: no [B, C] temporary (~exclude) per batch
     out = _row_counts(beats) + 1
     nan = torch.isnan(pos)
     if bool(nan.any()):

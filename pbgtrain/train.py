@@ -12,11 +12,15 @@ once, instead of the original's HOGWILD processes; several processes, on one mac
 train together as a distributed run.
 
 **Stop rules.** A :class:`StopRule` sees every committed iteration (:class:`IterationRecord`) and
-says whether to stop after it: ``--max-minutes`` (:class:`MaxSeconds`), ``--max-iterations``
+says whether to stop after it, and why: ``--max-minutes`` (:class:`MaxSeconds`), ``--max-iterations``
 (:class:`MaxIterations`) and ``--valid`` (:class:`pbgtrain.validation.ValidationRule`: evaluate
 every N epochs, keep the best version, decay the learning rate, stop when it no longer improves).
 When one rule stops the run, the others are told (:meth:`StopRule.stopping`), so the last version
-is evaluated too; the coordinator makes every process stop after the same version.
+is evaluated too (past the time cap only when no version is kept as the best yet); the coordinator
+makes every process stop after the same version. The time cap is asked after each commit: a run
+ends within one iteration's time (an epoch's, with one edge chunk) of it. The summary's last line
+says why a run stopped early, and the run's record (:mod:`pbgtrain.run_log`) how it ended and
+where its time went (training, validation, checkpointing).
 
 The trainer and the device helpers live in :mod:`pbgtrain.training.trainer` and :mod:`pbgtrain.training.device`;
 their public names are importable from here too.
@@ -38,13 +42,16 @@ from pbgio.edges import bucket_length
 from pbgio.errors import FormatError, Issue, UsageError
 from pbgio.layout import Layout
 from pbgio.spec import naming
+from pbgio.spec.stats import EXTRA_KEY
 from pbgio.storage import LocalCache
+from pbgtrain.checkpointing import iteration_keys
 from pbgtrain.config import held_out_named
 from pbgtrain.distributed.coordination import joined
 from pbgtrain.model import keep_freed_memory
 from pbgtrain.plan.batching import IterationPlan
 from pbgtrain.plan.buckets import bucket_limits
 from pbgtrain.progress import Reporter
+from pbgtrain.run_log import COMPLETED, ENDS, ITERATION_CAP, RUN_KEY, TIME_CAP, RunTimes
 from pbgtrain.training.coordinator import Coordinator
 from pbgtrain.training.device import default_threads
 from pbgtrain.training.fit_plan import FitOptions, FitPlan, ValidationOptions, resolve_fit
@@ -81,34 +88,42 @@ class FitResult:
     stopped_early: bool = False
     movement: list[dict[str, Any]] = field(default_factory=list)  # per rank (rank 0's result; one entry alone)
     best: str | None = None  # --valid: the best version on the validation edges and where it is kept
+    stop_reason: str | None = None  # why it stopped early, in words (the stop rule's; see run_log.ENDS)
+    times: RunTimes = field(default_factory=RunTimes)  # where the time went
 
     def summary(self) -> str:
+        """The run's last lines: the held-out figures, the best version, the time, and last the
+        version it ended at (with why, when it stopped early)."""
         if not self.iterations:
             if self.final_version >= self.total_iterations:
                 return f"nothing to do: checkpoint version {self.final_version} completes all " \
                        f"{self.total_iterations} iterations"
             return f"no iteration ran; checkpoint version {self.final_version}"
-        edges = sum(r.train.count for r in self.iterations)
-        seconds = sum(r.seconds for r in self.iterations)
-        state = "stopped early at" if self.stopped_early else "committed"
-        line = (f"trained {edges:,} edges in {seconds:.1f} s ({edges / max(seconds, 1e-9):,.0f} edges/s) over "
-                f"{len(self.iterations)} iteration(s); {state} checkpoint version {self.final_version} of "
-                f"{self.total_iterations}")
+        lines = []
         last = self.iterations[-1].eval_after
         if last is not None:
-            line += f"\nheld-out edges of the last iteration: {last}"
+            lines.append(f"held-out edges of the last iteration: {last}")
         if self.best is not None:
-            line += f"\n{self.best}"
-        return line
+            lines.append(self.best)
+        lines.append(self.times.line())
+        edges = sum(r.train.count for r in self.iterations)
+        seconds = self.times.training
+        state = f"stopped early at checkpoint version {self.final_version} of {self.total_iterations} " \
+                f"({self.stop_reason})" if self.stopped_early else \
+                f"committed checkpoint version {self.final_version} of {self.total_iterations}"
+        lines.append(f"trained {edges:,} edges in {seconds:.1f} s ({edges / max(seconds, 1e-9):,.0f} edges/s) over "
+                     f"{len(self.iterations)} iteration(s); {state}")
+        return "\n".join(lines)
 
 
 # ---- stop rules
 
 
 class StopRule(Protocol):
-    """Whether to stop after a committed iteration; asked once per iteration, in order."""
+    """Whether to stop after a committed iteration, and why; asked once per iteration, in order."""
 
-    def should_stop(self, record: IterationRecord) -> bool: ...
+    def should_stop(self, record: IterationRecord) -> str | None:
+        """Why to stop after ``record`` (a line: :func:`stop_reason` and the fit's summary say it), or None."""
 
     def stopping(self, record: IterationRecord) -> None:
         """The run stops after ``record`` though this rule did not say so: the last chance to act on it."""
@@ -118,15 +133,18 @@ class StopRule(Protocol):
 class MaxSeconds:
     """``--max-minutes``: stop once ``seconds`` have passed since ``started`` (``time.perf_counter``).
 
-    >>> MaxSeconds(0.0, started=time.perf_counter() - 1).should_stop(None)
-    True
+    >>> MaxSeconds(90.0, started=time.perf_counter() - 100).should_stop(None)
+    'time cap: --max-minutes 1.5 passed'
     """
 
     seconds: float
     started: float
 
-    def should_stop(self, record: IterationRecord) -> bool:
+    def passed(self) -> bool:
         return time.perf_counter() - self.started > self.seconds
+
+    def should_stop(self, record: IterationRecord) -> str | None:
+        return f"{TIME_CAP}: --max-minutes {self.seconds / 60:g} passed" if self.passed() else None
 
     def stopping(self, record: IterationRecord) -> None:
         return None
@@ -137,41 +155,48 @@ class MaxIterations:
     """``--max-iterations``: stop after ``count`` iterations of this run.
 
     >>> rule = MaxIterations(2)
-    >>> [rule.should_stop(None) for _ in range(3)]
-    [False, True, True]
+    >>> [rule.should_stop(None) for _ in range(2)]
+    [None, 'iteration cap: --max-iterations 2 reached']
     """
 
     count: int
     seen: int = 0
 
-    def should_stop(self, record: IterationRecord) -> bool:
+    def should_stop(self, record: IterationRecord) -> str | None:
         self.seen += 1
-        return self.seen >= self.count
+        return f"{ITERATION_CAP}: --max-iterations {self.count} reached" if self.seen >= self.count else None
 
     def stopping(self, record: IterationRecord) -> None:
         return None
 
 
-def stop_rules(plan: FitPlan, started: float, validation: StopRule | None = None) -> list[StopRule]:
+def stop_rules(plan: FitPlan, started: float, validation: ValidationRule | None = None) -> list[StopRule]:
     """The stop rules ``plan`` asks for (none: train to the end of the plan); ``validation`` is
-    the rule of ``--valid`` (:class:`pbgtrain.validation.ValidationRule`), asked first."""
+    the rule of ``--valid`` (:class:`pbgtrain.validation.ValidationRule`), asked first, and told
+    when ``--max-minutes`` has passed (it starts no evaluation then, unless none has kept a best
+    version yet)."""
     rules: list[StopRule] = [] if validation is None else [validation]
     if plan.max_seconds is not None:
-        rules.append(MaxSeconds(plan.max_seconds, started))
+        cap = MaxSeconds(plan.max_seconds, started)
+        rules.append(cap)
+        if validation is not None:
+            validation.past_time_cap = cap.passed
     if plan.max_iterations is not None:
         rules.append(MaxIterations(plan.max_iterations))
     return rules
 
 
-def should_stop(rules: Sequence[StopRule], record: IterationRecord) -> bool:
-    """Whether any rule says stop (every rule is asked: some count the iterations); when one does,
-    the others are told (:meth:`StopRule.stopping`: ``--valid`` evaluates the last version)."""
+def stop_reason(rules: Sequence[StopRule], record: IterationRecord) -> str | None:
+    """Why to stop after ``record`` (None: go on): the first reason of the rules (every rule is
+    asked: some count the iterations); when one says stop, the others are told
+    (:meth:`StopRule.stopping`: ``--valid`` evaluates the last version)."""
     answers = [rule.should_stop(record) for rule in rules]  # a list: ask them all
-    if any(answers):
-        for rule, stops in zip(rules, answers, strict=True):
-            if not stops:
+    reasons = [answer for answer in answers if answer is not None]
+    if reasons:
+        for rule, answer in zip(rules, answers, strict=True):
+            if answer is None:
                 rule.stopping(record)
-    return any(answers)
+    return reasons[0] if reasons else None
 
 
 # ---- the run
@@ -273,26 +298,57 @@ def _train_plan(trainer: Trainer, iterations: IterationPlan, plan: FitPlan, coor
     with coordinator.progress(plan.interactive, len(iterations), start, cfg.verbose) as reporter:
         if coordinator.placement.leads:
             _log_run_notes(trainer, reporter)
+            if start:
+                reporter.log(f"resuming from checkpoint version {start} of {len(iterations)}")
         validation = None if plan.validation is None else _validation_rule(trainer, plan, len(iterations), reporter)
         rules = stop_rules(plan, started, validation)
-        for step in iterations.steps(start):
-            check_lock()  # a remote lease lost to another writer stops the run before it commits
-            record = trainer.run_iteration(step, reporter)
-            result.iterations.append(record)
-            result.final_version = record.version
-            reporter.committed(
-                f"{step}: {record.train.count:,} edges in {record.seconds:.1f} s "
-                f"({record.edges_per_second:,.0f} edges/s), loss "
-                f"{record.train.loss / max(record.train.count, 1):.4g}"
-                + (f", held-out {format_metrics(record.eval_after.values())}" if record.eval_after else "")
-                + f" → version {record.version}")
-            stop = should_stop(rules, record) and record.version < len(iterations)
-            if coordinator.agree_to_stop(record.version, stop):  # every process stops after the same version
-                result.stopped_early = True
-                break
+        try:
+            for step in iterations.steps(start):
+                check_lock()  # a remote lease lost to another writer stops the run before it commits
+                record = trainer.run_iteration(step, reporter)
+                result.iterations.append(record)
+                result.final_version = record.version
+                reporter.committed(
+                    f"{step}: {record.train.count:,} edges in {record.seconds:.1f} s "
+                    f"({record.edges_per_second:,.0f} edges/s), loss "
+                    f"{record.train.loss / max(record.train.count, 1):.4g}"
+                    + (f", held-out {format_metrics(record.eval_after.values())}" if record.eval_after else "")
+                    + f" → version {record.version}")
+                reason = stop_reason(rules, record)  # asked at the plan's end too: --valid evaluates it
+                reason = reason if record.version < len(iterations) else None
+                if coordinator.agree_to_stop(record.version, reason is not None):  # all stop after one version
+                    result.stopped_early = True
+                    result.stop_reason = reason or "the leading trainer's stop rule"
+                    break
+        except KeyboardInterrupt:
+            _end_run(result, trainer, validation, started, "interrupted: Ctrl-C")
+            raise
     result.movement = coordinator.finish(trainer.movement_report())
     result.best = None if validation is None else validation.summary()
+    _end_run(result, trainer, validation, started, result.stop_reason)
     return result
+
+
+def _end_run(result: FitResult, trainer: Trainer, validation: ValidationRule | None, started: float,
+             reason: str | None) -> None:
+    """The run's times into ``result``; with a version committed by this run, the leading
+    process appends its record (:mod:`pbgtrain.run_log`): how it ended (``reason``, None: the
+    plan's end) and where the time went."""
+    result.times = RunTimes(
+        training=sum(r.training_seconds for r in result.iterations),
+        validation=0.0 if validation is None else validation.seconds,
+        validations=0 if validation is None else validation.evaluations,
+        checkpointing=sum(r.commit_seconds for r in result.iterations),
+        total=time.perf_counter() - started)
+    if not result.iterations or not trainer.coordinator.placement.leads:
+        return
+    end = COMPLETED if reason is None else next((e for e in ENDS if reason.startswith(e)), reason)
+    last = result.iterations[-1].step
+    trainer.ckpt.dir.append_stats([{
+        **iteration_keys(last), "index": (last.index + 1) * trainer.num_buckets - 1,
+        EXTRA_KEY: {RUN_KEY: {"from_version": result.start_version, "version": result.final_version,
+                              "end": end, "reason": reason or f"the plan's {result.total_iterations} iterations done",
+                              "seconds": result.times.to_record()}}}])
 
 
 def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter: Reporter) -> ValidationRule:

@@ -8,7 +8,10 @@ known edges of the filter paths left out: :func:`pbgtrain.evaluate.evaluate_chec
   ``checkpoint_path/best/`` (:func:`pbgio.keep.keep_version`), a checkpoint directory of its
   own that later commits never remove: evaluate or export it with ``-p checkpoint_path=…/best``;
 * **early stopping** (``patience`` P): the run stops after P evaluations in a row without a
-  better MRR (a run stopped by another rule, ``--max-minutes``, has its last version evaluated too);
+  better MRR (a run stopped by another rule, ``--max-iterations``, has its last version evaluated
+  too; past ``--max-minutes`` no evaluation starts once a best version is kept);
+* **a sample** (``sample`` N, ``--valid-sample``): N of the validation edges, drawn uniformly
+  without repeats by the run's seed, the same at every evaluation, are ranked instead of all;
 * **learning-rate decay on a plateau** (``lr_decay`` F, ``lr_patience`` Q): after Q evaluations
   without a better MRR (counted since the best or the last decay) the learning rates (``lr`` and
   ``relation_lr``) are multiplied by F for the rest of the run.
@@ -35,6 +38,7 @@ asks ``--max-minutes``.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,8 +50,7 @@ from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.spec.stats import EXTRA_KEY
 from pbgtrain.checkpointing import iteration_keys
-from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
-from pbgtrain.metrics import RankingMetrics
+from pbgtrain.evaluate import EvalOptions, EvalResult, evaluate_checkpoint
 from pbgtrain.training.fit_plan import ValidationOptions
 from pbgtrain.training.records import IterationRecord
 from pbgtrain.validation_log import RECORD_KEY, STOP_PREFIX, validation_records
@@ -117,18 +120,23 @@ class ValidationRule:
 
     ``evaluate(version)`` ranks the validation edges; ``scale_lr(scale)`` sets the trainer's learning
     rates to ``scale`` × the config's; ``log`` reports a line. Records go to ``checkpoint``'s
-    ``training_stats.json``, the best version to its ``best/``.
+    ``training_stats.json``, the best version to its ``best/``. ``past_time_cap()`` says whether
+    ``--max-minutes`` has passed: then no evaluation starts, unless none has kept a best version
+    yet. ``seconds`` adds up the time of the evaluations (ranking, keeping the best, recording).
     """
 
     options: ValidationOptions
     checkpoint: CheckpointDir
     plan_length: int
     num_buckets: int
-    evaluate: Callable[[int], RankingMetrics]
+    evaluate: Callable[[int], EvalResult]
     scale_lr: Callable[[float], None]
     log: Callable[[str], None]
+    past_time_cap: Callable[[], bool] = lambda: False
     state: ValidationState = field(default_factory=ValidationState)
-    evaluated: int = 0  # the version evaluated last
+    evaluated: int = 0  # the version evaluated last (or skipped past the time cap)
+    evaluations: int = 0  # in this run
+    seconds: float = 0.0  # of this run's evaluations
 
     def resume(self) -> None:
         """Carry on from the records of the versions committed so far."""
@@ -147,34 +155,51 @@ class ValidationRule:
         every_nth = step.ends_epoch and (step.epoch_idx + 1) % self.options.every == 0
         return every_nth or record.version >= self.plan_length
 
-    def should_stop(self, record: IterationRecord) -> bool:
-        return self.due(record) and self._evaluate(record)
+    def should_stop(self, record: IterationRecord) -> str | None:
+        return self._evaluate(record) if self.due(record) else None
 
     def stopping(self, record: IterationRecord) -> None:
-        """Another rule stops the run (``--max-minutes``): the last version is evaluated too."""
+        """Another rule stops the run (``--max-minutes``, ``--max-iterations``): the last version is
+        evaluated too (past the time cap only when no version has been kept as the best yet)."""
         if self.evaluated != record.version:
             self._evaluate(record)
 
-    def _evaluate(self, record: IterationRecord) -> bool:
-        """Evaluate ``record``'s version, act on it, record it; whether to stop."""
+    def _evaluate(self, record: IterationRecord) -> str | None:
+        """Evaluate ``record``'s version, act on it, record it; why to stop (None: go on)."""
         self.evaluated = record.version
-        metrics = self.evaluate(record.version)
+        if self.state.best_version and self.past_time_cap():
+            self.log(f"validation after version {record.version} skipped: past the time cap (--max-minutes); "
+                     f"best/ keeps version {self.state.best_version} (MRR {self.state.best_mrr:.4f})")
+            return None
+        started = time.perf_counter()
+        result = self.evaluate(record.version)
+        metrics = result.metrics
         decision = self.state.record(record.version, metrics.mrr, self.options)
         if decision.best:
             keep_version(self.checkpoint, record.version)
         if decision.lr_changed:
             self.scale_lr(self.state.lr_scale)
         step = record.step
+        sample = None if result.sampled_from is None else {"edges": metrics.count, "of": result.sampled_from}
+        seconds = time.perf_counter() - started
         self.checkpoint.append_stats([{
             **iteration_keys(step), "index": (step.index + 1) * self.num_buckets - 1,
             EXTRA_KEY: {RECORD_KEY: {"version": record.version, "edge_path": self.options.edge_path,
                                      "protocol": metrics.protocol.describe(), **metrics.to_stats(),
+                                     **({} if sample is None else {"sample": sample}),
+                                     "seconds": round(seconds, 3),
                                      "decision": decision.decision, **self.state.to_record()}}}])
+        self.evaluations += 1
+        self.seconds += time.perf_counter() - started
         best = "" if decision.best else \
             f" (best: version {self.state.best_version}, MRR {self.state.best_mrr:.4f})"
-        self.log(f"validation after version {record.version} (epoch {step.epoch_idx + 1}): "
+        self.log(f"validation after version {record.version} (epoch {step.epoch_idx + 1}), "
+                 f"{edges_ranked(metrics.count, result.sampled_from)} in {seconds:.2f} s: "
                  f"{metrics.format(hits=(1, 10))}; {decision.decision}{best}")
-        return decision.stop
+        if not decision.stop:
+            return None
+        return (f"patience: {self.state.since_best} evaluation(s) in a row without a better validation MRR, "
+                f"--patience {self.options.patience}")
 
     def summary(self) -> str | None:
         if not self.state.best_version:
@@ -184,13 +209,24 @@ class ValidationRule:
 
 
 def checkpoint_evaluator(layout: Layout, options: ValidationOptions, device: str | None,
-                         seed: int) -> Callable[[int], RankingMetrics]:
-    """``evaluate(version)``: the filtered ranking of ``options.edge_path`` by that version."""
+                         seed: int) -> Callable[[int], EvalResult]:
+    """``evaluate(version)``: the filtered ranking of ``options.edge_path`` (its ``sample``: the
+    same edges at every version) by that version."""
     valid = layout.path(options.edge_path)
     filters = [layout.path(p) for p in options.filter_paths] or [*layout.edge_paths, valid]
-    eval_options = EvalOptions(edge_paths=[valid], filter_paths=filters, device=device, seed=seed)
+    eval_options = EvalOptions(edge_paths=[valid], filter_paths=filters, device=device, seed=seed,
+                               sample=options.sample)
 
-    def evaluate(version: int) -> RankingMetrics:
-        return evaluate_checkpoint(layout, replace(eval_options, version=version)).metrics
+    def evaluate(version: int) -> EvalResult:
+        return evaluate_checkpoint(layout, replace(eval_options, version=version))
 
     return evaluate
+
+
+def edges_ranked(count: int, sampled_from: int | None) -> str:
+    """What a validation ranked: its edges, or the sample of them.
+
+    >>> edges_ranked(40, None), edges_ranked(500, 3_034)
+    ('40 edges', 'a sample of 500 of 3,034 edges')
+    """
+    return f"{count:,} edges" if sampled_from is None else f"a sample of {count:,} of {sampled_from:,} edges"

@@ -84,7 +84,7 @@ def test_info_summarizes(example: Path) -> None:
 
 
 def test_info_names_dynamic_relations_and_the_best_version(tmp_path: Path) -> None:
-    """Dynamic relations: their names (the first ten, then how many more; ``--json`` has all);
+    """Dynamic relations: their names (the first ten, then how many more and how to list them all);
     a checkpoint with ``best/`` (``fit --valid``): the version kept there."""
     from pbgio.entities import write_relation_names
     from pbgio.spec import naming
@@ -105,7 +105,7 @@ def test_info_names_dynamic_relations_and_the_best_version(tmp_path: Path) -> No
     assert summary["dynamic_rel_names"] == names and summary["checkpoint"]["best_version"] == 7
     human = " ".join(pbgio("info", str(config)).stdout.split())
     assert "dynamic relation types: 12: rel00, rel01, rel02, rel03, rel04, rel05, rel06, rel07, rel08, rel09, … " \
-           "(2 more)" in human, human
+           f"(2 more: pbgio names {config} --relations, or pbgio info --json)" in human, human
     assert "best on validation: version 7 (best/)" in human, human
 
 

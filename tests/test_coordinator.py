@@ -59,5 +59,6 @@ def test_the_coordinator_commits_and_decides_when_to_stop(tmp_path: Path) -> Non
              .splitlines()]
     averages = [line for line in lines if "eval_stats_chunk_avg" in line]
     assert [line["index"] for line in averages] == [3, 7]  # one held-out average per iteration, at its end
-    assert len(lines) == 2 * 4 + 2 and all(line["pbgtrain"]["rank"] == 0 for line in lines if "stats" in line)
+    assert len(lines) == 2 * 4 + 2 + 1 and all(line["pbgtrain"]["rank"] == 0 for line in lines if "stats" in line)
+    assert lines[-1]["pbgtrain"]["run"]["version"] == 2  # the run's record (pbgtrain.run_log), last
     assert coordinator.finished is not None and result.movement == [{"rank": 0, **coordinator.finished}]

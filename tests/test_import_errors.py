@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -317,20 +318,26 @@ def test_command_modules_do_not_import_polars() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_a_header_that_was_not_declared_is_noticed(tmp_path: Path) -> None:
+def test_a_header_that_was_not_declared_is_refused(tmp_path: Path) -> None:
     """A forgotten ``--header``: the first line's names occur nowhere else and one is a usual column
-    name, so the import warns (naming them and the fix); with ``--header``, or without such a line,
-    it does not."""
+    name, so the import refuses the file (naming it, line 1, the names and both ways out) and writes
+    nothing; with ``--header``, with ``--no-header`` (header=False: line 1 is an edge), or without such
+    a line, it imports."""
     config = write_config(tmp_path, dynamic_relations=True, global_emb=False,
                           relations=[{"name": "all", "lhs": "user", "rhs": "user"}])
     path = tmp_path / "edges.tsv"
     path.write_text("source\trelation\ttarget\n" + GOOD, encoding="utf-8")
-    report = import_edge_lists(config, [path])
-    assert len(report.warnings) == 1, report.warnings
-    assert report.warnings[0].startswith(f"{path}: line 1 looks like a header ('source', 'relation', 'target'")
-    assert "import again with --header and --overwrite" in report.warnings[0]
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:1: expected an edge or a declared header, "
+                                         r"found a line that looks like a header \('source', 'relation', 'target': "
+                                         r"usual column names among them, none in the next \d+ lines\)\. "
+                                         r"Pass --header if it names the columns, or --no-header to "
+                                         r"import it as an edge$"):
+        import_edge_lists(config, [path])
+    assert not (tmp_path / "data").exists()
     declared = import_edge_lists(config, [path], options=InputOptions(header=True, lhs_col="source", rel_col=
-                                 "relation", rhs_col="target"), overwrite=True)
+                                 "relation", rhs_col="target"))
     assert declared.warnings == []
+    as_edge = import_edge_lists(config, [path], options=InputOptions(header=False), overwrite=True)
+    assert as_edge.files[0].rows == declared.files[0].rows + 1
     path.write_text("a\tfollows\tb\n" + GOOD, encoding="utf-8")  # names that recur: an edge, not a header
     assert import_edge_lists(config, [path], overwrite=True).warnings == []

@@ -86,7 +86,7 @@ def test_a_flat_index_answers_exactly_what_the_exact_scan_answers(tmp_path: Path
     indexed = nearest_neighbors(config, "user", names, k=4, index=True)
     assert [[(n.name, n.score, n.partition, n.offset) for n in r.neighbors] for r in indexed] == \
         [[(n.name, n.score, n.partition, n.offset) for n in r.neighbors] for r in exact]
-    assert indexed[0].searched == "index_user.cos.flat.v1.h5, faiss flat" and exact[0].searched == "exact"
+    assert indexed[0].searched == "index_user.cos.flat.v1.h5, faiss flat, exact" and exact[0].searched == "exact"
     assert validate_path(config).ok
 
 
@@ -214,7 +214,11 @@ def test_the_cli_builds_and_searches(tmp_path: Path) -> None:
     assert found.exit_code == 0, found.output
     result = json.loads(found.stdout)
     assert [r["query"] for r in result] == ["item-1", "item-2", "item-3"]
-    assert result[0]["searched"] == "index_item.cos.ivf.v1.h5, faiss ivf (nlist 30, nprobe 4)"
+    built_nprobe = json.loads(built.stdout)["meta"]["params"]["nprobe"]
+    assert result[0]["searched"].startswith("index_item.cos.ivf.v1.h5, faiss ivf (nlist 30, nprobe 4), approximate "
+                                            "(recall@10 ≈ ")
+    assert result[0]["searched"].endswith(f" measured at build with nprobe {built_nprobe} and 100 candidates; not at "
+                                          "nprobe 4)")
     assert len(result[0]["neighbors"]) == 3
     assert runner.invoke(pbgio_app, ["neighbors", str(config), "item-1", "--type", "item", "--nprobe", "3"]
                          ).exit_code == 2

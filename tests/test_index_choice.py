@@ -50,7 +50,7 @@ def test_a_cos_index_beside_a_dot_one_each_search_takes_its_own_and_says_which(t
     for metric in ("cos", "dot"):
         found = nearest_neighbors(config, "user", [name], k=3, metric=metric, index=True)  # type: ignore[arg-type]
         exact = nearest_neighbors(config, "user", [name], k=3, metric=metric)  # type: ignore[arg-type]
-        assert found[0].searched == f"index_user.{metric}.flat.v1.h5, faiss flat"
+        assert found[0].searched == f"index_user.{metric}.flat.v1.h5, faiss flat, exact"
         assert [n.name for n in found[0].neighbors] == [n.name for n in exact[0].neighbors]
     assert validate_path(config).ok
 
@@ -109,7 +109,7 @@ def test_an_index_with_the_name_of_pbgio_0_1_is_still_read_after_one_of_today(tm
     source = open_checkpoint(config)
     assert find_index(source, "user", metric="cos", kind="flat") == old  # its metadata says cos and flat
     with open_index(config, "user") as index:
-        assert index.describe() == "index_user.v1.h5, faiss flat"
+        assert index.describe() == "index_user.v1.h5, faiss flat, exact"
     report = validate_path(config)
     assert report.ok and report.checked["index files"] == 1
     rebuilt = build_index(config, "user", kind="flat")

@@ -173,7 +173,7 @@ def test_neighbors_takes_the_only_entity_type_by_default(tmp_path: Path) -> None
     single = model_layout(tmp_path, comparator="dot")
     cfg = json.loads(single.read_text())
     two_types = CliRunner().invoke(pbgio_app, ["neighbors", str(single), "user-0-1"])
-    assert two_types.exit_code == 2 and "give the entity type of the names (--type)" in two_types.stderr
+    assert two_types.exit_code == 2 and "give the entity type (--type)" in two_types.stderr
     assert "item, user" in two_types.stderr
     cfg["entities"] = {"user": cfg["entities"]["user"]}
     cfg["relations"] = [r for r in cfg["relations"] if r["lhs"] == r["rhs"] == "user"]

@@ -96,7 +96,8 @@ def test_a_model_trained_with_an_override_is_evaluated_without_repeating_it(exam
 
 def test_neighbors_through_an_index_of_the_stored_rows(example: Path) -> None:
     assert pbgio("index", "build", str(example), "--type", "user", "--metric", "cos").returncode == 0
-    done = pbgio("neighbors", str(example), "--type", "user", "user000", "--index", "-p", "dimension=24")
+    done = pbgio("neighbors", str(example), "--type", "user", "user000", "--index", "--metric", "cos",
+                 "-p", "dimension=24")
     assert done.returncode == 0, done.stderr  # not "index-stale … rebuild it": the index is the checkpoint's
     _one_note(done)
     assert "searched: index_user.cos.flat.v2.h5, faiss flat" in done.stderr

@@ -58,8 +58,9 @@ def test_trains_commits_valid_checkpoints_and_beats_chance(example: Path) -> Non
     assert sorted(p.name for p in ckpt.files_of_version(6)) == [
         "embeddings_item_0.v6.h5", "embeddings_user_0.v6.h5", "embeddings_user_1.v6.h5", "model.v6.h5"]
     assert ckpt.versions_on_disk() == [6]  # superseded versions removed
-    stats = ckpt.read_stats()
-    assert len(stats) == 6 * 4  # one record per bucket per iteration
+    *stats, closing = ckpt.read_stats()
+    assert len(stats) == 6 * 4  # one record per bucket per iteration, then the run's (pbgtrain.run_log)
+    assert closing["pbgtrain"]["run"]["end"] == "completed" and closing["pbgtrain"]["run"]["version"] == 6
     assert {(s["lhs_partition"], s["rhs_partition"]) for s in stats} == {(0, 0), (0, 1), (1, 0), (1, 1)}
 
     evaluation = evaluate_checkpoint(run, EvalOptions(edge_paths=[example.parent / TEST_EDGE_PATH],

@@ -127,9 +127,11 @@ def test_partitioned_featurized_type_mixed_with_a_plain_type_in_one_edge_file(tm
     metrics = evaluate_checkpoint(run).metrics  # sampled: same-batch candidates, every bucket
     assert metrics.count == 1200 and "10 batch negatives" in str(metrics)
     stats = [json.loads(line) for line in (run.checkpoint_path / "training_stats.json").read_text().splitlines()]
+    *stats, run = stats  # the last: the run's record (pbgtrain.run_log)
     buckets = [s for s in stats if "lhs_partition" in s]  # the others: per-iteration eval averages
     assert {(s["lhs_partition"], s["rhs_partition"]) for s in buckets} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert all("eval_stats_chunk_avg" in s for s in stats if s not in buckets)
+    assert run["pbgtrain"]["run"]["end"] == "completed"
 
 
 def test_missing_feature_datasets_are_a_precise_error_even_unvalidated(tmp_path: Path) -> None:

@@ -401,7 +401,8 @@ with the validated config on the keys that define the model:
 
 def _index_section() -> str:
     fields = table(("key", "JSON type", "meaning"),
-                   [(code(name), field.json_type, field.meaning) for name, field in META_FIELDS.items()])
+                   [(code(name), field.json_type + (" (optional)" if field.optional else ""), field.meaning)
+                    for name, field in META_FIELDS.items()])
     return f"""## Nearest-neighbour indexes
 
 `{naming.index_file("{type}", "{N}", "{metric}", "{kind}")}` (written by `pbgio index build`) indexes
@@ -423,6 +424,8 @@ Metrics: {", ".join(code(m) for m in INDEX_METRICS)}; kinds: {", ".join(code(k) 
 libraries: {", ".join(code(lib) for lib in LIBRARIES)}. The fingerprint hashes the row counts and
 {FINGERPRINT_ROWS} evenly spaced rows of each partition, so an index is refused once its tables
 change, without reading them whole. The file is written to a temporary name and renamed into place.
+An optional key is absent from the files written before it was added; they are read all the same
+(their recall reads as not measured).
 """
 
 
@@ -539,15 +542,32 @@ of the validation report are in [`schemas/`](../../schemas/); a hands-on introdu
 
 # --------------------------------------------------------------------------- main
 
+CLIS = (("pbgio", "pbgio.cli.commands", "the format SDK: validate, inspect, import, export, index"),
+        ("pbgtrain", "pbgtrain.cli", "the trainer: fit, eval, predict, report"))
+
+
 def cli_md() -> str:
-    """docs/cli.md from the CLI's own help, through typer's documented docs generator."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cli.md"
-        subprocess.run([sys.executable, "-m", "typer", "pbgio.cli.commands", "utils", "docs", "--name", "pbgio",
-                        "--title", "pbgio command line", "--output", str(out)],
-                       check=True, capture_output=True, env={**os.environ, "COLUMNS": "100"})
-        body = out.read_text(encoding="utf-8")
-    return f"{HEADER}\n{body}"
+    """docs/cli.md from both CLIs' own help, through typer's documented docs generator (one
+    section each, its headings a level down)."""
+    parts = [HEADER, "# Command lines\n",
+             "\n".join(f"- [`{name}`](#{name}): {what}" for name, _, what in CLIS) + "\n"]
+    for name, module, _ in CLIS:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "cli.md"
+            subprocess.run([sys.executable, "-m", "typer", module, "utils", "docs", "--name", name,
+                            "--title", name, "--output", str(out)],
+                           check=True, capture_output=True, env={**os.environ, "COLUMNS": "100"})
+            parts.append(_demoted(out.read_text(encoding="utf-8")))
+    return "\n".join(parts)
+
+
+def _demoted(markdown: str) -> str:
+    """``markdown`` with every heading one level down (none inside a fenced block)."""
+    lines, fenced = [], False
+    for line in markdown.splitlines():
+        fenced ^= line.startswith("```")
+        lines.append("#" + line if line.startswith("#") and not fenced else line)
+    return "\n".join(lines) + "\n"
 
 
 # Pages outside docs/format, by path relative to the repository root.

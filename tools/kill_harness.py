@@ -26,8 +26,9 @@ What it does (see docs/guides/crash-safety.md):
    to the reference; for append the layout is the old one byte for byte, or does not validate,
    or is valid and identical to the reference. Then the command is run once more to the end, and every file under the
    output is compared with the reference: byte for byte, except ``training_stats.json`` (wall
-   clock times, and an interrupted iteration's lines repeated when it is trained again: compared
-   as its last line per record), HDF5 files are compared by bytes and, where bytes differ, by
+   clock times and each fit's closing line, how it ended, are left out, and an interrupted
+   iteration's lines repeated when it is trained again: compared as its last line per record),
+   HDF5 files are compared by bytes and, where bytes differ, by
    content (datasets and attributes; counted separately). Leftover files (temp files, staging
    directories) are differences too.
 3. Prints a summary: kills, where they landed (startup: nothing written yet; training; commit:
@@ -171,14 +172,17 @@ def h5_content(path: Path) -> Any:
 
 
 def normalized_stats(path: Path) -> list[dict[str, Any]]:
-    """``training_stats.json`` without wall-clock times, the last line of each record kept
-    (an iteration trained again after a kill appends its lines again), in first-seen order."""
+    """``training_stats.json`` without wall-clock times and the runs' closing lines
+    (:mod:`pbgtrain.run_log`), the last line of each record kept (an iteration trained again after
+    a kill appends its lines again), in first-seen order."""
     records: dict[str, dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         record = json.loads(line)
         extra = record.get("pbgtrain")
+        if isinstance(extra, dict) and "run" in extra:  # how each fit ended: a killed one's resumes differ by nature
+            continue
         if isinstance(extra, dict):
             for key in STATS_TIME_KEYS:
                 extra.pop(key, None)

@@ -28,6 +28,8 @@ _JSON_TYPES: dict[str, Any] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
     "boolean": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),
+    "number or null": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                              and 0 <= v <= 1),
     "array of integers": lambda v: isinstance(v, list) and all(
         isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v),
 }
@@ -47,7 +49,8 @@ def payload_dataset(file: str | None, kind: str | None, ndim: int | None = None,
 
 
 def metadata(file: str | None, text: str | None) -> tuple[dict[str, Any] | None, Issue | None]:
-    """The metadata object of ``text`` (the pbg_index/json attribute), or the issue with it."""
+    """The metadata object of ``text`` (the pbg_index/json attribute), or the issue with it; an
+    optional key it lacks (a file written before the key was added) is given its ``absent`` value."""
     if text is None:
         return None, foreign(file, META_ATTR, "expected the index metadata (a JSON object), found no such "
                                               "attribute: not an index pbgio wrote")
@@ -57,14 +60,14 @@ def metadata(file: str | None, text: str | None) -> tuple[dict[str, Any] | None,
         return None, foreign(file, META_ATTR, f"expected a JSON object, found text that is not JSON ({exc})")
     if not isinstance(value, dict):
         return None, foreign(file, META_ATTR, f"expected a JSON object, found {type(value).__name__}")
-    missing = [key for key in META_FIELDS if key not in value]
+    missing = [key for key, field in META_FIELDS.items() if key not in value and not field.optional]
     if missing:
         return None, foreign(file, META_ATTR, f"expected the keys {', '.join(missing)}, found none of them")
+    value = {**{key: field.absent for key, field in META_FIELDS.items() if field.optional}, **value}
     for key, field in META_FIELDS.items():
         if not _JSON_TYPES[field.json_type](value[key]):
-            return None, foreign(file, META_ATTR, f"{key}: expected a {field.json_type}"
-                                                  f"{' >= 0' if 'integer' in field.json_type else ''}, "
-                                                  f"found {value[key]!r}")
+            bound = " >= 0" if "integer" in field.json_type else " from 0 to 1" if "number" in field.json_type else ""
+            return None, foreign(file, META_ATTR, f"{key}: expected a {field.json_type}{bound}, found {value[key]!r}")
     for key, choices in _CHOICES.items():
         if value[key] not in choices:
             return None, foreign(file, META_ATTR, f"{key}: expected one of {', '.join(choices)}, "

@@ -2,7 +2,8 @@
 
 - :mod:`~pbgio.cli.commands`: the Typer ``app`` and ``main`` (``pbgio validate``, ``info``, ``example`` …).
 - :mod:`~pbgio.cli.importing`, :mod:`~pbgio.cli.exporting`, :mod:`~pbgio.cli.converting`,
-  :mod:`~pbgio.cli.indexing`: ``pbgio import``, ``pbgio export``, ``pbgio convert``, ``pbgio index``.
+  :mod:`~pbgio.cli.indexing`, :mod:`~pbgio.cli.finding`: ``pbgio import``, ``pbgio export``,
+  ``pbgio convert``, ``pbgio index``, ``pbgio names``.
 
 What every pbg command line shares (with ``pbgtrain``'s) lives in the base layer:
 :mod:`pbgio.console` (exit codes, messages) and :mod:`pbgio.options` (the options defined once).

@@ -1,4 +1,4 @@
-"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed, neighbors, index.
+"""The ``pbgio`` command line: validate, info, example, convert, import, export, embed, neighbors, names, index.
 
 Exit codes: 0 valid (warnings allowed), 1 invalid data or failed command,
 2 usage error (bad option, missing path), 130 interrupted.
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console
+from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console, widen_help_off_terminal
 from pbgio.options import AsJson, BaseOption, CheckpointOption, ConfigArg, NoProgress, Overrides, VersionOption
 from pbgio.progress import progress_wanted
 
@@ -125,11 +125,30 @@ def info(
 
 
 SHOWN_NAMES = 10
-"""Relation names ``pbgio info`` prints before saying how many more there are (``--json`` has all)."""
+"""Relation names ``pbgio info`` prints before saying how many more there are and how to list them."""
+
+
+def _print_dynamic_relations(summary: dict[str, Any], console: Any) -> None:
+    """The dynamic relation types (all, or the first and the command that lists them all), then
+    the config's relation as what it is with dynamic relations: the template of their operators."""
+    from rich.markup import escape
+
+    from pbgio.names import names_command
+
+    names = summary.get("dynamic_rel_names") or []
+    count = summary["dynamic_rel_count"]
+    shown = ", ".join(names[:SHOWN_NAMES]) + (
+        f", … ({len(names) - SHOWN_NAMES:,} more: {names_command(None, summary['config'])}, or pbgio info --json)"
+        if len(names) > SHOWN_NAMES else "")
+    console.print(escape(f"dynamic relation types: {'unreadable' if count is None else f'{count:,}'}"
+                         + (f": {shown}" if names else "")), soft_wrap=True)
+    for r in summary["relations"]:
+        console.print(escape(f"operator template: {r['name']!r} ({r['lhs']} → {r['rhs']}, {r['operator']}) gives "
+                             f"each dynamic relation type its operators; it is not a relation of the graph"),
+                      soft_wrap=True)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from pbgio.console import console as make_console
@@ -143,16 +162,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
             counts = ", ".join("missing" if c is None else f"{c:,}" for c in e["counts"])
             types.add_row(name, str(e["num_partitions"]), str(e["featurized"]), str(e["dimension"]), counts)
         console.print(types)
-        rels = Table("#", "relation", "lhs", "rhs", "operator", title="relations")
-        for i, r in enumerate(summary["relations"]):
-            rels.add_row(str(i), r["name"], r["lhs"], r["rhs"], r["operator"])
-        console.print(rels)
-        if "dynamic_rel_count" in summary:
-            names = summary.get("dynamic_rel_names") or []
-            shown = ", ".join(names[:SHOWN_NAMES]) + (f", … ({len(names) - SHOWN_NAMES:,} more)"
-                                                      if len(names) > SHOWN_NAMES else "")
-            console.print(f"dynamic relation types: {summary['dynamic_rel_count']}" + (f": {escape(shown)}"
-                                                                                        if names else ""))
+        if summary["dynamic_relations"]:
+            _print_dynamic_relations(summary, console)
+        else:
+            rels = Table("#", "relation", "lhs", "rhs", "operator", title="relations")
+            for i, r in enumerate(summary["relations"]):
+                rels.add_row(str(i), r["name"], r["lhs"], r["rhs"], r["operator"])
+            console.print(rels)
         edge_paths = summary["edge_paths"]
     else:
         console.print(f"{summary['path']}")
@@ -213,8 +229,9 @@ def neighbors(
         "--type", "-t", help="The entity type of the names (default: the config's only type).",
         show_default=False)] = None,
     k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Neighbours per name.")] = 10,
-    metric: Annotated[NeighborMetric, typer.Option(
-        "--metric", help="cos: cosine of the vectors; dot: their inner product.")] = NeighborMetric.cos,
+    metric: Annotated[NeighborMetric | None, typer.Option(
+        "--metric", help="cos: cosine of the vectors; dot: their inner product (default: the config's comparator "
+        "when it is one of them, else cos, as for pbgio index build).", show_default=False)] = None,
     device: Annotated[str, typer.Option(
         "--device", help="Where the products run: cpu (numpy) or cuda, cuda:N (torch).")] = "cpu",
     include_self: Annotated[bool, typer.Option(
@@ -232,7 +249,8 @@ def neighbors(
         "the index is loaded once).")] = None,
     index: Annotated[bool, typer.Option(
         "--index", help="Search the version's index by --metric (pbgio index build) instead of every row; the rows "
-        "it proposes are scored exactly, and the output names the index.")] = False,
+        "it proposes are scored exactly, and the output names the index and says whether its answer is exact (a flat "
+        "index) or approximate (with the recall@10 measured when it was built).")] = False,
     nprobe: Annotated[int | None, typer.Option(
         "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
     candidates: Annotated[int | None, typer.Option(
@@ -254,15 +272,16 @@ def neighbors(
         raise _usage_error("give one or more names, or --names-file")
     with exit_codes(usage=(MissingArtifactError, MissingLibraryError, NeighborsError), on_interrupt=lambda: None):
         layout = Layout.load(config, base=base, overrides=param or [])
-        found = nearest_neighbors(layout, entity_type, wanted, k=k, metric=metric.value, include_self=include_self,
-                                  add_global=not no_global, device=device, version=version, checkpoint=checkpoint,
-                                  index=index, nprobe=nprobe, candidates=candidates)
+        found = nearest_neighbors(layout, entity_type, wanted, k=k, metric=None if metric is None else metric.value,
+                                  include_self=include_self, add_global=not no_global, device=device,
+                                  version=version, checkpoint=checkpoint, index=index, nprobe=nprobe,
+                                  candidates=candidates)
     if as_json:
         typer.echo(json.dumps([f.to_dict() for f in found], indent=2))
         return
     first = found[0]
     how = "" if first.searched == "exact" else f"searched: {first.searched}; "
-    stderr_console().print(f"{k} nearest {first.entity_type!r} entities by {metric.value} among "
+    stderr_console().print(f"{k} nearest {first.entity_type!r} entities by {first.metric} among "
                            f"{first.candidates:,} ({how}checkpoint version {first.version})", soft_wrap=True,
                            markup=False)
     typer.echo(format_neighbors(found))
@@ -336,6 +355,7 @@ def _register_subcommands() -> None:
     # Each module imports only typer at import time; the heavy work is imported inside the command.
     from pbgio.cli.converting import convert
     from pbgio.cli.exporting import embed, export
+    from pbgio.cli.finding import names
     from pbgio.cli.importing import import_edges
     from pbgio.cli.indexing import index_app
 
@@ -343,6 +363,7 @@ def _register_subcommands() -> None:
     app.command("import")(import_edges)
     app.command()(export)
     app.command()(embed)
+    app.command()(names)
     app.add_typer(index_app)
 
 
@@ -351,6 +372,7 @@ _register_subcommands()
 
 def main() -> None:
     """Console-script entry point."""
+    widen_help_off_terminal()
     try:
         app()
     except KeyboardInterrupt:

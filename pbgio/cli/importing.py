@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,8 +50,10 @@ Quote = Annotated[str, typer.Option(
     "--quote", help="Quote character of text files: a field it quotes may hold the delimiter and doubled quotes "
     "(RFC 4180, as CSV writers quote); 'none': every delimiter splits; 'auto': \" except for tab-separated "
     "text (TSV has no quoting).")]
-Header = Annotated[bool, typer.Option(
-    "--header/--no-header", help="Text files start with a header line (columns may then be given by name).")]
+Header = Annotated[bool | None, typer.Option(
+    "--header/--no-header", show_default=False, help="Text files start with a header line (columns may then be "
+    "given by name), or do not. Said neither way, a first line that looks like a header (a usual column name, "
+    "none of its names in the next lines) is refused, and nothing is imported.")]
 LhsCol = Annotated[str, typer.Option(
     "--lhs-col", "-l", help="Column of the left entity (0-based index or name).")]
 RelCol = Annotated[str, typer.Option(
@@ -90,7 +92,7 @@ def import_edges(
     inputs: Inputs,
     delimiter: Delimiter = "tab",
     quote: Quote = "auto",
-    header: Header = False,
+    header: Header = None,
     lhs_col: LhsCol = "0",
     rel_col: RelCol = "1",
     rhs_col: RhsCol = "2",
@@ -175,6 +177,41 @@ def import_edges(
     console.print(escape(report.entity_line()), soft_wrap=True)
     for line in report.bucket_lines():
         console.print(escape(line), soft_wrap=True)
+    leakage = _leakage(layout, console) if not append and len(layout.edge_paths) > 1 else {}
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        typer.echo(json.dumps(report.to_dict() | ({"leakage": leakage} if leakage else {}), indent=2))
+
+
+LEAKAGE_LINES = 12
+"""Relations listed one per line in import's leakage report; more: the ones with the most edges."""
+
+
+def _leakage(layout: Any, console: Any) -> dict[str, list[dict[str, Any]]]:
+    """Inverse and symmetric leakage of each edge path after the first (the training split) from
+    the first, printed per relation (:func:`pbgio.leakage.reverse_leakage`); by held-out path. Nothing
+    where no relation leads back to the type it comes from."""
+    from rich.markup import escape
+
+    from pbgio import storage
+    from pbgio.leakage import reverse_leakage, reverses_possible
+
+    if not reverses_possible(layout):  # no relation leads back: no edge can have a reverse
+        return {}
+    train, out = layout.edge_paths[0], {}
+    for held_out in layout.edge_paths[1:]:
+        relations = reverse_leakage(layout, train, held_out)
+        edges, either = sum(r.edges for r in relations), sum(r.inverse_or_symmetric for r in relations)
+        share = f"{either / edges:.1%}" if edges else "-"
+        console.print(escape(f"{storage.display(held_out)}: {either:,} of {edges:,} edges ({share}) have their reverse "
+                             f"in {storage.display(train)} (inverse or symmetric leakage: such edges are answered "
+                             "by reversing a training edge)"), soft_wrap=True)
+        shown = [] if not either else relations if len(relations) <= LEAKAGE_LINES else \
+            sorted(relations, key=lambda r: r.edges, reverse=True)[:LEAKAGE_LINES - 2]
+        for relation in shown:
+            console.print(escape(f"  {relation.line()}"), soft_wrap=True)
+        if shown and len(shown) < len(relations):
+            console.print(f"  … ({len(relations) - len(shown):,} more relations, with fewer edges; every relation "
+                          "with --json)", soft_wrap=True)
+        out[storage.display(held_out)] = [r.to_dict() for r in relations]
+    return out
 

@@ -285,7 +285,6 @@ def count_inputs(items: list[InputFile], plan: ImportPlan, report: ImportReport,
                                         count_relations=plan.dynamic or two_pass, count_entities=not two_pass,
                                         on_block=_megabytes(progress, size))
         item.report.rows, item.report.malformed = counts.rows, counts.malformed
-        report.warnings += item.source.warnings
         item.report.problems = [Problem(str(item.source.path), line, msg, item.source.unit)
                                 for line, msg in counts.problems]
         if counts.malformed and on_error == "fail":  # every problem kept (the first 20), one per line

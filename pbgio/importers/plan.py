@@ -31,6 +31,7 @@ import polars as pl
 from pbgio.config import ConfigSchema
 from pbgio.errors import PbgioError
 from pbgio.importers.read import Check, Source, message, problem_code
+from pbgio.names import names_command
 
 Side = Literal["lhs", "rhs"]
 SIDES: tuple[Side, Side] = ("lhs", "rhs")
@@ -156,7 +157,8 @@ def checked_frame(source: Source, plan: ImportPlan, relations: RelationMap) -> C
         columns.append(rel_id.alias("rel_id"))
         if relations.unknown_is_problem and plan.has_rel_column:
             shown = ", ".join(repr(n) for n in relations.names[:MAX_NAMES_SHOWN])
-            more = ", …" if len(relations.names) > MAX_NAMES_SHOWN else ""
+            hidden = len(relations.names) - MAX_NAMES_SHOWN
+            more = f", … ({hidden:,} more: {names_command(None)})" if hidden > 0 else ""
             add(pl.col("rel_id").is_null(),
                 message(f"expected a relation of the config ({shown}{more}), found '", pl.col("rel"), "'"))
     type_index = {t: i for i, t in enumerate(plan.types)}

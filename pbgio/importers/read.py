@@ -61,7 +61,7 @@ from pbgio.fields import (
     split_lines,
 )
 from pbgio.importers.parquet_check import check_parquet
-from pbgio.importers.sniff import SAMPLE_LINES, header_warnings, likely_delimiter
+from pbgio.importers.sniff import SAMPLE_LINES, likely_delimiter, refuse_undeclared_header
 
 ColumnRef = int | str
 FileFormat = Literal["auto", "text", "parquet"]
@@ -100,11 +100,11 @@ class InputOptions:
     split; ``"auto"`` (the default) is ``'"'`` for every delimiter but tab (TSV, as IANA defines
     it, has no quoting, so a name may hold any character but a tab) and whitespace. Cells of
     featurized entity types hold features separated by ``feature_separator`` (Parquet may use
-    list columns).
+    list columns). ``header`` None (not said): a first line that looks like a header is refused.
     """
 
     delimiter: str = "\t"
-    header: bool = False
+    header: bool | None = None
     lhs_col: ColumnRef = 0
     rel_col: ColumnRef | None = 1
     rhs_col: ColumnRef = 2
@@ -168,7 +168,6 @@ class Source:
     list_columns: frozenset[str]  # roles whose values are already feature lists (Parquet lists)
     first_line: int  # the line (or row) where data starts, for problems about the whole file
     checks: tuple[Check, ...]  # what ``problem`` codes mean
-    warnings: tuple[str, ...] = ()  # what opening the file noticed (a header that was not declared)
 
     def problem(self, line: int | None, message: str, count: int = 1,
                 others: Sequence[tuple[int | None, str]] = ()) -> InputError:
@@ -398,8 +397,9 @@ def _text_source(path: Path, options: InputOptions) -> Source:
         for block, first_line, end in _line_blocks(path):
             yield Block(parse(block, first_line), min(end / size, 1.0))
 
+    refuse_undeclared_header(path, peek.rows, index, options.header)
     return Source(path, blocks, lambda: parse(path, 1), "line", names, frozenset(), peek.first_line,
-                  tuple(checks.items), header_warnings(path, peek.rows, index, options.header))
+                  tuple(checks.items))
 
 
 _JOIN = "\x1f"  # the unit separator

@@ -1,6 +1,6 @@
 """What the first lines of a text edge list suggest when they do not fit the options given:
 another delimiter (:func:`likely_delimiter`, for the error of too few fields), a header the user
-did not declare (:func:`header_warnings`).
+did not declare (:func:`refuse_undeclared_header`).
 
 >>> header_like([["source", "relation", "target"], ["a", "r", "b"], ["b", "r", "c"]], [0, 1, 2])
 ['source', 'relation', 'target']
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pbgio.errors import InputError
 from pbgio.fields import WHITESPACE, default_quote, split_fields
 
 SAMPLE_LINES = 20
@@ -45,11 +46,14 @@ COLUMN_NAMES = frozenset({
 
 def header_like(rows: list[list[str]], columns: list[int]) -> list[str] | None:
     """The values of ``rows[0]`` in ``columns`` when that row looks like a header the user did not
-    declare: none of its values occurs in those columns of the other rows, and one of them is a
-    usual column name (:data:`COLUMN_NAMES`); else None. Fewer than two rows: None.
+    declare: none of its values occurs in those columns of the other rows, and two of them are
+    usual column names (:data:`COLUMN_NAMES`; one could be a name like any other: an entity ``s``, a
+    relation ``r``); else None. Fewer than two rows: None.
 
     >>> header_like([["source", "relation", "target"], ["a", "r", "b"], ["b", "r", "c"]], [0, 1, 2])
     ['source', 'relation', 'target']
+    >>> header_like([["synset1", "rel", "synset2"], ["a", "r", "b"]], [0, 1, 2]) is None
+    True
     >>> header_like([["a", "r", "b"], ["b", "r", "c"]], [0, 1, 2]) is None
     True
     """
@@ -59,19 +63,21 @@ def header_like(rows: list[list[str]], columns: list[int]) -> list[str] | None:
     seen = {row[c] for row in rows[1:] for c in columns if c < len(row)}
     if any(value in seen for value in first):
         return None
-    return first if any(value.strip().lower() in COLUMN_NAMES for value in first) else None
+    return first if sum(value.strip().lower() in COLUMN_NAMES for value in first) >= 2 else None
 
 
-def header_warnings(path: object, rows: list[list[str]], columns: Mapping[str, int],
-                    declared: bool) -> tuple[str, ...]:
-    """A warning when the first of ``rows`` (the fields of the first lines) looks like a header in
-    the columns of lhs, relation and rhs (``columns``: each role's index), and none was
-    ``declared`` (``--header``)."""
-    if declared:
-        return ()
+def refuse_undeclared_header(path: object, rows: list[list[str]], columns: Mapping[str, int],
+                              declared: bool | None) -> None:
+    """Raise :class:`InputError` (line 1) when the first of ``rows`` (the fields of the first lines)
+    looks like a header in the columns of lhs, relation and rhs (``columns``: each role's index) and
+    the user said neither ``--header`` nor ``--no-header`` (``declared`` None): imported, it would make
+    entities and a relation named after the columns, and nothing would say so."""
+    if declared is not None:
+        return
     named = header_like(rows, sorted({i for role, i in columns.items() if role in ("lhs", "rel", "rhs")}))
     if named is None:
-        return ()
-    return (f"{path}: line 1 looks like a header ({', '.join(repr(v) for v in named)}: a usual column name among "
-            f"them, none in the next {len(rows) - 1:,} lines); it was imported as an edge. If it names the "
-            "columns, import again with --header and --overwrite",)
+        return
+    raise InputError(str(path), 1, f"expected an edge or a declared header, found a line that looks like a header "
+                     f"({', '.join(repr(v) for v in named)}: usual column names among them, none in the next "
+                     f"{len(rows) - 1:,} lines). Pass --header if it names the columns, "
+                     "or --no-header to import it as an edge")

@@ -4,7 +4,9 @@ An index belongs to one checkpoint version of one entity type, and has one metri
 (:mod:`pbgio.spec.index`): :func:`build_index` writes it beside that version (several, of other
 metrics or kinds, may sit beside it), :func:`open_index` loads the one that fits a search
 (:func:`find_index`; refusing a stale or damaged one) into an :class:`EmbeddingIndex` that answers
-many searches, each re-ranked exactly. ``pbgio neighbors --index`` and ``pbgtrain predict --index`` use it.
+many searches, each re-ranked exactly. An approximate index's recall@10 is measured as it is built
+(:mod:`pbgio.index.recall`) and said by every search through it (``exact`` for a flat one).
+``pbgio neighbors --index`` and ``pbgtrain predict --index`` use it.
 Their exact scans read candidates through :class:`RowWindow` (a partition streamed a chunk at a time).
 
 >>> import tempfile, pathlib
@@ -16,7 +18,7 @@ faiss flat index of 9 'user' rows by cos, checkpoint version 1
 >>> with open_index(config, "user") as index:  # load once, ask many times
 ...     [found] = indexed_neighbors(index, ["user-0-0"], k=3)
 >>> len(found.neighbors), found.searched
-(3, 'index_user.cos.flat.v1.h5, faiss flat')
+(3, 'index_user.cos.flat.v1.h5, faiss flat, exact')
 """
 
 from pbgio.index.build import BuiltIndex, IndexBuildError, build_index

@@ -104,7 +104,9 @@ def train(index: Any, sample: Floats) -> None:
 
 Chunks = Callable[[str], Iterator[Floats]]
 """The rows to index, prepared (:func:`prepare`), a chunk at a time and in order, anew at each
-call; its argument says what the pass over them does (for progress)."""
+call; its argument says what the pass over them does (for progress): :data:`ADDING` for the one
+pass, of every kind, that adds them to the index."""
+ADDING = "indexing"
 
 
 def add_rows(index: Any, kind: str, chunks: Chunks) -> None:
@@ -114,7 +116,7 @@ def add_rows(index: Any, kind: str, chunks: Chunks) -> None:
 
 
 def _add_as_they_come(index: Any, chunks: Chunks) -> None:
-    for values in chunks("indexing"):
+    for values in chunks(ADDING):
         index.add(values)
 
 
@@ -131,7 +133,7 @@ def _add_to_sized_lists(index: Any, chunks: Chunks) -> None:
         counts += np.bincount(assigned[assigned >= 0], minlength=index.nlist)  # -1: a row of NaN, never added
         lists.append(assigned.astype(np.int32))
     _reserve(index.invlists, counts)
-    for values, assigned in zip(chunks("indexing"), lists, strict=True):
+    for values, assigned in zip(chunks(ADDING), lists, strict=True):
         coarse = assigned.astype(np.int64)  # held while FAISS reads it: swig_ptr keeps no reference
         index.add_core(len(values), faiss.swig_ptr(values), None, faiss.swig_ptr(coarse))
 

@@ -82,9 +82,12 @@ class EmbeddingIndex:
     def metric(self) -> str:
         return self.meta.metric
 
-    def describe(self) -> str:
-        """Which index answered, and how: its file name, library, kind and search parameters."""
-        return f"{self.path.name}, {self.meta.searched(self.params)}"
+    def describe(self, candidates: int | None = None) -> str:
+        """Which index answered, and how: its file name, library, kind and search parameters, and
+        whether its answer is exact or approximate (the recall measured at build:
+        :meth:`~pbgio.index_file.IndexMeta.accuracy`; ``candidates``: the rows a search asked
+        the index to propose, None for the default)."""
+        return f"{self.path.name}, {self.meta.searched(self.params)}, {self.meta.accuracy(self.params, candidates)}"
 
     def __enter__(self) -> EmbeddingIndex:
         return self
@@ -225,9 +228,11 @@ def find_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
     with pbgio 0.1's name, ``index_{type}.v{version}.h5``, after one of today's). An index whose
     metadata cannot be read raises its error when its name fits the search, and fits nothing
     otherwise."""
+    if not source.config.global_emb:
+        add_global = None  # no index's rows hold a global embedding: nothing to tell them apart by
     found = index_files(source, entity_type)
     if not found:
-        raise _missing(source, entity_type)
+        raise _missing(source, entity_type, build_command(source.config, entity_type, metric, kind, add_global))
     fitting: list[tuple[int, bool, str, AnyPath]] = []
     seen: list[str] = []
     for path, name in found:
@@ -250,12 +255,20 @@ def find_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
     if not fitting:
         wanted = " ".join(part for part in (kind, metric) if part) or "usable"
         rows = "" if add_global is None else f" with rows {'with' if add_global else 'without'} the global embedding"
-        build = f"pbgio index build CONFIG --type {entity_type}" + (f" --metric {metric}" if metric else "") + (
-            f" --kind {kind}" if kind else "") + ("" if add_global in (None, True) else " --no-global")
         raise IndexMismatchError(str(source.checkpoint.path),
                                  f"a {wanted} index of {entity_type!r}{rows} for checkpoint version {source.version}",
-                                 seen, build)
+                                 seen, build_command(source.config, entity_type, metric, kind, add_global))
     return min(fitting)[-1]
+
+
+def build_command(config: ConfigSchema, entity_type: str, metric: str | None, kind: str | None,
+                  add_global: bool | None) -> str:
+    """The ``pbgio index build`` that builds the index a search by ``metric`` of ``kind`` (None:
+    any), whose rows hold the global embedding as ``add_global`` says (None: either), would take:
+    ``--no-global`` only where the config has global embeddings and the search leaves them out."""
+    return (f"pbgio index build CONFIG --type {entity_type}" + (f" --metric {metric}" if metric else "")
+            + (f" --kind {kind}" if kind else "") + (" --no-global" if config.global_emb and add_global is False
+                                                     else ""))
 
 
 def load_index(source: CheckpointVersion, entity_type: str, *, metric: str | None = None, kind: str | None = None,
@@ -295,11 +308,11 @@ def load_index(source: CheckpointVersion, entity_type: str, *, metric: str | Non
     return EmbeddingIndex(source, path, meta, index, rows, params)
 
 
-def _missing(source: CheckpointVersion, entity_type: str) -> PbgioError:
+def _missing(source: CheckpointVersion, entity_type: str, command: str) -> PbgioError:
     others = sorted(p.name for p in source.checkpoint.path.iterdir()
                     if (parsed := naming.parse_index_file(p.name)) and parsed.entity_type == entity_type) \
         if source.checkpoint.path.is_dir() else []
-    build = f"build it: pbgio index build CONFIG --type {entity_type}"
+    build = f"build it: {command}"
     where = str(source.checkpoint.path)
     if others:
         return MissingArtifactError(where, f"index of {entity_type!r} for checkpoint version {source.version} "

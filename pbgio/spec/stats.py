@@ -57,9 +57,13 @@ EXTRA_MEANING = ("pbgtrain's own facts, ignored by the original: `eval_protocol`
                  "(`fit --step attention`), `violators_sampled_edges` (the edges its violators were counted "
                  "on, a sample: `violators_lhs`/`_rhs` are per edge of that sample); on the line of an "
                  "evaluation of `fit --valid`, "
-                 "`validation` (the version, the validation edge path, protocol, `count`, `metrics`, the "
-                 "`decision` taken and the state after it: `best_version`, `best_mrr`, `since_best`, "
-                 "`since_change`, `lr_scale`)")
+                 "`validation` (the version, the validation edge path, protocol, `count`, `metrics`, "
+                 "`seconds` it took, with `--valid-sample` `sample` (`{edges, of}`: the sample ranked and the "
+                 "edges it was drawn from), the `decision` taken and the state after it: `best_version`, "
+                 "`best_mrr`, `since_best`, `since_change`, `lr_scale`); on the line a `fit` appends when it "
+                 "ends, `run` (`from_version`, `version`, `end`: completed, time cap, iteration cap, patience "
+                 "or interrupted, `reason` in words, and `seconds`: `training`, `validation` with `validations`, "
+                 "`checkpointing`, `total`)")
 
 
 def is_int(value: Any) -> bool:

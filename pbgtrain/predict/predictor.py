@@ -206,7 +206,7 @@ class Predictor:
             _, block = score_candidates(model, lhs_t, rhs_t, lhs_ids, rel, rhs_ids, side, cand)
             best.add(block.float().cpu().numpy()[0], int(part), mine)
         return _Indexed(best.items(), loaded.meta.rows - num_known, num_known,
-                        f"{loaded.describe()}, {want:,} candidates scored exactly")
+                        f"{loaded.describe(self.candidates)}: the model scored the {want:,} rows it proposed")
 
 
 @dataclass(frozen=True)

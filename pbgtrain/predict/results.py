@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pbgio.errors import PbgioError
-from pbgio.topk import RankedEntity, finite_or_none, text_table
+from pbgio.topk import RankedEntity, finite_or_none, score_column, text_table
 
 Side = Literal["lhs", "rhs"]
 
@@ -68,8 +68,10 @@ class Ranking:
 
     def format(self) -> str:
         """The table: rank, name, score."""
+        scores = score_column([p.score for p in self.predictions])
         return text_table(["rank", "name", "score"],
-                          [[str(p.rank), p.name, f"{p.score:.6g}"] for p in self.predictions], right=[0, 2])
+                          [[str(p.rank), p.name, score] for p, score in zip(self.predictions, scores, strict=True)],
+                          right=[0, 2])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (a non-finite score is null)."""
@@ -105,8 +107,9 @@ class TripleRank:
 
     def format(self) -> str:
         """The table: side ranked, rank, out of, score."""
-        rows = [["rhs", str(self.rhs_rank), str(self.rhs_out_of), f"{self.score:.6g}"],
-                ["lhs", str(self.lhs_rank), str(self.lhs_out_of), f"{self.lhs_side_score:.6g}"]]
+        rhs_score, lhs_score = score_column([self.score, self.lhs_side_score])
+        rows = [["rhs", str(self.rhs_rank), str(self.rhs_out_of), rhs_score],
+                ["lhs", str(self.lhs_rank), str(self.lhs_out_of), lhs_score]]
         return text_table(["side", "rank", "out of", "score"], rows, right=[1, 2, 3])
 
     def to_dict(self) -> dict[str, Any]:

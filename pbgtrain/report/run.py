@@ -9,8 +9,9 @@ stats of its own, so the run's are read from the directory above, and the kept v
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pbgio.errors import PbgioError, UsageError
 from pbgtrain.report.collect import (
@@ -22,6 +23,7 @@ from pbgtrain.report.collect import (
     validation_points,
 )
 from pbgtrain.report.panels import MARK_COLOURS, Event, Panel, panels
+from pbgtrain.run_log import COMPLETED, RunTimes, run_records
 
 if TYPE_CHECKING:
     from pbgio.checkpoint import CheckpointDir
@@ -48,6 +50,7 @@ class TrainingReport:
     config_source: str  # the file the config was read from
     evaluations: tuple[ValidationPoint, ...] = ()  # fit --valid's, by version
     shown: Event | None = None  # the version a kept checkpoint holds, or --version's
+    runs: tuple[Mapping[str, Any], ...] = ()  # how each fit ended and its times (pbgtrain.run_log), in order
 
     @property
     def panels(self) -> tuple[Panel, Panel, Panel, Panel]:
@@ -60,7 +63,8 @@ class TrainingReport:
         return f"{self.checkpoint}: {len(self.points)} iteration(s), {edges:,} training edges{marked}"
 
     def summary(self) -> str:
-        """One line: first → last loss and MRR, the median edges/s, the validation's best."""
+        """One line: first → last loss and MRR, the median edges/s, the validation's best, the time
+        of the runs (training, validation, checkpointing) and why the last one stopped early."""
         parts = [f"{len(self.points)} iteration(s) of {self.checkpoint}"]
         if self.shown is not None:
             parts.append(self.shown.label)
@@ -77,7 +81,12 @@ class TrainingReport:
             best = best_evaluation(self.evaluations)
             parts.append(f"validation MRR {valid[0].metrics['mrr']:.4f} → {valid[-1].metrics['mrr']:.4f}" + (
                 "" if best is None else f" (best: version {best.version}, {best.metrics['mrr']:.4f})"))
-        if self.evaluations and self.evaluations[-1].stopped:
+        if self.runs:
+            parts.append(sum((RunTimes.from_record(r) for r in self.runs), RunTimes()).line())
+            last_run = self.runs[-1]
+            if last_run.get("end") != COMPLETED:
+                parts.append(f"stopped early after version {last_run['version']} ({last_run.get('reason')})")
+        elif self.evaluations and self.evaluations[-1].stopped:
             parts.append(f"stopped early after version {self.evaluations[-1].version}")
         return ", ".join(parts)
 
@@ -116,6 +125,7 @@ def load_report(layout: Layout, version: int | None = None) -> TrainingReport:
         raise NoStatsError(storage.display(run.path / naming.TRAINING_STATS), layout.source)
     committed = run.read_version()
     evaluations = validation_points(records, committed)
+    runs = run_records(records, committed)
     shown = None
     if version is not None:
         if not 1 <= version <= committed:
@@ -125,9 +135,10 @@ def load_report(layout: Layout, version: int | None = None) -> TrainingReport:
         if not points:
             raise NoStatsError(storage.display(run.path / naming.TRAINING_STATS), layout.source)
         evaluations = [e for e in evaluations if e.version <= version]
+        runs = [r for r in runs if r["version"] <= version]
         shown = Event("shown", f"up to version {version}", MARK_COLOURS["shown"], version, ":")
     elif run is not given:
         kept = given.read_version()
         shown = Event("shown", f"version {kept} kept in {given.path.name}/", MARK_COLOURS["shown"], kept, ":")
     return TrainingReport(storage.display(run.path), tuple(points), eval_protocol(records), config.to_json(),
-                          source, tuple(evaluations), shown)
+                          source, tuple(evaluations), shown, tuple(runs))

@@ -54,7 +54,9 @@ class ValidationOptions:
 
     ``edge_path`` and ``filter_paths`` are as written on the command line (relative to the config's
     folder, ``./`` for the current directory); ``filter_paths`` empty means the config's
-    ``edge_paths`` and the validation path. In a :class:`FitPlan` they are absolute.
+    ``edge_paths`` and the validation path. In a :class:`FitPlan` they are absolute. ``sample``
+    (``--valid-sample``): rank a fixed sample of this many validation edges, drawn once by the
+    run's seed (None: all of them).
     """
 
     edge_path: str
@@ -63,6 +65,7 @@ class ValidationOptions:
     patience: int | None = None
     lr_decay: float | None = None
     lr_patience: int = 1
+    sample: int | None = None
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,8 @@ def _checked_validation(layout: Layout, validation: ValidationOptions) -> Valida
          f"--lr-decay: expected a factor between 0 and 1 (exclusive), found {validation.lr_decay}"),
         (validation.lr_patience < 1,
          f"--lr-patience: expected a number of evaluations ≥ 1, found {validation.lr_patience}"),
+        (validation.sample is not None and validation.sample < 1,
+         f"--valid-sample: expected a number of edges ≥ 1, found {validation.sample}"),
     ]
     for bad, message in checks:
         if bad:

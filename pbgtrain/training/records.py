@@ -28,6 +28,12 @@ class IterationRecord:
     train: StepStats
     eval_before: RankingMetrics | None = None
     eval_after: RankingMetrics | None = None
+    commit_seconds: float = 0.0  # of ``seconds``, committing the version (saving what it holds, writing it)
+
+    @property
+    def training_seconds(self) -> float:
+        """The iteration's time less its commit."""
+        return self.seconds - self.commit_seconds
 
     @property
     def edges_per_second(self) -> float:

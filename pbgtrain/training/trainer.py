@@ -218,13 +218,15 @@ class Trainer:
                                  f"{bucket_stats.loss / max(bucket_stats.count, 1):.4g}"
                                  + (f", eval {format_metrics(after.result().values())}" if after is not None
                                     else ""))
-        self.partitions.swap_to(None, step)
+        committing = time.perf_counter()
+        self.partitions.swap_to(None, step)  # the partitions held are saved into the version being built
         self.prefetcher.discard()  # nothing read ahead outlives its pass
         outcome = Outcome(stats, held_out_metrics(before_all), held_out_metrics(after_all))
         version, outcome = self.coordinator.commit(step, lines, outcome,
                                                    functools.partial(self.write_version, step))
-        return IterationRecord(version, step, time.perf_counter() - started, outcome.train, outcome.eval_before,
-                               outcome.eval_after)
+        ended = time.perf_counter()
+        return IterationRecord(version, step, ended - started, outcome.train, outcome.eval_before,
+                               outcome.eval_after, commit_seconds=ended - committing)
 
     def _read_ahead(self, step: IterationStep) -> None:
         """Start reading the next bucket of this pass in the background, when it is known."""
