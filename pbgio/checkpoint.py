@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 from pbgio import storage
 from pbgio.checks import checkpoint as checks
 from pbgio.checks import entities as counts
+from pbgio.checks import hdf5 as checks_hdf5
 from pbgio.checks import optimizer as optimizer_checks
 from pbgio.checks import raise_first
 from pbgio.errors import CorruptFileError, FormatError, Issue, MissingArtifactError
@@ -322,8 +323,8 @@ class CheckpointDir:
         self.path.mkdir(parents=True, exist_ok=True)
         path = self.path / naming.TRAINING_STATS
         if storage.is_remote(path):  # object stores cannot append: rewrite the object whole
-            with storage.remote_errors(path, "training stats"):
-                old = path.read_text(encoding="utf-8") if path.exists() else ""
+            old = storage.remote_call(path, "training stats", lambda: path.read_text(encoding="utf-8")
+                                      if path.exists() else "")
             atomic.write_text(path, old + "".join(json.dumps(record) + "\n" for record in records))
             return
         with path.open("a", encoding="utf-8") as out:  # one write: readers see whole lines
@@ -370,18 +371,23 @@ class CheckpointDir:
         return kept
 
 
-def _datasets(group: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+def _datasets(group: Any, prefix: str = "", enclosing: frozenset[int] = frozenset()) -> Iterable[tuple[str, Any]]:
     import h5py
 
     file = str(group.file.filename)
     raise_first([checks.param_member(file, link_name(group.name).lstrip("/"), type(group).__name__, group=True)])
+    enclosing = enclosing | {hash(group.id)}  # HDF5 objects hash by file and address
     for raw, item in group.items():
         key = link_name(raw)
         name = f"{prefix}{key}"
         if isinstance(item, h5py.Dataset):
             yield name, item
         elif isinstance(item, h5py.Group):
-            yield from _datasets(item, f"{name}/")
+            if hash(item.id) in enclosing:  # a hard link back up the tree (found by the guided fuzzer)
+                raise CorruptFileError(checks_hdf5.unreadable(
+                    file, f"{link_name(group.name).lstrip('/')}/{key}",
+                    "expected a tree of parameter groups, found a link to a group that encloses it (a cycle)"))
+            yield from _datasets(item, f"{name}/", enclosing)
         else:  # a named datatype: no parameter
             raise_first([checks.param_member(file, f"{link_name(group.name).lstrip('/')}/{key}", type(item).__name__,
                                              group=False)])
@@ -554,8 +560,7 @@ def _snapshot(ckpt: CheckpointDir, version: int, epoch: int) -> None:
     for path in ckpt.files_of_version(version):
         link = snap / path.name
         if storage.is_remote(path) and storage.is_remote(link):  # no links on object stores: a copy
-            with storage.remote_errors(link, "snapshot"):
-                path.fs.copy(path.path, link.path)
+            storage.remote_call(link, "snapshot", functools.partial(path.fs.copy, path.path, link.path))
         elif not storage.is_remote(path) and not link.is_symlink():
             link.symlink_to(path.resolve())
     atomic.write_text(snap / naming.CHECKPOINT_VERSION, format_count(version))

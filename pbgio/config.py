@@ -93,8 +93,7 @@ def read_config_json(path: str | AnyPath) -> Any:
     """The JSON value of a config file (a path or URL); :class:`ConfigError` when unreadable."""
     path = storage.resolve(path)
     try:
-        with storage.remote_errors(path, "config"):
-            return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(storage.remote_call(path, "config", lambda: path.read_text(encoding="utf-8")))
     except (FileNotFoundError, MissingArtifactError):
         raise ConfigError(str(path), [unreadable(str(path), "expected a config file, found nothing at this path")]) \
             from None

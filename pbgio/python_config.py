@@ -263,15 +263,55 @@ def _run_file(path: Path, timeout: float, echo: Echo | None) -> dict[str, Any]:
             raise _unreadable(source, f"expected {CONFIG_FUNCTION}() to return within {timeout:g} s, found the "
                               "file still running (it was stopped; allow it more time with a longer timeout)")
         try:
-            answer = json.loads(result.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = result.read_bytes()
+        except OSError:
             last = next((line for line in reversed(errors.splitlines()) if line.strip()), "no message")
             raise _unreadable(source, f"the Python process running the file exited with status "
                               f"{proc.returncode} before returning a config: {last.strip()}") from None
-    if "error" in answer:
-        raise _error_from_child(source, answer["error"])
-    config: dict[str, Any] = answer["config"]
-    return config
+    return read_answer(source, data)
+
+
+_ERROR_FIELDS: dict[str, tuple[type, ...]] = {"kind": (str,), "message": (str,), "line": (int, type(None)),
+                                             "missing": (str, type(None)), "key": (str,), "found": (list,)}
+"""The fields of an error answer and their types (``key`` only for ``not-json``, ``found`` a list of names)."""
+
+
+def _wrong_field(error: dict[str, Any], name: str, types: tuple[type, ...]) -> str:
+    found = type(error[name]).__name__ if name in error else "nothing"
+    return f"{name!r}: expected {' or '.join(t.__name__ for t in types)}, found {found}"
+
+
+def read_answer(source: str, data: bytes) -> dict[str, Any]:
+    """The config dict in the answer ``data`` the child process wrote for the file ``source``:
+    ``{"config": {...}}``, or ``{"error": {...}}`` raised as its ConfigError. The file runs with
+    the answer's path in its ``sys.argv`` and can write over it, so every other answer is a
+    ``config-unreadable`` ConfigError saying what was found (found by the guided fuzzer)."""
+    try:
+        answer = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _unreadable(source, f"expected the Python process running the file to answer with JSON, found "
+                          f"unreadable bytes ({type(exc).__name__}: {str(exc)[:120]}); did the file write over "
+                          "its answer?") from None
+    if isinstance(answer, dict) and set(answer) == {"config"} and isinstance(answer["config"], dict):
+        config: dict[str, Any] = answer["config"]
+        return config
+    error = answer.get("error") if isinstance(answer, dict) and set(answer) == {"error"} else None
+    if isinstance(error, dict):
+        wrong = next((_wrong_field(error, name, types) for name, types in _ERROR_FIELDS.items()
+                      if (name in error or name in ("kind", "message")) and not isinstance(error.get(name), types)),
+                     None)
+        if wrong is None and error["kind"] == "not-json" and not isinstance(error.get("key"), str):
+            wrong = "'key': expected str, found nothing"
+        if wrong is None and not all(isinstance(n, str) for n in error.get("found") or []):
+            wrong = "'found': expected a list of names"
+        if wrong is None:
+            raise _error_from_child(source, error)
+        raise _unreadable(source, f"expected the Python process running the file to answer with an error "
+                          f"{{\"kind\": ..., \"message\": ...}}, found one whose field {wrong}; did the file write "
+                          "over its answer?")
+    shown = type(answer).__name__ if not isinstance(answer, dict) else f"a dict with the keys {sorted(answer)[:5]}"
+    raise _unreadable(source, "expected the Python process running the file to answer with {\"config\": {...}} or "
+                      f"{{\"error\": {{...}}}}, found {shown}; did the file write over its answer?")
 
 
 def run_python_config(path: str | Path, *, timeout: float = DEFAULT_TIMEOUT,

@@ -411,3 +411,24 @@ def test_pbgtrain_fit_validates_the_layout_of_a_py_config(tiny_run: Path) -> Non
     assert not Path("example/model_py").exists()
     done = pbgtrain("fit", str(tiny_run), "-p", "numEpochs=1")
     assert done.returncode == 1 and "did you mean 'num_epochs'" in done.stderr
+
+
+@pytest.mark.parametrize(("written", "found"), [
+    ('{"error": {"kind": "call"}}', "field 'message': expected str, found nothing"),
+    ('{"confi": {}}', "found a dict with the keys ['confi']"),
+    ("not json", "found unreadable bytes (JSONDecodeError"),
+])
+def test_a_file_that_writes_over_its_answer_is_a_config_error(tmp_path: Path, written: str, found: str) -> None:
+    """The file runs with its answer's path in sys.argv and may write over it (the guided fuzzer's
+    config-py target: tests/fuzz_inputs/config-py)."""
+    cfg = tmp_path / "config.py"
+    cfg.write_text(textwrap.dedent(f"""
+        import os, sys
+        with open(sys.argv[2], "w") as f:
+            f.write({written!r})
+        os._exit(0)
+    """))
+    with pytest.raises(ConfigError, match="did the file write over its answer") as info:
+        load_python_config(cfg, echo=None)
+    assert found in str(info.value)
+    assert str(cfg) in str(info.value) and "[config-unreadable]" in str(info.value)

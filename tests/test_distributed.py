@@ -331,3 +331,32 @@ def test_fb15k_237_quality_parity_with_one_trainer(tmp_path: Path) -> None:
     print(json.dumps(mrr))
     assert mrr[1] > 0.2
     assert abs(mrr[2] - mrr[1]) <= 0.01 and abs(mrr[4] - mrr[1]) <= 0.01, mrr
+
+
+@pytest.mark.distributed
+def test_a_stopped_rank_0_stops_the_others_and_does_no_harm_when_continued(tmp_path: Path) -> None:
+    """SIGSTOP of rank 0, which serves the store: its connections stay open and torch's store calls
+    wait forever, so only the store sentry (pbgtrain.distributed.cluster) gets the others out."""
+    config = _graph(tmp_path, num_edges=60_000, num_epochs=6, num_edge_chunks=1, batch_size=100)
+    checkpoint = config.parent / "checkpoint"
+    procs = start_trainers(config, 3, peer_timeout=5.0)
+    _wait_for_version(checkpoint, 1, procs)
+    time.sleep(0.3)
+    procs[0].send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        survivors = wait_all(procs[1:], timeout=60)
+    finally:
+        procs[0].send_signal(signal.SIGCONT)
+    version = CheckpointDir(checkpoint).read_version()
+    for f in survivors:
+        assert f.returncode == 1, f.stderr[-3000:]
+        assert "rank 0" in f.stderr and "run the same command" in f.stderr, f.stderr[-3000:]
+        assert "Traceback" not in f.stderr, f.stderr[-3000:]
+        assert f.ended_at - stopped_at < 5.0 + 10
+    [rank0] = wait_all(procs[:1], timeout=60)  # continued: it finds the others gone and stops
+    assert rank0.returncode != 0 and "Traceback" not in rank0.stderr, rank0.stderr[-3000:]
+    assert CheckpointDir(checkpoint).read_version() == version
+    assert validate_path(config.parent).ok
+    run_trainers(config, 3)
+    assert CheckpointDir(checkpoint).read_version() == 6

@@ -107,3 +107,18 @@ def test_short_run_finds_no_failure(tmp_path: Path, target: str, kills: int) -> 
     summary = kh.run_harness(made, kills, seed=7, chain=kills, workdir=tmp_path / "work", twice=False)
     assert not summary.failures, summary.text()
     assert len(summary.kills) + summary.completed_before_kill >= 1
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_kills_and_a_stall_find_no_failure(tmp_path: Path) -> None:
+    """3 trainers: 3 SIGKILLs of a random rank and 1 SIGSTOP/SIGCONT; the survivors stop in time with
+    one error line naming the lost rank, the committed version validates, and the rerun finishes.
+    About 2 minutes on 2 cores; the long run's figures are in docs/guides/crash-safety.md."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from kill_distributed import run_distributed
+
+    summary = run_distributed(3, 1, seed=2, workdir=tmp_path / "work")
+    assert not summary.failures, summary.text()
+    assert [h.mode for h in summary.hits] == ["kill", "kill", "kill", "stall"]
+    assert all(h.stopped_after is not None for h in summary.hits)

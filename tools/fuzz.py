@@ -6,6 +6,8 @@
     python tools/fuzz.py --target edges-read --replay fuzz-crashes/edges-read/*.bin
     python tools/fuzz.py --target config --replay tests/fuzz_inputs/config/*  # the regression inputs
     python tools/fuzz.py --target config --minimize fuzz-crashes/config/exception-123-ab.bin
+    python tools/fuzz.py --guided --minutes 15 --family edges --family import   # atheris, then coverage
+    python tools/fuzz.py --guided --minutes 0 --family config   # replay the corpus under coverage only
 
 Exit status: 0 when no input failed, 1 when one did, 2 for a usage error.
 """
@@ -30,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--target", action="append", help="a target name (repeatable)")
     which.add_argument("--all", action="store_true", help="every target")
     which.add_argument("--list", action="store_true", help="list the targets and exit")
+    which.add_argument("--guided", action="store_true",
+                       help="coverage-guided (atheris) by reader family, then the branch coverage of its corpus")
+    parser.add_argument("--family", action="append", help="--guided: a family (repeatable; default every family)")
+    parser.add_argument("--minutes", type=float, default=1.0, help="--guided: minutes per family (default 1)")
+    parser.add_argument("--corpus", type=Path, default=Path("fuzz-corpus"),
+                        help="--guided: the corpus, grown across runs (default fuzz-corpus/<family>/)")
     parser.add_argument("--inputs", type=int, default=1000, help="inputs per target (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
@@ -51,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         for target in fuzz.TARGETS.values():
             print(f"{target.name:24} {target.filename:28} {target.kind:11} {target.description}")
         return 0
+    if args.guided:
+        return _guided(parser, args)
     names = list(fuzz.TARGETS) if args.all else args.target
     unknown = [n for n in names if n not in fuzz.TARGETS and n not in fuzz.SELFTEST_TARGETS]
     if unknown:
@@ -89,6 +99,45 @@ def main(argv: list[str] | None = None) -> int:
             "memory_mb": args.memory_mb, "targets": {n: s.to_dict() for n, s in results.items()},
         }, indent=2) + "\n", encoding="utf-8")
     return 1 if failed else 0
+
+
+def _guided(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Fuzz each family with atheris for --minutes, then replay its corpus under coverage.py."""
+    from pbgio.testing import guided
+
+    names = args.family or list(guided.FAMILIES)
+    unknown = [n for n in names if n not in guided.FAMILIES]
+    if unknown:
+        parser.error(f"unknown famil(ies) {', '.join(unknown)}; known: {', '.join(guided.FAMILIES)}")
+    results: dict[str, dict[str, object]] = {}
+    findings = 0
+    for name in names:
+        family = guided.FAMILIES[name]
+        corpus = args.corpus / name
+        started = time.monotonic()
+        if args.minutes > 0:
+            stats = guided.fuzz_family(family, corpus, args.crashes / name, args.minutes * 60, timeout=args.timeout,
+                                       memory_mb=args.memory_mb, log=lambda line: print(line, flush=True))
+        else:
+            guided.write_seeds(family, corpus)
+            stats = {"family": name, "inputs": 0, "outcomes": {}, "findings": {}}
+        found = stats["findings"]
+        assert isinstance(found, dict)
+        findings += len(found)
+        covered = guided.measure(family, [corpus], timeout=max(args.timeout, 10.0), memory_mb=args.memory_mb)
+        stats["coverage"] = covered
+        results[name] = stats
+        print(f"{name}: {stats['inputs']} inputs in {time.monotonic() - started:.0f} s, outcomes {stats['outcomes']}, "
+              f"{len(found)} finding(s), corpus {covered['inputs']} inputs", flush=True)
+        for module, entry in covered["modules"].items():
+            print(f"  {module:34} branches {entry['covered_branches']:4}/{entry['branches']:<4} "
+                  f"{guided.branch_percent(entry):5.1f}%   lines {entry['covered_lines']}/{entry['statements']}",
+                  flush=True)
+    print(f"total: {findings} finding(s)" + (f"; inputs under {args.crashes}/" if findings else ""))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "families": results}, indent=2) + "\n",
+                             encoding="utf-8")
+    return 1 if findings else 0
 
 
 def _minimize(name: str, path: Path, timeout: float) -> int:

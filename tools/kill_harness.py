@@ -8,6 +8,7 @@ Usage::
     python tools/kill_harness.py --target append --kills 50
     python tools/kill_harness.py --target convert --kills 50
     python tools/kill_harness.py --target command --command 'python my_writer.py {dst}' --kills 5
+    python tools/kill_harness.py --target distributed --kills 30 --stalls 5 [--peer-timeout 5]
 
 What it does (see docs/guides/crash-safety.md):
 
@@ -751,7 +752,7 @@ def run_harness(target: Target, kills: int, *, seed: int = 0, jobs: int = 1, cha
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--target", choices=sorted(TARGETS), required=True)
+    parser.add_argument("--target", choices=[*sorted(TARGETS), "distributed"], required=True)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
@@ -759,7 +760,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where copies go (default: a new temporary directory)")
     parser.add_argument("--command", help="for --target command: the command, with {dst} and {work}")
     parser.add_argument("--json", type=Path, help="write the summary as JSON here")
+    parser.add_argument("--stalls", type=int, default=0,
+                        help="for --target distributed: trainers to SIGSTOP (then SIGCONT) after the kills")
+    parser.add_argument("--peer-timeout", type=float, default=5.0, help="for --target distributed: the trainers' "
+                        "--peer-timeout")
     args = parser.parse_args(argv)
+    if args.target == "distributed":
+        return _distributed(args)
     if args.target == "command" and not args.command:
         parser.error("--target command needs --command")
     summary = run_harness(TARGETS[args.target](args), args.kills, seed=args.seed, jobs=args.jobs,
@@ -768,6 +775,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps({"figures": summary.figures(), "kills": [asdict(k) for k in summary.kills],
                                          "failures": summary.failures}, indent=1), encoding="utf-8")
+    return 1 if summary.failures else 0
+
+
+def _distributed(args: argparse.Namespace) -> int:
+    """``--target distributed``: tools/kill_distributed.py (3 trainers, one killed or stalled per trial)."""
+    sys.modules.setdefault("kill_harness", sys.modules[__name__])
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kill_distributed import run_distributed, write_json
+
+    summary = run_distributed(args.kills, args.stalls, seed=args.seed, peer_timeout=args.peer_timeout,
+                              workdir=args.workdir)
+    print(summary.text())
+    if args.json is not None:
+        write_json(summary, args.json)
     return 1 if summary.failures else 0
 
 

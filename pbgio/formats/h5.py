@@ -51,6 +51,8 @@ def open_h5(path: storage.AnyPath, mode: str = "r") -> Iterator[h5py.File]:
             raise CorruptFileError(checks_hdf5.unreadable(
                 storage.display(path), None,
                 f"expected an HDF5 file, found an unreadable file ({_h5_reason(exc)})")) from None
+        except storage.StorageError:
+            raise  # a read of the store failed for good; it names the object already
         except Exception as exc:
             if source is None:
                 raise
@@ -117,7 +119,7 @@ def _rows(ds: h5py.Dataset) -> int:
 
 
 def _unwritten(ds: h5py.Dataset, path: storage.AnyPath, message: str) -> CorruptFileError:
-    return CorruptFileError(checks_hdf5.unreadable(storage.display(path), ds.name.lstrip("/"), message))
+    return CorruptFileError(checks_hdf5.unreadable(storage.display(path), link_name(ds.name).lstrip("/"), message))
 
 
 ROW_CHUNK_BYTES_ENV = "PBG_ROW_CHUNK_BYTES"

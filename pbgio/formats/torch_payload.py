@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import lzma
 import pickle
+import pickletools
 import struct
 import zipfile
 import zlib
@@ -226,14 +227,49 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return known
 
 
+MEMO_SLACK = 1 << 16
+"""How far past the memo slots it has filled a pickle may put one (picklers number them 0, 1, 2 …)."""
+
+
+def _scan(stream: IO[bytes]) -> None:
+    """Walk the pickle at the stream position, opcode by opcode, and go back there.
+
+    CPython's unpickler allocates what a pickle claims before reading it: its memo grows to the
+    slot a ``PUT`` names (8 bytes a slot: ``LONG_BINPUT 1141532771`` in a 200-byte payload made it
+    take 18 GB) and a counted string or bytes (``BINBYTES8``, ``BINUNICODE8`` …) is allocated at
+    its claimed length. The walk reads each counted argument as far as the stream holds it
+    (refusing one that claims more) and refuses a memo slot far past those filled."""
+    start = stream.tell()
+    filled = 0
+    try:
+        for opcode, arg, pos in pickletools.genops(stream):
+            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                slot = arg if isinstance(arg, int) else -1
+                if not 0 <= slot <= filled + MEMO_SLACK:
+                    raise PayloadError(f"the pickle's {opcode.name} at byte {pos} puts memo slot {slot:,} after "
+                                       f"{filled:,} were filled (a pickler numbers them 0, 1, 2 …; reading it "
+                                       f"would allocate at least {8 * (slot + 1):,} bytes)")
+                filled += 1
+            elif opcode.name == "MEMOIZE":
+                filled += 1
+    except (ValueError, EOFError, struct.error, OverflowError, UnicodeDecodeError) as exc:
+        if isinstance(exc, PayloadError):
+            raise
+        raise PayloadError(f"the pickle is unreadable ({type(exc).__name__}: {str(exc)[:120]})") from None
+    stream.seek(start)
+
+
 def _unpickle(stream: IO[bytes], *, legacy: bool) -> tuple[Any, dict[str, StorageRef]]:
+    _scan(stream)
     unpickler = _RestrictedUnpickler(stream, legacy=legacy)
     try:
         value = unpickler.load()
     except PayloadError:
         raise
+    # No MemoryError here: after _scan nothing a payload claims is allocated, and one that is
+    # must stay visible (the fuzz harness bounds memory and reports it).
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
-            struct.error, RecursionError, MemoryError, OverflowError) as exc:
+            struct.error, RecursionError, OverflowError) as exc:
         raise PayloadError(f"the pickle is unreadable ({type(exc).__name__}: {str(exc)[:120]})") from None
     return value, unpickler.storages
 

@@ -151,8 +151,7 @@ def copy_tree(source: AnyPath, target: AnyPath) -> list[str]:
 
 
 def _walk(root: AnyPath, prefix: str = "") -> Iterator[str]:
-    with paths.remote_errors(root, "list"):
-        entries: list[AnyPath] = sorted(root.iterdir(), key=lambda p: p.name)
+    entries: list[AnyPath] = paths.children(root)
     for entry in entries:
         rel = f"{prefix}{entry.name}"
         if entry.is_dir():
@@ -167,13 +166,12 @@ def copy_file(source: AnyPath, target: AnyPath) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_target(target) as tmp:
             if paths.is_remote(source):
-                with paths.remote_errors(source, "download"):
-                    source.fs.get_file(source.path, str(tmp))
+                paths.remote_call(source, "download", lambda: source.fs.get_file(source.path, str(tmp)))
             else:
                 shutil.copyfile(source, tmp)
         return
     if paths.is_remote(source):
-        with paths.staged(target) as local, paths.remote_errors(source, "download"):
-            source.fs.get_file(source.path, str(local))
+        with paths.staged(target) as local:
+            paths.remote_call(source, "download", lambda: source.fs.get_file(source.path, str(local)))
         return
     paths.upload(source, target)

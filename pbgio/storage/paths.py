@@ -15,7 +15,9 @@ storage needs lives here:
   the old object or the complete new one. Stores with a real rename (HDFS, SFTP …) get an upload
   to a temporary name and a rename.
 - Remote failures (missing object, access denied, time-out, a server gone) become
-  :class:`StorageError` naming the (redacted) URL (:func:`remote_errors`).
+  :class:`StorageError` naming the (redacted) URL and the operation (:func:`remote_errors`);
+  operations safe to repeat (reads, the upload of a staged file, a server-side copy) go through
+  :func:`remote_call`, which tries a transient failure again under :mod:`pbgio.storage.retry`'s policy.
 - :class:`LocalCache` keeps local copies of remote files that are read again and again (edge
   buckets, once an epoch), bounded in bytes.
 
@@ -35,32 +37,35 @@ import contextlib
 import copy
 import errno
 import hashlib
+import io
 import os
 import re
 import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, Union
 
 from typing_extensions import TypeIs
 
 from pbgio.console import redact
 from pbgio.errors import MissingArtifactError, PbgioError
+from pbgio.storage import retry
+from pbgio.storage.failures import StorageError, UnsupportedStorageError, describe_failure
+from pbgio.storage.retry import DEFAULT_TIMEOUT_SECONDS, TIMEOUT_ENV
 
 if TYPE_CHECKING:
     from upath import UPath
 
+T = TypeVar("T")
 AnyPath = Union[Path, "UPath"]
 """A local path or a remote one (both speak the pathlib API)."""
 
 _SCHEME_RE = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]+)://")
 LOCAL_SCHEMES = frozenset({"file", "local"})
 REMOTE_EXTRA = "pip install 'pbg[remote]'"
-TIMEOUT_ENV = "PBG_STORAGE_TIMEOUT"
-DEFAULT_TIMEOUT_SECONDS = 60.0
 READ_BLOCK_BYTES = 8 << 20
 """Ranged reads of remote files fetch this much at a time."""
 READ_CACHE_BLOCKS = 8
@@ -68,21 +73,6 @@ READ_CACHE_BLOCKS = 8
 is at most ``READ_CACHE_BLOCKS * READ_BLOCK_BYTES``. Enough for readers that walk several datasets
 of a bucket side by side to fetch each byte once."""
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory", "oci", "oss"})
-
-
-class StorageError(PbgioError):
-    """Remote storage failed: a missing bucket, denied access, a time-out, a server gone.
-
-    The message names the URL, with any secret it carries redacted.
-    """
-
-    def __init__(self, location: object, reason: str) -> None:
-        self.url = redact(str(location))
-        super().__init__(f"{self.url}: {redact(reason)}")
-
-
-class UnsupportedStorageError(StorageError):
-    """A URL whose scheme fsspec does not know, or whose implementation is not installed."""
 
 
 def scheme_of(location: str) -> str | None:
@@ -155,8 +145,11 @@ def remote_path(url: str) -> UPath:
     remote: UPath = UPath(url, **storage_options(scheme))
     if scheme in ("s3", "s3a"):
         # s3fs retries a failed request 5 times around botocore's own retries: an unanswering store
-        # would then take 5 x 3 timeouts per request. Leave retrying to botocore (3 attempts).
+        # would then take 5 x 3 timeouts per request. Instead each request goes through pbgio's one
+        # policy (pbgio.storage.retry), around botocore's 3 attempts; it does not repeat an attempt
+        # that ran a whole timeout, so an unanswering store still fails after about 3 timeouts.
         remote.fs.retries = 1
+        retry.retry_requests(remote.fs)
     return remote
 
 
@@ -228,15 +221,13 @@ def found_at(path: AnyPath) -> str:
 
 def children(path: AnyPath) -> list[AnyPath]:
     """The entries of directory ``path``, sorted by name (remote failures become pbgio errors)."""
-    with remote_errors(path, "list"):
-        found: list[AnyPath] = list(path.iterdir())
+    found: list[AnyPath] = remote_call(path, "list", lambda: list(path.iterdir()))
     return sorted(found, key=lambda p: p.name)
 
 
 def glob(path: AnyPath, pattern: str) -> list[AnyPath]:
     """The entries of ``path`` matching ``pattern``, sorted by name."""
-    with remote_errors(path, "list"):
-        found: list[AnyPath] = list(path.glob(pattern))
+    found: list[AnyPath] = remote_call(path, "list", lambda: list(path.glob(pattern)))
     return sorted(found, key=lambda p: p.name)
 
 
@@ -266,19 +257,17 @@ def remote_errors(path: AnyPath, what: str) -> Iterator[None]:
         raise StorageError(path, f"{what}: {describe_failure(exc)}") from None
 
 
-def describe_failure(exc: BaseException) -> str:
-    """A one-line reason for a remote failure."""
-    if isinstance(exc, PermissionError):
-        return f"access denied ({_first_line(exc)})"
-    if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
-        return f"timed out ({_first_line(exc)})"
-    return f"{type(exc).__name__}: {_first_line(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
+def remote_call(path: AnyPath, what: str, operation: Callable[[], T]) -> T:
+    """``operation()`` on ``path``, an operation that is safe to repeat (a read, the upload of a
+    staged file, a server-side copy): on remote storage a transient failure is tried again under
+    :func:`pbgio.storage.retry.policy`, and the last failure becomes a pbgio error naming ``path``
+    and ``what`` (:func:`remote_errors`). Local paths run ``operation`` once, errors unchanged."""
+    if not is_remote(path):
+        return operation()
+    with remote_errors(path, what):
+        if retry.retries_requests(path.fs):  # S3: each request is retried already
+            return operation()
+        return retry.call(operation)
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -290,15 +279,57 @@ def open_binary(path: AnyPath, what: str = "file") -> BinaryIO:
     object raises :class:`~pbgio.errors.MissingArtifactError`, denied access :class:`StorageError`."""
     if not is_remote(path):
         return open(path, "rb")
-    with remote_errors(path, what):
-        opened: BinaryIO = path.fs.open(path.path, "rb", block_size=READ_BLOCK_BYTES, cache_type="blockcache",
-                                          cache_options={"maxblocks": READ_CACHE_BLOCKS})
-    return opened
+    opened: BinaryIO = remote_call(path, what, lambda: path.fs.open(
+        path.path, "rb", block_size=READ_BLOCK_BYTES, cache_type="blockcache",
+        cache_options={"maxblocks": READ_CACHE_BLOCKS}))
+    return RetryingReader(opened, path, what)  # type: ignore[return-value]
+
+
+class RetryingReader(io.RawIOBase):
+    """A remote file opened for reading whose reads (ranged requests: idempotent) are tried again
+    on a transient failure (:func:`remote_call`), from the same offset; h5py reads through it."""
+
+    def __init__(self, raw: BinaryIO, path: AnyPath, what: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._path = path
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return int(self._raw.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._raw.tell())
+
+    def read(self, size: int | None = -1) -> bytes:
+        start = self._raw.tell()
+
+        def once() -> bytes:
+            self._raw.seek(start)
+            return self._raw.read(-1 if size is None else size)
+
+        return remote_call(self._path, self._what, once)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
 
 
 def file_size(path: AnyPath) -> int:
-    with remote_errors(path, "size"):
-        return int(path.stat().st_size)
+    return remote_call(path, "size", lambda: int(path.stat().st_size))
 
 
 # ---------------------------------------------------------------------------------------- writing
@@ -324,14 +355,17 @@ def upload(local: Path, path: UPath) -> None:
     """Copy ``local`` to remote ``path`` and check that the store holds every byte."""
     size = local.stat().st_size
     fs, target = path.fs, path.path
-    with remote_errors(path, "upload"):
+
+    def put() -> object:  # the whole object again on a retry: the same bytes under the same name
         if _protocol(path) in _OBJECT_STORES:
             fs.put_file(str(local), target)
         else:
             tmp = f"{target}.uploading"
             fs.put_file(str(local), tmp)
             fs.mv(tmp, target)
-        stored = fs.info(target).get("size")
+        return fs.info(target).get("size")
+
+    stored = remote_call(path, "upload", put)
     if stored != size:
         raise StorageError(path, f"upload incomplete: wrote {size} bytes, the store holds {stored}")
 
@@ -379,8 +413,7 @@ class LocalCache:
         """A local file with the bytes of ``path``, fetched unless a current copy is cached."""
         if not is_remote(path):
             return path
-        with remote_errors(path, "read"):
-            info = path.fs.info(path.path)
+        info = remote_call(path, "read", lambda: path.fs.info(path.path))
         size = int(info.get("size") or 0)
         stamp = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime")
                     or info.get("created") or "")
@@ -392,8 +425,7 @@ class LocalCache:
                 self.hits += 1
                 return hit[0]
         local = self.directory / f"{key}-{path.name}"
-        with remote_errors(path, "download"):
-            path.fs.get_file(path.path, str(local))
+        remote_call(path, "download", lambda: path.fs.get_file(path.path, str(local)))
         with self._lock:
             self.bytes_fetched += size
             self._entries[key] = (local, size)

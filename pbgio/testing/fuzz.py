@@ -11,7 +11,7 @@ campaign from the corpus, deterministically from ``(seed, target, i)``.
 The campaign itself (worker processes with memory and time bounds) is
 :mod:`pbgio.testing.fuzzrun`; ``tools/fuzz.py`` is its command line.
 
-Why this module is long: it is a catalogue of 17 targets, one per reader that takes a user's
+Why this module is long: it is a catalogue of 19 targets, one per reader that takes a user's
 file, with the structure-level mutators of their file kinds (HDF5, zip, pickle, JSON, text,
 Parquet); each target is short and read on its own.
 
@@ -83,6 +83,15 @@ def _run_config(path: Path) -> object:
     from pbgio.config import load_config
 
     return load_config(path)
+
+
+def _run_python_config_answer(path: Path) -> object:
+    from pbgio.config import parse_config, snake_case_keys
+    from pbgio.python_config import is_python_config, read_answer
+
+    source = str(path.with_name("config.py"))
+    is_python_config(path)
+    return parse_config(snake_case_keys(read_answer(source, path.read_bytes())), source)
 
 
 def _run_read_bucket(path: Path) -> object:
@@ -185,6 +194,20 @@ def _run_payload(path: Path) -> object:
     return None
 
 
+def _run_index(path: Path) -> object:
+    from pbgio.index_file import load_index_payload, read_index_meta
+
+    meta = read_index_meta(path)
+
+    def stream(read: Callable[[int], bytes]) -> int:
+        total = 0
+        while piece := read(1 << 12):
+            total += len(piece)
+        return total
+
+    return load_index_payload(path, meta, lambda payload: int(payload.sum()), stream)
+
+
 def _run_legacy(path: Path) -> object:
     from pbgio.legacy.pickles import load_pickle
 
@@ -221,6 +244,9 @@ def _import_run(config: str, **options: Any) -> Callable[[Path], object]:
 
 _TARGET_LIST = [
     Target("config", "config.json", "json", _run_config, "pbgio.config.load_config on a run config"),
+    Target("config-py", "result.json", "json", _run_python_config_answer,
+           "a config.py's boundary: pbgio.python_config.read_answer on the child's answer (which the "
+           "executed file can write over), then parse_config"),
     Target("entity-count", "entity_count_user_0.txt", "count", _entities_run("read_entity_count"),
            "pbgio.entities.read_entity_count"),
     Target("entity-names", "entity_names_user_0.json", "json", _entities_run("read_entity_names"),
@@ -238,6 +264,8 @@ _TARGET_LIST = [
            "CheckpointDir.read_model/read_metadata, the Adagrad blob, validate_path"),
     Target("checkpoint-version", "checkpoint_version.txt", "count", _run_version,
            "CheckpointDir.read_version"),
+    Target("index", "index_user.cos.flat.v1.h5", "h5", _run_index,
+           "pbgio.index_file.read_index_meta and load_index_payload (metadata, digest, the payload's bytes)"),
     Target("training-stats", "training_stats.json", "jsonl", _run_stats, "CheckpointDir.read_stats"),
     Target("optimizer-blob", "state_dict.bin", "pickle", _run_optimizer,
            "pbgio.optimizer_state: read_state, the rule checks, decode_row_adagrad"),
@@ -344,6 +372,8 @@ def build_corpus(dest: Path, names: list[str] | None = None, *,
     seeds: dict[str, list[bytes]] = {name: [] for name in wanted}
 
     def add(name: str, data: bytes) -> None:
+        if name == "config" and "config-py" in seeds:  # a config.py's answer carries the same dict
+            add("config-py", b'{"config": ' + data + b"}")
         if name in seeds and data not in seeds[name]:
             seeds[name].append(data)
 
@@ -351,6 +381,10 @@ def build_corpus(dest: Path, names: list[str] | None = None, *,
         _layout_seeds(dest / "_layouts", add)
         if samples is not None and samples.is_dir():
             _sample_seeds(samples, add)
+    for answer in _PYTHON_CONFIG_ANSWERS if "config-py" in wanted else []:
+        add("config-py", json.dumps(answer).encode())
+    if "index" in wanted:
+        _index_seeds(dest / "_index", add)
     if wanted & {"torch-payload", "legacy-pt", "optimizer-blob"}:
         _pickle_seeds(dest / "_legacy", add, samples)
     if wanted & {"import-tsv", "import-csv", "import-parquet"}:
@@ -368,6 +402,21 @@ def build_corpus(dest: Path, names: list[str] | None = None, *,
             path.write_bytes(data)
             out[name].append(path)
     return out
+
+
+_PYTHON_CONFIG_ANSWERS: list[dict[str, Any]] = [  # what pbgio.python_config's runner writes
+    {"error": {"kind": "syntax", "message": "invalid syntax", "line": 3}},
+    {"error": {"kind": "exec", "message": "ModuleNotFoundError: No module named 'torchbiggraph'", "line": 1,
+               "missing": "torchbiggraph.config"}},
+    {"error": {"kind": "no-function", "message": "", "found": ["get_conf"]}},
+    {"error": {"kind": "not-callable", "message": "int"}},
+    {"error": {"kind": "call", "message": "ZeroDivisionError: division by zero", "line": 7}},
+    {"error": {"kind": "not-dict", "message": "list"}},
+    {"error": {"kind": "not-json", "message": "expected a JSON value, found set {1}", "key": "relations[0].lhs"}},
+    {"error": {"kind": "unreadable", "message": "expected a readable file, found PermissionError"}},
+    {"config": {"entities": {"user": {"numPartitions": 1}}, "relations": [{"name": "r", "lhs": "user", "rhs": "user"}],
+                "dimension": 4, "entity_path": "e", "edge_paths": ["x"], "checkpoint_path": "c"}},
+]
 
 
 _LAYOUT_FILES: dict[str, Callable[[str], str | None]] = {
@@ -431,6 +480,22 @@ def _layout_seeds(dest: Path, add: Callable[[str, bytes], None]) -> None:
     shutil.rmtree(example, ignore_errors=True)
     build_example(example, num_edges=300)
     _add_tree(example, add)
+
+
+def _index_seeds(dest: Path, add: Callable[[str, bytes], None]) -> None:
+    from pbgio.index_file import IndexMeta, write_index_file
+
+    dest.mkdir(parents=True, exist_ok=True)
+    payloads = [b"", bytes(range(256)) * 3, b"IxF2" + struct.pack("<iq", 4, 9) + bytes(64)]
+    metas = [IndexMeta("user", 1, "cos", False, 4, [5, 4], "0" * 64, "faiss", "1.15.1", "flat"),
+             IndexMeta("user", 3, "dot", True, 8, [7], "f" * 64, "faiss", "1.15.1", "ivf", {"nlist": 2, "nprobe": 1},
+                       recall_at_10=0.9, recall_queries=10, recall_candidates=20),
+             IndexMeta("user", 2, "cos", False, 2, [1, 0, 3], "a" * 64, "faiss", "1.15.1", "hnsw",
+                       {"m": 8, "ef_search": 16})]
+    for i, (payload, meta) in enumerate(zip(payloads, metas, strict=True)):
+        path = dest / f"index_user.{meta.metric}.{meta.kind}.v{meta.version}.{i}.h5"
+        write_index_file(path, meta, lambda sink, payload=payload: sink(payload))  # type: ignore[misc]
+        add("index", path.read_bytes())
 
 
 def _sample_seeds(samples: Path, add: Callable[[str, bytes], None]) -> None:

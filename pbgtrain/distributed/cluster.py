@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -43,6 +45,9 @@ HEARTBEAT_SECONDS = 1.0
 POLL_SECONDS = 0.02
 ABORT_LINGER_SECONDS = 3 * HEARTBEAT_SECONDS  # how long rank 0 keeps the store up for an abort
 STORE_PREFIX = "pbgtrain"
+STORE_EXIT_GRACE_SECONDS = 3.0  # after a store that stopped answering: time for the main thread to stop cleanly
+RERUN_HINT = ("the last committed checkpoint version is intact: run the same command on every trainer again "
+              "(all {world} of them) to resume from it")
 
 
 class DistributedError(PbgioError):
@@ -122,6 +127,7 @@ class Cluster:
         self._barriers: dict[str, int] = {}
         self._leaving = False
         self._abort_acknowledged = False
+        self._answer_by = float("inf")  # the store must have answered the watchdog by then (monotonic)
         self.local_world_size = 1  # trainers on this machine (known once joined)
 
     # ---- lifecycle
@@ -129,12 +135,20 @@ class Cluster:
         from torch.distributed import DistError
 
         timeout = timedelta(seconds=max(self.peer_timeout, 30.0))
+        self._answer_by = time.monotonic() + timeout.total_seconds() + 5
+        threading.Thread(target=self._sentry, name="pbgtrain-store-sentry", daemon=True).start()
         try:
             self._join(timeout)
+        except KeyboardInterrupt:
+            if self.failure is not None:  # the sentry: the store stopped answering
+                raise self.failure from None
+            raise
         except DistError as exc:
             raise DistributedError(
                 f"the {self.world_size} trainers did not all meet at {self.launch.init_method} within "
-                f"{timeout.total_seconds():.0f} s (rank {self.rank}): {str(exc).splitlines()[0]}") from None
+                f"{timeout.total_seconds():.0f} s (rank {self.rank}; rank 0 serves the rendezvous): "
+                f"{str(exc).splitlines()[0]}; "
+                f"run the same command on every trainer again (all {self.world_size} of them)") from None
         self._watchdog = threading.Thread(target=self._watch, name="pbgtrain-watchdog", daemon=True)
         self._watchdog.start()
         return self
@@ -146,11 +160,14 @@ class Cluster:
         import torch.distributed as dist
         from torch.distributed.rendezvous import rendezvous
 
-        store, rank, world_size = next(rendezvous(self.launch.init_method, self.rank, self.world_size,
-                                                  timeout=timeout))
-        if (rank, world_size) != (self.rank, self.world_size):
-            raise DistributedError(f"the rendezvous gave rank {rank} of {world_size}, expected "
-                                   f"{self.rank} of {self.world_size}")
+        if self.launch.init_method.startswith("tcp://"):
+            store = self._meet_over_tcp(timeout)
+        else:
+            store, rank, world_size = next(rendezvous(self.launch.init_method, self.rank, self.world_size,
+                                                      timeout=timeout))
+            if (rank, world_size) != (self.rank, self.world_size):
+                raise DistributedError(f"the rendezvous gave rank {rank} of {world_size}, expected "
+                                       f"{self.rank} of {self.world_size}")
         store.set_timeout(timeout)
         self.store = dist.PrefixStore(STORE_PREFIX, store)  # type: ignore[attr-defined]
         group_store = dist.PrefixStore(f"{STORE_PREFIX}/pg", store)  # type: ignore[attr-defined]
@@ -161,6 +178,40 @@ class Cluster:
         hosts = [bytes(self.store.get(f"host/{r}")).decode() for r in range(self.world_size)]
         self.local_world_size = hosts.count(hosts[self.rank])
 
+    def _meet_over_tcp(self, timeout: timedelta) -> Any:
+        """The ``tcp://HOST:PORT`` rendezvous (rank 0 serves the store), each rank marking that it
+        joined: when one never comes, the others name it (torch's own says only "2/3 clients")."""
+        from urllib.parse import urlparse
+
+        import torch.distributed as dist
+
+        url = urlparse(self.launch.init_method)
+        if url.hostname is None or url.port is None:
+            raise DistributedError(f"distributed_init_method {self.launch.init_method}: expected tcp://HOST:PORT")
+        store = dist.TCPStore(url.hostname, url.port, self.world_size, self.rank == 0,  # type: ignore[attr-defined]
+                              timeout=timeout, wait_for_workers=False, multi_tenant=True)
+        store.set(f"{STORE_PREFIX}/joined/{self.rank}", "1")
+        from torch.distributed import DistError
+
+        deadline = time.monotonic() + timeout.total_seconds()
+        missing: list[int] = []
+        while True:
+            try:
+                missing = [r for r in range(self.world_size) if not store.check([f"{STORE_PREFIX}/joined/{r}"])]
+            except DistError:
+                if not missing or time.monotonic() < deadline - 5:  # rank 0 itself is gone
+                    raise
+                deadline = 0.0  # rank 0 gave up waiting for them at its deadline (and took the store with it)
+            if not missing:
+                return store
+            if time.monotonic() > deadline:
+                raise DistributedError(
+                    f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not join the run "
+                    f"at {self.launch.init_method} within {timeout.total_seconds():.0f} s (rank {self.rank}): "
+                    f"nothing was trained; run the same command on every trainer again (all {self.world_size} "
+                    "of them)")
+            time.sleep(POLL_SECONDS * 5)
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         self._leaving = True
         if exc is not None and not isinstance(exc, PeerFailure):
@@ -170,6 +221,7 @@ class Cluster:
         self._stop.set()
         if exc is not None:
             self._linger_for_abort()
+        self._leaving = True
         if exc is None:
             import torch.distributed as dist
 
@@ -210,6 +262,24 @@ class Cluster:
             while not settled() and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS)
 
+    def _sentry(self) -> None:
+        """Exit when the store stops answering: a stopped (SIGSTOP) or hung rank 0 keeps its connections
+        open, and torch's store calls then wait forever whatever their timeout, so neither the watchdog
+        nor the main thread would ever see it. The watchdog pushes :attr:`_answer_by` on after every
+        round; past it, this rank stops like the watchdog would, and exits if that does not end it."""
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            if time.monotonic() <= self._answer_by or self._leaving:
+                continue
+            reason = (f"the run's store, served by rank 0, stopped answering for over {self.peer_timeout:.0f} s "
+                      "(rank 0 stopped, hung, or its machine is gone)")
+            self._fail(0, reason)
+            if self._stop.wait(STORE_EXIT_GRACE_SECONDS) or self._leaving:
+                return
+            sys.stderr.write(f"error: {reason}; {RERUN_HINT.format(world=self.world_size)}\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(1)
+
     def _heartbeat(self) -> None:
         self.store.add(f"heartbeat/{self.rank}", 1)
 
@@ -220,6 +290,7 @@ class Cluster:
             try:
                 self._heartbeat()
                 aborted = self.store.check(["abort"]) and self.store.get("abort").decode()
+                self._answer_by = time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS
                 if aborted:
                     self._acknowledge_abort()
                     self._fail(None, f"stopping: {aborted}")
@@ -267,7 +338,9 @@ class Cluster:
             if self.failure is not None:
                 raise self.failure from None
             raise
-        except DistError as exc:
+        except RuntimeError as exc:  # DistError, or gloo's plain RuntimeError for a peer gone mid-connect
+            if not isinstance(exc, DistError) and "Gloo" not in str(exc):
+                raise
             if self.failure is not None:
                 raise self.failure from None
             try:

@@ -42,7 +42,14 @@ from typing import Any
 
 from pbgio.config import ConfigSchema
 from pbgtrain.checkpointing import StatsLine, TrainingCheckpoint
-from pbgtrain.distributed.cluster import PEER_TIMEOUT_DEFAULT, Cluster, DistributedError, resolve_launch
+from pbgtrain.distributed.cluster import (
+    PEER_TIMEOUT_DEFAULT,
+    RERUN_HINT,
+    Cluster,
+    DistributedError,
+    PeerFailure,
+    resolve_launch,
+)
 from pbgtrain.distributed.lock_server import LockServerScheduler
 from pbgtrain.distributed.shared import SharedStateSync
 from pbgtrain.model import StepStats
@@ -214,10 +221,13 @@ def joined(config: ConfigSchema, *, rank: int | None = None, peer_timeout: float
     if launch is None:
         yield LocalCoordinator()
         return
-    with Cluster(launch, peer_timeout=peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
-            cluster.translating_interrupts():
-        yield DistributedCoordinator(cluster, config)
-        cluster.leave()
+    try:
+        with Cluster(launch, peer_timeout=peer_timeout or PEER_TIMEOUT_DEFAULT) as cluster, \
+                cluster.translating_interrupts():
+            yield DistributedCoordinator(cluster, config)
+            cluster.leave()
+    except PeerFailure as exc:
+        raise PeerFailure(exc.rank, f"{exc}; {RERUN_HINT.format(world=launch.world_size)}") from None
 
 
 def run_totals(lines: list[StatsLine]) -> StepStats:
