@@ -40,7 +40,7 @@ from pbgio.checks import entities as counts
 from pbgio.checks import hdf5 as checks_hdf5
 from pbgio.checks import optimizer as optimizer_checks
 from pbgio.checks import raise_first
-from pbgio.errors import CorruptFileError, FormatError, Issue, MissingArtifactError
+from pbgio.errors import CheckpointInUseError, CorruptFileError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import (
     InMemoryRows,
     attr_int,
@@ -528,8 +528,13 @@ def write_checkpoint(ckpt: CheckpointDir, version: int, **kwargs: Any) -> None:
 
 def remove_superseded(ckpt: CheckpointDir, committed: int) -> None:
     """Delete files of versions below ``committed``, except v0 and snapshot-kept ones."""
-    if ckpt.read_version() != committed:
-        raise RuntimeError(f"{ckpt.version_path}: version {committed} is not committed")
+    found = ckpt.read_version()
+    if found != committed:  # the directory changed since ``committed`` was read: delete nothing
+        if not ckpt.version_path.exists():
+            raise MissingArtifactError(str(ckpt.version_path), "checkpoint version file (removed while the run "
+                                       f"started from version {committed})")
+        raise CheckpointInUseError(str(ckpt.path), "another process",
+                                   f"its version file says {found} where this run read {committed}")
     keep = ckpt.snapshot_versions() | {0, committed}
     for version in ckpt.versions_on_disk():
         if version < committed and version not in keep:

@@ -113,6 +113,26 @@ def test_snapshot_keeps_its_version_alive(layout) -> None:
     assert report.ok and not report.issues, [str(i) for i in report.issues]
 
 
+def test_superseded_files_stay_when_the_directory_changed_meanwhile(layout) -> None:
+    """A run read version 1, then the directory was removed or moved on (another writer): it deletes
+    nothing and says which, in a typed error a CLI prints as one line (CI once saw a RuntimeError)."""
+    from pbgio.checkpoint import remove_superseded
+    from pbgio.errors import CheckpointInUseError, MissingArtifactError
+
+    config_path, cfg, counts = layout
+    ckpt = CheckpointDir(config_path.parent / "checkpoint")
+    v2 = states(cfg, 2, counts)
+    write_checkpoint(ckpt, 2, embeddings=v2[0], model=v2[1], metadata=metadata(cfg, 1))
+    ckpt.version_path.write_text("3\n")
+    on_disk = sorted(p.name for p in ckpt.path.iterdir())
+    with pytest.raises(CheckpointInUseError, match="says 3 where this run read 2"):
+        remove_superseded(ckpt, 2)
+    ckpt.version_path.unlink()
+    with pytest.raises(MissingArtifactError, match="removed while the run started from version 2"):
+        remove_superseded(ckpt, 2)
+    assert sorted(p.name for p in ckpt.path.iterdir()) == [n for n in on_disk if n != ckpt.version_path.name]
+
+
 WRITER = textwrap.dedent("""
     import sys, numpy as np
     from pathlib import Path

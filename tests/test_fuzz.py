@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pbgio.testing import fuzz, fuzzrun
+from pbgio.testing import fuzz, fuzz_mutators, fuzz_seeds, fuzzrun
 
 INPUTS = Path(__file__).parent / "fuzz_inputs"
 SHORT_INPUTS = 50  # per target; the seeds (up to 33 a target) run first, then mutations
@@ -22,7 +22,7 @@ SELFTEST_TIMEOUT = 1.0
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("fuzz-corpus")
-    fuzz.build_corpus(folder, [*fuzz.TARGETS, *fuzz.SELFTEST_TARGETS])
+    fuzz_seeds.build_corpus(folder, [*fuzz.TARGETS, *fuzz.SELFTEST_TARGETS])
     return folder
 
 
@@ -99,10 +99,10 @@ def test_harness_detects_an_executed_pickle_payload(corpus: Path, tmp_path: Path
 
 def test_generation_is_deterministic(corpus: Path, tmp_path: Path) -> None:
     target = fuzz.TARGETS["edges-read"]
-    seeds = fuzz.load_corpus(corpus / "edges-read")
+    seeds = fuzz_seeds.load_corpus(corpus / "edges-read")
     marker = tmp_path / "marker"
-    first = [fuzz.generate(target, seeds, 7, i, tmp_path, marker) for i in range(40, 60)]
-    again = [fuzz.generate(target, seeds, 7, i, tmp_path, marker) for i in range(40, 60)]
+    first = [fuzz_mutators.generate(target, seeds, 7, i, tmp_path, marker) for i in range(40, 60)]
+    again = [fuzz_mutators.generate(target, seeds, 7, i, tmp_path, marker) for i in range(40, 60)]
     assert first == again
     assert len(set(first)) > 10
 

@@ -7,6 +7,7 @@ docs/guides/crash-safety.md.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -122,3 +123,46 @@ def test_distributed_kills_and_a_stall_find_no_failure(tmp_path: Path) -> None:
     assert not summary.failures, summary.text()
     assert [h.mode for h in summary.hits] == ["kill", "kill", "kill", "stall"]
     assert all(h.stopped_after is not None for h in summary.hits)
+
+
+def test_distributed_phase_is_judged_from_the_commit_files() -> None:
+    """A partition written into the version being built is training; the next version's model (or
+    its temporary file), the config's or version file's temporary file, or a superseded version's
+    file is a commit; version 9 committed is finishing."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from kill_distributed import committing_at_least, phase_of
+
+    v3 = {"checkpoint_version.txt", "model.v3.h5", "embeddings_node_0.v3.h5", "config.json"}
+    assert phase_of(v3 | {".embeddings_node_1.v4.h5.tmp", "embeddings_node_0.v4.h5"}, 3) == "training"
+    for name in (".model.v4.h5.tmp", "model.v4.h5", ".config.json.tmp", ".checkpoint_version.txt.tmp"):
+        assert phase_of(v3 | {name}, 3) == "commit", name
+    assert phase_of(v3 | {"embeddings_node_0.v2.h5"}, 3) == "commit"  # v2 not removed yet
+    assert phase_of(v3, None) == "commit"
+    assert phase_of({"checkpoint_version.txt", "model.v9.h5"}, 9) == "finishing"
+    assert committing_at_least(v3 | {".model.v4.h5.tmp"}, 3, 4)
+    assert not committing_at_least(v3 | {".model.v4.h5.tmp"}, 3, 5)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_kills_on_s3_find_no_failure(tmp_path: Path) -> None:
+    """The layout on ``s3://`` (moto's server, started by the harness): 2 SIGKILLs, one of them
+    (seed 0) sent by the server as a commit's write request comes in; the committed version on the
+    store validates, the rerun finishes, its final checkpoint is downloaded and kept, and, where
+    ``PBG_ORIGINAL_VENV`` names the original's environment, the original loads it."""
+    pytest.importorskip("moto.server")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from kill_distributed import run_distributed
+
+    venv = os.environ.get("PBG_ORIGINAL_VENV")
+    summary = run_distributed(2, 0, seed=0, workdir=tmp_path / "work", storage="s3",
+                              original_venv=Path(venv) if venv else None)
+    assert not summary.failures, summary.text()
+    assert [h.mode for h in summary.hits] == ["kill", "kill"]
+    assert summary.figures()["storage"] == "s3"
+    assert "commit" in {h.phase for h in summary.hits}, summary.text()
+    for trial in summary.kept:
+        kept = tmp_path / "work" / "finals" / f"trial{trial:04d}"
+        assert (kept / "checkpoint" / "model.v9.h5").is_file() and (kept / "config.json").is_file()
+    if venv:
+        assert summary.original_loaded == summary.original_checked == len(summary.kept)

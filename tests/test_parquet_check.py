@@ -156,11 +156,11 @@ def test_inputs_that_aborted_the_fuzz_workers_are_refused(path: Path, tmp_path: 
 def test_the_fuzz_mutator_falls_back_on_a_file_polars_would_abort_on(tmp_path: Path) -> None:
     import random
 
-    from pbgio.testing import fuzz
+    from pbgio.testing import fuzz_mutators
 
     data = ABORTED[0].read_bytes()
-    ctx = fuzz.MutationContext(random.Random(0), [data], tmp_path, tmp_path / "marker")
-    assert isinstance(fuzz.parquet_mutate(ctx, data), bytes)  # an abort would take pytest down
+    ctx = fuzz_mutators.MutationContext(random.Random(0), [data], tmp_path, tmp_path / "marker")
+    assert isinstance(fuzz_mutators.parquet_mutate(ctx, data), bytes)  # an abort would take pytest down
 
 
 def test_damaged_page_data_behind_sound_headers_is_an_input_error(tmp_path: Path) -> None:

@@ -55,3 +55,17 @@ def test_valid_payloads_still_read() -> None:
     payload = read_payload(_zip_payload(value))
     assert payload.array(payload.value["sum"]).tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     assert payload.value["n"] == [1, 2, 3] * 50
+
+
+@pytest.mark.parametrize("claim", [1 << 40, (1 << 63) + 5])
+def test_a_bare_pickle_frame_claiming_more_than_the_file_is_refused(tmp_path, bounded_memory: object,
+                                                                     claim: int) -> None:
+    """A legacy .pt written as a bare pickle: its FRAME claims terabytes (MemoryError) or more than
+    an int64 (OverflowError) in a few bytes; found by the 15-minute guided run of the legacy family."""
+    from pbgio.errors import FormatError
+    from pbgio.legacy.pickles import load_pickle
+
+    path = tmp_path / "entity_count_user_0.pt"
+    path.write_bytes(b"\x80\x04\x95" + struct.pack("<Q", claim % (1 << 64)) + b"K\x07.")
+    with pytest.raises(FormatError, match="FRAME at byte 2 claims"):
+        load_pickle(path)

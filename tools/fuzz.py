@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pbgio.testing import fuzz, fuzzrun
+from pbgio.testing import fuzz, fuzz_seeds, fuzzrun
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pbgio-fuzz-corpus-") as tmp:
         corpus = Path(tmp)
-        fuzz.build_corpus(corpus, names)
+        fuzz_seeds.build_corpus(corpus, names)
         print(f"seed corpus built in {time.monotonic() - started:.1f} s", flush=True)
         with fuzzrun.Campaign(names, corpus, seed=args.seed, jobs=args.jobs, timeout=args.timeout,
                               memory_mb=args.memory_mb, crashes=args.crashes,
@@ -111,6 +112,8 @@ def _guided(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"unknown famil(ies) {', '.join(unknown)}; known: {', '.join(guided.FAMILIES)}")
     results: dict[str, dict[str, object]] = {}
     findings = 0
+    data_dir = Path(tempfile.mkdtemp(prefix="pbgio-guided-data-"))
+    data_files = {name: data_dir / f"{name}.coverage" for name in names}
     for name in names:
         family = guided.FAMILIES[name]
         corpus = args.corpus / name
@@ -124,7 +127,8 @@ def _guided(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         found = stats["findings"]
         assert isinstance(found, dict)
         findings += len(found)
-        covered = guided.measure(family, [corpus], timeout=max(args.timeout, 10.0), memory_mb=args.memory_mb)
+        covered = guided.measure(family, [corpus], timeout=max(args.timeout, 10.0), memory_mb=args.memory_mb,
+                                 data_file=data_files[name])
         stats["coverage"] = covered
         results[name] = stats
         print(f"{name}: {stats['inputs']} inputs in {time.monotonic() - started:.0f} s, outcomes {stats['outcomes']}, "
@@ -133,10 +137,16 @@ def _guided(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             print(f"  {module:34} branches {entry['covered_branches']:4}/{entry['branches']:<4} "
                   f"{guided.branch_percent(entry):5.1f}%   lines {entry['covered_lines']}/{entry['statements']}",
                   flush=True)
+    together = guided.measure_together(data_files)
+    print(f"every reader module, from the corpora of {', '.join(names)} together:")
+    for module, entry in together.items():
+        print(f"  {module:34} branches {entry['covered_branches']:4}/{entry['branches']:<4} "
+              f"{guided.branch_percent(entry):5.1f}%", flush=True)
+    shutil.rmtree(data_dir, ignore_errors=True)
     print(f"total: {findings} finding(s)" + (f"; inputs under {args.crashes}/" if findings else ""))
     if args.json is not None:
-        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "families": results}, indent=2) + "\n",
-                             encoding="utf-8")
+        args.json.write_text(json.dumps({"command": " ".join(sys.argv), "families": results, "modules": together},
+                                        indent=2) + "\n", encoding="utf-8")
     return 1 if findings else 0
 
 

@@ -9,6 +9,7 @@ Usage::
     python tools/kill_harness.py --target convert --kills 50
     python tools/kill_harness.py --target command --command 'python my_writer.py {dst}' --kills 5
     python tools/kill_harness.py --target distributed --kills 30 --stalls 5 [--peer-timeout 5]
+        [--storage s3] [--original-venv VENV]
 
 What it does (see docs/guides/crash-safety.md):
 
@@ -281,6 +282,41 @@ class Target:
         raise NotImplementedError
 
 
+def check_state(root: str) -> tuple[str, list[str]]:
+    """``(v<committed>, problems)`` of the layout at ``root`` (a directory or an ``s3://`` URL): the
+    fit target's checks (every file of the committed version loads, ``pbgio validate`` passes)."""
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.config import load_config
+    from pbgio.storage import resolve
+    from pbgio.validate import validate_path
+
+    problems: list[str] = []
+    config = f"{root}/config.json"
+    cfg = load_config(resolve(config))
+    ckpt = CheckpointDir(resolve(f"{root}/checkpoint"))
+    try:
+        version = ckpt.read_version()
+    except Exception as exc:  # a torn version file is exactly what must never happen
+        return "unreadable", [f"checkpoint_version.txt: {exc}"]
+    if version > 0:
+        for etype, entity in cfg.entities.items():
+            for part in range(entity.num_partitions):
+                try:
+                    ckpt.read_embeddings(etype, part, version)
+                except Exception as exc:
+                    problems.append(f"v{version} embeddings {etype}/{part}: {type(exc).__name__}: {exc}")
+        try:
+            ckpt.read_model(version)
+        except Exception as exc:
+            problems.append(f"v{version} model: {type(exc).__name__}: {exc}")
+    try:
+        report = validate_path(config)
+        problems += [f"validate: {issue}" for issue in report.errors]
+    except Exception as exc:
+        problems.append(f"validate raised {type(exc).__name__}: {exc}")
+    return f"v{version}", problems
+
+
 class FitTarget(Target):
     """``pbgtrain fit`` on the bundled example: 9 iterations, so 9 commits, per run."""
 
@@ -304,34 +340,8 @@ class FitTarget(Target):
         return rel == LOCK_FILE
 
     def check(self, work: Path, reference: Path) -> tuple[str, list[str], bool]:
-        from pbgio.checkpoint import CheckpointDir
-        from pbgio.config import load_config
-        from pbgio.validate import validate_path
-
-        problems: list[str] = []
-        cfg = load_config(work / "config.json")
-        ckpt = CheckpointDir(work / "checkpoint")
-        try:
-            version = ckpt.read_version()
-        except Exception as exc:  # a torn version file is exactly what must never happen
-            return "unreadable", [f"checkpoint_version.txt: {exc}"], False
-        if version > 0:
-            for etype, entity in cfg.entities.items():
-                for part in range(entity.num_partitions):
-                    try:
-                        ckpt.read_embeddings(etype, part, version)
-                    except Exception as exc:
-                        problems.append(f"v{version} embeddings {etype}/{part}: {type(exc).__name__}: {exc}")
-            try:
-                ckpt.read_model(version)
-            except Exception as exc:
-                problems.append(f"v{version} model: {type(exc).__name__}: {exc}")
-        try:
-            report = validate_path(work / "config.json")
-            problems += [f"validate: {issue}" for issue in report.errors]
-        except Exception as exc:
-            problems.append(f"validate raised {type(exc).__name__}: {exc}")
-        return f"v{version}", problems, False
+        state, problems = check_state(str(work))
+        return state, problems, False
 
     def phase(self, work: Path, before: dict[str, tuple[int, int]]) -> str:
         from pbgio.checkpoint import CheckpointDir
@@ -764,6 +774,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="for --target distributed: trainers to SIGSTOP (then SIGCONT) after the kills")
     parser.add_argument("--peer-timeout", type=float, default=5.0, help="for --target distributed: the trainers' "
                         "--peer-timeout")
+    parser.add_argument("--storage", choices=["local", "s3"], default="local",
+                        help="for --target distributed: where each trial's layout lives (s3: a moto S3 server "
+                        "started for the campaign)")
+    parser.add_argument("--original-venv", type=Path,
+                        help="for --target distributed: an environment of the original PyTorch-BigGraph, which "
+                        "loads every final checkpoint at the end (default: $PBG_ORIGINAL_VENV, else one created "
+                        "under the workdir as tests/interop creates it)")
     args = parser.parse_args(argv)
     if args.target == "distributed":
         return _distributed(args)
@@ -782,10 +799,13 @@ def _distributed(args: argparse.Namespace) -> int:
     """``--target distributed``: tools/kill_distributed.py (3 trainers, one killed or stalled per trial)."""
     sys.modules.setdefault("kill_harness", sys.modules[__name__])
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from kill_distributed import run_distributed, write_json
+    from kill_distributed import ensure_original_venv, run_distributed, write_json
 
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pbg-kill-dist-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    venv = ensure_original_venv(args.original_venv, workdir)
     summary = run_distributed(args.kills, args.stalls, seed=args.seed, peer_timeout=args.peer_timeout,
-                              workdir=args.workdir)
+                              workdir=workdir, storage=args.storage, original_venv=venv)
     print(summary.text())
     if args.json is not None:
         write_json(summary, args.json)

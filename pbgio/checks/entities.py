@@ -7,6 +7,8 @@ The text of count files and the JSON of names lists are parsed by their readers
 12
 >>> print(count_format("dynamic relation count", "dynamic_rel_count.txt", "twelve"))
 dynamic_rel_count.txt: expected one non-negative integer, found 'twelve' [dynamic-rel-count-format]
+>>> print(count_format("entity count", "entity_count_user_0.txt", str(2**64)))  # doctest: +ELLIPSIS
+entity_count_user_0.txt: expected a count of at most 9223372036854775807 (2^63 - 1), found 1844... [entity-count-format]
 >>> print(names_count("entity_names_user_0.json", 3, 2, "entity_count_user_0.txt"))
 entity_names_user_0.json: expected 3 names (entity_count_user_0.txt), found 2 [entity-names-count]
 """
@@ -26,6 +28,8 @@ CountFile = Literal["entity count", "dynamic relation count", "checkpoint versio
 """The files that hold one non-negative integer (``checkpoint_version.txt`` too)."""
 NamesFile = Literal["entity names", "relation names"]
 """The files that hold a JSON list of strings."""
+COUNT_MAX = (1 << 63) - 1
+"""The largest count a count file may hold (an int64: edge files and tables index rows with them)."""
 
 
 def _format_rule(kind: CountFile | NamesFile) -> str:
@@ -44,6 +48,9 @@ def count_format(kind: CountFile, file: str | None, text: str) -> int | Issue:
     count = parse_count_text(text)
     if count is None:
         return rule(_format_rule(kind)).issue(file, None, f"expected one non-negative integer, found {text[:40]!r}")
+    if count > COUNT_MAX:  # rows, relation ids and versions are 64-bit integers everywhere they are used
+        return rule(_format_rule(kind)).issue(
+            file, None, f"expected a count of at most {COUNT_MAX} (2^63 - 1), found {text.strip()[:40]}")
     return count
 
 

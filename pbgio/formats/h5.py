@@ -312,12 +312,24 @@ def link_name(name: str | bytes) -> str:
 
 
 def attr_str(handle: h5py.File, name: str) -> str | None:
+    """Attribute ``name`` as text (None when absent or of a foreign type): bytes that are not UTF-8
+    become U+FFFD, whether h5py gives them as ``bytes`` or as a ``str`` holding them as lone
+    surrogates (``surrogateescape``, which no writer can encode again: found by the guided fuzzer)."""
     value = read_attribute(handle, name)
     if value is None or isinstance(value, ForeignAttribute):
         return None
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
-    return str(value)
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError:  # a surrogate that stands for no byte
+            raw = text.encode("utf-8", errors="replace")
+        return raw.decode("utf-8", errors="replace")
+    return text
 
 
 def attr_int(handle: h5py.File, name: str) -> int | None:
@@ -327,6 +339,24 @@ def attr_int(handle: h5py.File, name: str) -> int | None:
     if isinstance(value, int | np.integer) and not isinstance(value, bool):
         return int(value)
     return None
+
+
+def _chunk_offsets(ds: h5py.Dataset) -> dict[int, int] | None:
+    """Where each chunk of a 1-d chunked dataset starts in its file (chunk number: byte offset), or
+    None where the chunk index says something unusable (a damaged file), so that reads go through
+    h5py and say what HDF5 says (an error, or the fill value for a chunk at address 0)."""
+    found: list[tuple[Any, Any]] = []
+    try:
+        ds.id.chunk_iter(lambda info: found.append((info.chunk_offset, info.byte_offset)))
+    except (OSError, RuntimeError, ValueError):
+        return None
+    chunk = ds.chunks[0]
+    offsets: dict[int, int] = {}
+    for position, byte_offset in found:
+        if not position or position[0] is None or not byte_offset:  # HDF5 reads address 0 as the fill value
+            return None
+        offsets[int(position[0]) // chunk] = int(byte_offset)
+    return offsets
 
 
 class BlockReader:
@@ -353,13 +383,11 @@ class BlockReader:
         layout = plist.get_layout()
         if layout == h5py.h5d.CONTIGUOUS:
             offset = ds.id.get_offset()
-            if offset is not None:
+            if offset:  # None: never allocated; 0 (the superblock): HDF5 reads the fill value
                 self._chunk, self._offsets = max(1, ds.shape[0]), {0: offset}
         elif layout == h5py.h5d.CHUNKED and ds.chunks is not None:
-            offsets: dict[int, int] = {}
-            chunk = ds.chunks[0]
-            ds.id.chunk_iter(lambda info: offsets.__setitem__(info.chunk_offset[0] // chunk, info.byte_offset))
-            self._chunk, self._offsets = chunk, offsets
+            self._offsets = _chunk_offsets(ds)
+            self._chunk = ds.chunks[0] if self._offsets is not None else 0
         if self._offsets is not None:
             self._fd = os.open(path, os.O_RDONLY)
             self._file_size = os.fstat(self._fd).st_size

@@ -124,7 +124,7 @@ def _signatures(fd: int, start: int, end: int) -> list[int]:
 
 def _check_collection(fd: int, at: int, file_size: int, lengths: int, path: storage.AnyPath) -> None:
     header = os.pread(fd, 8 + lengths, at)
-    if len(header) < 8 + lengths or header[4] != 1 or header[5:8] != b"\0\0\0":
+    if len(header) < 8 + lengths or header[4] != 1:  # HDF5 checks the version, not the 3 reserved bytes
         return  # not a collection header: data that happens to read "GCOL"
     size = int.from_bytes(header[8:8 + lengths], "little")
     if size < len(header) or at + size > file_size:

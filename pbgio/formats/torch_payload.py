@@ -231,18 +231,25 @@ MEMO_SLACK = 1 << 16
 """How far past the memo slots it has filled a pickle may put one (picklers number them 0, 1, 2 …)."""
 
 
-def _scan(stream: IO[bytes]) -> None:
-    """Walk the pickle at the stream position, opcode by opcode, and go back there.
+def check_pickle_claims(stream: IO[bytes]) -> None:
+    """Walk the pickle at the stream position, opcode by opcode, and go back there; raise
+    :class:`PayloadError` for a claim the unpickler would allocate before reading it.
 
     CPython's unpickler allocates what a pickle claims before reading it: its memo grows to the
     slot a ``PUT`` names (8 bytes a slot: ``LONG_BINPUT 1141532771`` in a 200-byte payload made it
-    take 18 GB) and a counted string or bytes (``BINBYTES8``, ``BINUNICODE8`` …) is allocated at
-    its claimed length. The walk reads each counted argument as far as the stream holds it
-    (refusing one that claims more) and refuses a memo slot far past those filled."""
+    take 18 GB), a ``FRAME`` is allocated at its claimed length, and so is a counted string or
+    bytes (``BINBYTES8``, ``BINUNICODE8`` …). The walk reads each counted argument as far as the
+    stream holds it (refusing one that claims more), refuses a frame longer than the bytes left,
+    and a memo slot far past those filled."""
     start = stream.tell()
+    end = stream.seek(0, io.SEEK_END)
+    stream.seek(start)
     filled = 0
     try:
         for opcode, arg, pos in pickletools.genops(stream):
+            if opcode.name == "FRAME" and isinstance(arg, int) and arg > end - stream.tell():
+                raise PayloadError(f"the pickle's FRAME at byte {pos} claims {arg:,} bytes, "
+                                   f"{end - stream.tell():,} are left")
             if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT"):
                 slot = arg if isinstance(arg, int) else -1
                 if not 0 <= slot <= filled + MEMO_SLACK:
@@ -260,13 +267,13 @@ def _scan(stream: IO[bytes]) -> None:
 
 
 def _unpickle(stream: IO[bytes], *, legacy: bool) -> tuple[Any, dict[str, StorageRef]]:
-    _scan(stream)
+    check_pickle_claims(stream)
     unpickler = _RestrictedUnpickler(stream, legacy=legacy)
     try:
         value = unpickler.load()
     except PayloadError:
         raise
-    # No MemoryError here: after _scan nothing a payload claims is allocated, and one that is
+    # No MemoryError here: after check_pickle_claims nothing a payload claims is allocated, and one that is
     # must stay visible (the fuzz harness bounds memory and reports it).
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
             struct.error, RecursionError, OverflowError) as exc:

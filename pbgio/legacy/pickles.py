@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 from pbgio.errors import FormatError, UnsafePickleError
-from pbgio.formats.torch_payload import BoundedReader
+from pbgio.formats.torch_payload import BoundedReader, PayloadError, check_pickle_claims
 from pbgio.legacy.spec import legacy_error
 from pbgio.spec.checkpoint import TORCH_LEGACY_MAGIC, TORCH_ZIP_MAGIC
 
@@ -257,13 +257,17 @@ def load_pickle(path: Path, *, trust: bool = False) -> Any:
 def _load_bare(path: Path, trust: bool) -> Any:
     with path.open("rb") as f:
         try:
+            check_pickle_claims(f)  # a size it claims is allocated before it is read
+        except PayloadError as exc:
+            raise _unreadable(path, exc) from None
+        try:
             return pickle.load(f) if trust else _BarePickleUnpickler(f).load()
         except pickle.UnpicklingError as exc:
             m = re.match(r"refused global (\S+)", str(exc))
             if m and not trust:
                 raise UnsafePickleError(str(path), m[1]) from None
             raise _unreadable(path, exc) from None
-        except (ValueError, EOFError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (ValueError, EOFError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
             raise _unreadable(path, exc) from None
 
 

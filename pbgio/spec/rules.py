@@ -116,8 +116,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("entity-count-missing", "error", "entities",
      "entity_count_{type}_{part}.txt exists for every entity type and partition of the config."),
     ("entity-count-format", "error", "entities",
-     "A count file holds one non-negative integer in ASCII digits, optionally surrounded by "
-     "whitespace (the original writes it followed by a newline)."),
+     "A count file holds one non-negative integer in ASCII digits, at most 2^63 - 1, optionally "
+     "surrounded by whitespace (the original writes it followed by a newline)."),
     ("entity-count-extra", "warning", "entities",
      "No count file names a partition beyond the type's num_partitions or an unknown type."),
     ("entity-names-format", "error", "entities",
@@ -130,8 +130,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("dynamic-rel-count-missing", "error", "entities",
      "dynamic_rel_count.txt exists when dynamic_relations is true."),
     ("dynamic-rel-count-format", "error", "entities",
-     "dynamic_rel_count.txt holds one non-negative integer in ASCII digits (whitespace around it "
-     "allowed)."),
+     "dynamic_rel_count.txt holds one non-negative integer in ASCII digits, at most 2^63 - 1 "
+     "(whitespace around it allowed)."),
     ("dynamic-rel-names-format", "error", "entities",
      "dynamic_rel_names.json is a JSON list of strings."),
     ("dynamic-rel-names-count", "error", "entities",
@@ -187,8 +187,8 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "featurized lhs (rhs) type (the original ignores them otherwise)."),
     # --- checkpoint -----------------------------------------------------------------------
     ("checkpoint-version-format", "error", "checkpoint",
-     "checkpoint_version.txt holds one non-negative integer in ASCII digits (whitespace around it "
-     "allowed; empty means 0)."),
+     "checkpoint_version.txt holds one non-negative integer in ASCII digits, at most 2^63 - 1 "
+     "(whitespace around it allowed; empty means 0)."),
     ("checkpoint-file-missing", "error", "checkpoint",
      "For the version N in checkpoint_version.txt (N > 0), model.vN.h5 and "
      "embeddings_{type}_{part}.vN.h5 exist for every entity type and partition."),

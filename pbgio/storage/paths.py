@@ -197,6 +197,8 @@ def link_problem(path: AnyPath) -> str | None:
     try:
         os.stat(path)
         return None
+    except ValueError:  # a NUL in the path: nothing to follow (found_at says why it cannot be looked up)
+        return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return "a symbolic link loop"
@@ -209,14 +211,19 @@ def link_problem(path: AnyPath) -> str | None:
 def found_at(path: AnyPath) -> str:
     """What ``path`` holds, for "expected …, found …" messages: nothing, a file, a directory, or
     a broken symbolic link (:func:`link_problem`)."""
+    if "\x00" in str(path):
+        return "a path the system cannot look up (a NUL character in it)"
     problem = link_problem(path)
     if problem is not None:
         return problem
-    if path.is_dir():
-        return "a directory"
-    if path.is_file():
-        return "a file"
-    return "something other than a file or directory" if path.exists() else "nothing"
+    try:
+        if path.is_dir():
+            return "a directory"
+        if path.is_file():
+            return "a file"
+        return "something other than a file or directory" if path.exists() else "nothing"
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        return f"a path the system cannot look up ({exc.strerror or type(exc).__name__})"
 
 
 def children(path: AnyPath) -> list[AnyPath]:

@@ -1,22 +1,23 @@
-"""Fuzz targets and mutators for every pbgio reader that takes a user's file (guide: docs/guides/fuzzing.md).
+"""Fuzz targets: every pbgio reader that takes a user's file, and the contract it keeps (guide: docs/guides/fuzzing.md).
 
 The contract every reader keeps, whatever the bytes: it returns, or raises a
 :class:`~pbgio.errors.PbgioError`. No other exception, no hang, no allocation driven by a size
 the file claims, and no pickled code run. A :class:`Target` pairs a reader with the name its
 input file gets on disk and the kind of its bytes (which picks the structure-level mutators);
-:func:`build_corpus` writes the seed corpus (valid files from :mod:`pbgio.testing`, the legacy
-writer and, where present, the reference samples); :func:`generate` derives input ``i`` of a
-campaign from the corpus, deterministically from ``(seed, target, i)``.
+:func:`classify` names an input's outcome and :func:`run_input` runs a target on some bytes.
 
-The campaign itself (worker processes with memory and time bounds) is
-:mod:`pbgio.testing.fuzzrun`; ``tools/fuzz.py`` is its command line.
+The seed corpus is :mod:`pbgio.testing.fuzz_seeds`, the mutators that derive a campaign's inputs
+from it :mod:`pbgio.testing.fuzz_mutators`; the campaign itself (worker processes with memory and
+time bounds) is :mod:`pbgio.testing.fuzzrun`, the coverage-guided one :mod:`pbgio.testing.guided`;
+``tools/fuzz.py`` is their command line.
 
-Why this module is long: it is a catalogue of 19 targets, one per reader that takes a user's
-file, with the structure-level mutators of their file kinds (HDF5, zip, pickle, JSON, text,
-Parquet); each target is short and read on its own.
+Why this module is long: it is a catalogue of targets, one per reader that takes a user's
+file (some with a round-trip oracle: what the reader accepts, its writer writes and the reader
+reads back equal; some placing the input in a small valid layout that the validator checks
+whole); each target is short and read on its own.
 
 >>> sorted(TARGETS)[:3]
-['checkpoint-embeddings', 'checkpoint-model', 'checkpoint-version']
+['checkpoint-embeddings', 'checkpoint-layout-embeddings', 'checkpoint-layout-model']
 >>> classify(ValueError("boom"))
 ('failure', 'exception')
 >>> classify(MemoryError())
@@ -25,28 +26,18 @@ Parquet); each target is short and read on its own.
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
-import lzma
 import os
 import pickle
-import random
 import shutil
-import struct
 import tempfile
-import zipfile
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-Kind = Literal["json", "count", "jsonl", "h5", "pickle", "text-table", "parquet"]
-_REPO_SAMPLES = Path(__file__).resolve().parents[2] / "tests" / "data" / "samples"
-SAMPLES: Path | None = (Path(os.environ["PBG_REFERENCE_SAMPLES"]) if os.environ.get("PBG_REFERENCE_SAMPLES")
-                        else _REPO_SAMPLES if _REPO_SAMPLES.is_dir() else None)
-"""The original's reference samples seeding the corpus: ``$PBG_REFERENCE_SAMPLES``, else the copy in
-a checkout (tests/data/samples); none in an installed package."""
+Kind = Literal["json", "count", "jsonl", "h5", "pickle", "text-table", "parquet", "slotted"]
 MARKER_ENV = "PBGIO_FUZZ_MARKER"
 
 
@@ -73,9 +64,16 @@ def _entities_run(reader: str) -> Callable[[Path], object]:
         from pbgio import entities
 
         fn = getattr(entities, reader)
-        if reader in ("read_entity_count", "read_entity_names"):
-            return fn(path.parent, "user", 0)
-        return fn(path.parent)
+        per_part = reader in ("read_entity_count", "read_entity_names")
+        value = fn(path.parent, "user", 0) if per_part else fn(path.parent)
+        # Round trip: what the reader accepts, the matching writer writes and the reader reads back equal.
+        again = path.parent / "round-trip"
+        write = getattr(entities, reader.replace("read_", "write_", 1))
+        write(again, "user", 0, value) if per_part else write(again, value)
+        back = fn(again, "user", 0) if per_part else fn(again)
+        if back != value:
+            raise AssertionError(f"{path}: {reader} read {value!r:.200}, wrote it and read back {back!r:.200}")
+        return value
     return run
 
 
@@ -87,19 +85,28 @@ def _run_config(path: Path) -> object:
 
 def _run_python_config_answer(path: Path) -> object:
     from pbgio.config import parse_config, snake_case_keys
-    from pbgio.python_config import is_python_config, read_answer
+    from pbgio.python_config import is_python_config, read_answer, rebase_paths
 
     source = str(path.with_name("config.py"))
     is_python_config(path)
-    return parse_config(snake_case_keys(read_answer(source, path.read_bytes())), source)
+    cfg = parse_config(snake_case_keys(read_answer(source, path.read_bytes())), source)
+    # What the command line does with a .py config's answer: its relative paths, rebased onto another
+    # directory, still name the same places.
+    src, dst = os.path.realpath(path.parent), os.path.realpath(path.parent / "run" / "out")
+    rebased, changed = rebase_paths(cfg, src, dst)
+    for key, (old, new) in changed.items():
+        if os.path.normpath(os.path.join(src, old)) != os.path.normpath(os.path.join(dst, new)):
+            raise AssertionError(f"{path}: rebase_paths moved {key} from {old!r} to {new!r}")
+    return rebased
 
 
 def _run_read_bucket(path: Path) -> object:
     from pbgio.edges import bucket_length, read_bucket
 
-    bucket_length(path)
+    n = bucket_length(path)
     whole = read_bucket(path)
-    read_bucket(path, chunk=(1, 2))
+    _expect(len(whole) == n, path, f"bucket_length says {n} edges, read_bucket read {len(whole)}")
+    _bucket_round_trip(path, whole)
     return len(whole)
 
 
@@ -114,11 +121,14 @@ def _run_embeddings(path: Path) -> object:
 
     ckpt = CheckpointDir(path.parent)
     state = ckpt.read_embeddings("user", 0, 1)
-    ckpt.read_metadata(path)
+    metadata = ckpt.read_metadata(path)
+    _embeddings_views(ckpt, path, state.embeddings)
+    _checkpoint_round_trip(path, metadata, embeddings=state)
     if state.optimizer_state is not None:
         from pbgio.optimizer_state import decode_row_adagrad
 
-        decode_row_adagrad(state.optimizer_state, str(path), count=len(state.embeddings))
+        sums = decode_row_adagrad(state.optimizer_state, str(path), count=len(state.embeddings))
+        _row_adagrad_round_trip(path, state.optimizer_state, sums)
     return _run_validate(path)
 
 
@@ -127,25 +137,346 @@ def _run_model(path: Path) -> object:
 
     ckpt = CheckpointDir(path.parent)
     model = ckpt.read_model(1)
-    ckpt.read_metadata(path)
+    metadata = ckpt.read_metadata(path)
+    _checkpoint_round_trip(path, metadata, model=model)
     if model.optimizer_state is not None:
         from pbgio.optimizer_state import decode_adagrad, read_state
 
         read_state(model.optimizer_state, str(path))
-        decode_adagrad(model.optimizer_state, str(path), [v.shape for v in model.params.values()])
+        shapes = [v.shape for v in model.params.values()]
+        state = decode_adagrad(model.optimizer_state, str(path), shapes)
+        _adagrad_round_trip(path, state, shapes)
     return _run_validate(path)
 
 
 def _run_version(path: Path) -> object:
     from pbgio.checkpoint import CheckpointDir
+    from pbgio.spec.entities import format_count
 
-    return CheckpointDir(path.parent).read_version()
+    version = CheckpointDir(path.parent).read_version()
+    copy = CheckpointDir(path.parent / "roundtrip")
+    copy.path.mkdir()
+    copy.version_path.write_text(format_count(version), encoding="utf-8")
+    _expect(copy.read_version() == version, path, "the version written back reads back different")
+    return version
 
 
 def _run_stats(path: Path) -> object:
     from pbgio.checkpoint import CheckpointDir
 
-    return CheckpointDir(path.parent).read_stats()
+    records = CheckpointDir(path.parent).read_stats()
+    copy = CheckpointDir(path.parent / "roundtrip")
+    _expect(copy.read_stats() == [], path, "a directory without training_stats.json has records")
+    copy.append_stats(records[:1])
+    copy.append_stats(records[1:])
+    _expect(copy.read_stats() == records, path, "the records appended back read back different")
+    return records
+
+
+# --------------------------------------------------------------------------- round-trip oracles
+
+
+class RoundTripMismatch(AssertionError):
+    """What a reader accepted, its writer wrote and the reader read back differs (or two readers
+    of one file disagree): a finding, not a clean error."""
+
+
+def _expect(ok: bool, path: Path, what: str) -> None:
+    if not ok:
+        raise RoundTripMismatch(f"{path.name}: {what}")
+
+
+def _same_array(a: Any, b: Any) -> bool:
+    import numpy as np
+
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(
+        np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def _same_bucket(a: Any, b: Any) -> bool:
+    from pbgio.spec.edges import SIDES
+
+    if not all(_same_array(getattr(a, n), getattr(b, n)) for n in ("rel", "lhs", "rhs", "weight")):
+        return False
+    for side in SIDES:
+        fa, fb = a.features(side), b.features(side)
+        if (fa is None) != (fb is None) or (fa is not None and fa != fb):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+@contextlib.contextmanager
+def _remote_copy(path: Path) -> Iterator[Any]:
+    """``path`` copied to an object store (fsspec's ``memory://``), as a path the readers take: they
+    read it through ranged reads (no file descriptor, no memory map)."""
+    from pbgio import storage
+
+    remote = storage.resolve(f"memory://pbgio-fuzz-{os.getpid()}/{path.parent.name}/{path.name}")
+    remote.write_bytes(path.read_bytes())
+    try:
+        yield remote
+    finally:
+        remote.unlink(missing_ok=True)
+
+
+def _bucket_round_trip(path: Path, whole: Any) -> None:
+    """Readers of one bucket agree (chunks, edge ranges, feature bags as lists), and what
+    :class:`~pbgio.edges.BucketWriter` writes of it (appended in pieces, flushed through a
+    reopened file) reads back equal."""
+    from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists, read_bucket
+    from pbgio.spec.edges import SIDES
+
+    n = len(whole)
+    with _remote_copy(path) as remote:
+        _expect(_same_bucket(read_bucket(remote, chunk=(1, 2)), read_bucket(path, chunk=(1, 2))), path,
+                "chunk 1 of 2 read from an object store differs")
+    chunks = [read_bucket(path, chunk=(i, 3)) for i in range(3)]
+    _expect(_same_bucket(EdgeBucket.concat(chunks), whole), path, "chunks 0..2 of 3 concatenated differ from the whole")
+    cut = [0, n // 3, n - n // 4, n]
+    pieces = [read_bucket(path, edge_range=(cut[i], cut[i + 1])) for i in range(3)]
+    _expect(_same_bucket(EdgeBucket.concat(pieces), whole), path, "edge ranges concatenated differ from the whole")
+    if n <= 4096:
+        for side in SIDES:
+            bags = whole.features(side)
+            if bags is not None:
+                _expect(FeatureLists.from_lists(bags.to_lists()) == bags, path, f"{side} bags as lists differ")
+    copy = path.with_name("roundtrip.h5")
+    writer = BucketWriter(copy, buffer_edges=max(1, n // 2), keep_open=n % 2 == 0)
+    with writer:
+        for piece in pieces:
+            writer.append(piece)
+    _expect(writer.written == n, path, f"the writer counted {writer.written} edges for {n}")
+    _expect(_same_bucket(read_bucket(copy), whole), path, "BucketWriter's copy reads back different")
+    copy.unlink()
+    aborted = BucketWriter(copy)
+    aborted.append(whole)
+    other = EdgeBucket(whole.rel, whole.lhs, whole.rhs, None if whole.weight is not None else whole.rel * 0.0,
+                       whole.lhs_features, whole.rhs_features)
+    try:
+        aborted.append(other)
+        raise RoundTripMismatch(f"{path.name}: BucketWriter appended edges of another layout")
+    except ValueError:
+        pass
+    aborted.abort()
+    _expect(not copy.exists(), path, "an aborted BucketWriter left its file")
+
+
+def _embeddings_views(ckpt: Any, path: Path, table: Any) -> None:
+    """The streaming, mapped and row-picking readers of a table agree with read_embeddings."""
+    import numpy as np
+
+    from pbgio.errors import MissingArtifactError
+    from pbgio.formats.h5 import ROW_CHUNK_BYTES_ENV
+
+    n = len(table)
+    _expect(ckpt.embeddings_shape("user", 0, 1) == table.shape, path, "embeddings_shape differs")
+    streamed = [rows for _, rows in ckpt.iter_embedding_rows("user", 0, 1)]
+    _expect(_same_array(np.concatenate(streamed) if streamed else table[:0], table), path,
+            "iter_embedding_rows differs from read_embeddings")
+    picks = np.array([n - 1, 0, n // 2, n - 1] if n else [], dtype=np.int64)
+    mapped = ckpt.map_embeddings("user", 0, 1)
+    _expect(_same_array(mapped.take(picks), table[picks]), path, "map_embeddings rows differ")
+    _expect(_same_array(mapped.take(picks[1:2]), table[picks[1:2]]), path, "map_embeddings row 0 differs")
+    mapped.release()
+    try:  # a row past the table: IndexError, never a read past the data
+        mapped.take(np.array([n], dtype=np.int64))
+        raise RoundTripMismatch(f"{path.name}: map_embeddings gave row {n} of a table of {n} rows")
+    except IndexError:
+        pass
+    budget = max(1, table.nbytes // max(1, n) * 2)  # two rows at a time: the streaming reader's chunks
+    with _environment(ROW_CHUNK_BYTES_ENV, str(budget)):
+        streamed = [rows for _, rows in ckpt.iter_embedding_rows("user", 0, 1)]
+    _expect(_same_array(np.concatenate(streamed) if streamed else table[:0], table), path,
+            f"iter_embedding_rows {budget} bytes at a time differs from read_embeddings")
+    try:
+        ckpt.read_embeddings("user", 1, 1)
+        raise RoundTripMismatch(f"{path.name}: read_embeddings read a partition that has no file")
+    except MissingArtifactError:
+        pass
+    with _remote_copy(path) as remote:
+        from pbgio.checkpoint import CheckpointDir
+
+        far = CheckpointDir(remote.parent)
+        _expect(_same_array(far.read_embeddings("user", 0, 1).embeddings, table), path,
+                "the table read from an object store differs")
+        _expect(_same_array(far.map_embeddings("user", 0, 1).take(picks), table[picks]), path,
+                "map_embeddings rows read from an object store differ")
+    _expect(_same_array(ckpt.read_embedding_rows("user", 0, 1, picks), table[picks]), path,
+            "read_embedding_rows differs")
+    try:  # a row past the table is the caller's mistake (ValueError), never a read past the data
+        ckpt.read_embedding_rows("user", 0, 1, np.array([n], dtype=np.int64))
+        raise RoundTripMismatch(f"{path.name}: read_embedding_rows gave row {n} of a table of {n} rows")
+    except ValueError:
+        pass
+
+
+def _checkpoint_round_trip(path: Path, metadata: Any, *, embeddings: Any = None, model: Any = None) -> None:
+    """What the checkpoint reader accepted, committed through write_checkpoint (versions 1 then
+    2 with a snapshot, and an uncommitted 3), reads back equal; the superseded version goes."""
+    from pbgio.checkpoint import CheckpointDir, read_committed, remove_uncommitted, write_checkpoint
+    from pbgio.errors import ConfigError, MissingArtifactError
+
+    out = CheckpointDir(path.parent / "roundtrip")
+    _expect(out.read_version() == 0 and out.versions_on_disk() == [] and out.files_of_version(1) == [], path,
+            "a checkpoint directory not yet written is not empty")
+    tables = {("user", 0): embeddings} if embeddings is not None else {}
+    for version in (1, 2):
+        write_checkpoint(out, version, embeddings=tables, model=model, metadata=metadata, config=metadata.config_json,
+                         snapshot_epoch=1 if version == 2 else None)
+    _expect(out.versions_on_disk() == [2] and out.snapshot_versions() == {2}, path,
+            f"versions {out.versions_on_disk()}, snapshots {out.snapshot_versions()} after committing 2")
+    back_path = out.embeddings_path("user", 0, 2) if embeddings is not None else out.model_path(2)
+    _expect(out.read_metadata(back_path) == metadata, path, "the metadata reads back different")
+    if embeddings is not None:
+        back = read_committed(out, lambda v: out.read_embeddings("user", 0, v), version=2)
+        _expect(_same_array(back.embeddings, embeddings.embeddings), path, "the embeddings read back different")
+        _expect(back.optimizer_state == embeddings.optimizer_state, path, "the optimizer blob reads back different")
+        out.write_embeddings("user", 0, 3, embeddings)
+    else:
+        model_back = read_committed(out, out.read_model)
+        _expect(list(model_back.params) == list(model.params), path, f"parameters {list(model_back.params)} read back")
+        _expect(len(model.state_dict()) == len(model.params), path, "two parameters map to one state-dict key")
+        _expect(all(_same_array(model_back.params[k], v) for k, v in model.params.items()), path,
+                "the parameters read back different")
+        _expect(model_back.optimizer_state == model.optimizer_state, path, "the optimizer blob reads back different")
+        out.write_model(3, model)
+    _expect(len(remove_uncommitted(out)) == 1 and out.versions_on_disk() == [2], path,
+            "remove_uncommitted left version 3")
+    if metadata.config_json is None:
+        try:
+            out.read_config()
+            raise RoundTripMismatch(f"{path.name}: a config was read where none was written")
+        except MissingArtifactError:
+            pass
+    else:  # the config the file carries, as the checkpoint's config.json: read back, or refused as a config
+        with contextlib.suppress(ConfigError):
+            out.read_config()
+
+
+def _row_adagrad_round_trip(path: Path, blob: bytes, sums: Any) -> None:
+    from pbgio.optimizer_state import decode_row_adagrad, encode_row_adagrad, read_state
+
+    lr = read_state(blob, str(path)).value["param_groups"][0]["lr"]
+    again = decode_row_adagrad(encode_row_adagrad(sums, lr=float(lr)), str(path), count=len(sums))
+    _expect(_same_array(again, sums), path, "the RowAdagrad accumulators re-encoded read back different")
+
+
+def _adagrad_round_trip(path: Path, state: Any, shapes: list[Any]) -> None:
+    import numpy as np
+
+    from pbgio.optimizer_state import decode_adagrad, encode_adagrad
+
+    if state is None:
+        return
+    entries = state["state"]
+    sums = [np.asarray(entries[i]["sum"], dtype=np.float32) for i in range(len(shapes))]
+    blob = encode_adagrad(sums, lr=float(state["param_groups"][0]["lr"]),
+                          steps=float(np.asarray(entries[0]["step"]).reshape(-1)[0]) if sums else 0.0)
+    again = decode_adagrad(blob, str(path), shapes)
+    _expect(again is not None and all(_same_array(np.asarray(again["state"][i]["sum"]), s)
+                                      for i, s in enumerate(sums)), path,
+            "the Adagrad accumulators re-encoded read back different")
+
+
+# --------------------------------------------------------------------------- layout-level targets
+
+
+_TEMPLATES: dict[str, Path] = {}
+
+
+def _template(kind: str) -> Path:
+    """A small valid layout written once per process (``edges``: no checkpoint; ``checkpoint``:
+    version 1 with a snapshot), copied per input."""
+    if kind not in _TEMPLATES:
+        import atexit
+
+        from pbgio.testing.layouts import small_valid_layout, write_layout
+
+        root = Path(tempfile.mkdtemp(prefix=f"pbgio-fuzz-{kind}-layout-"))
+        atexit.register(shutil.rmtree, root, True)
+        layout = {"edges": lambda: small_valid_layout(checkpoint=False),
+                  "edges-dynamic": lambda: small_valid_layout(checkpoint=False, dynamic=True, featurized=False),
+                  "checkpoint": lambda: small_valid_layout(snapshot=True, edges_per_bucket=2)}[kind]()
+        write_layout(root, layout)
+        _TEMPLATES[kind] = root
+    return _TEMPLATES[kind]
+
+
+def remove_templates() -> None:
+    """Remove this process's template layouts (a process that ends with ``os._exit`` skips atexit)."""
+    while _TEMPLATES:
+        shutil.rmtree(_TEMPLATES.popitem()[1], ignore_errors=True)
+
+
+def _in_layout(kind: str, *members: str) -> Callable[[Path], object]:
+    """Run: the input replaces ``members`` of the template layout ``kind``, then the whole layout is
+    validated (a Report; only PbgioError may escape) and, for a bucket, read as a trainer reads it."""
+    def run(path: Path) -> object:
+        from pbgio.errors import Report
+        from pbgio.validate import validate_path
+
+        root = path.parent / "layout"
+        template = _template(kind)
+        shutil.copytree(template, root, symlinks=True)
+        for link in root.rglob("*"):  # a snapshot's links point into the template: into the copy instead
+            if link.is_symlink() and (found := Path(os.readlink(link))).is_relative_to(template):
+                link.unlink()
+                link.symlink_to(root / found.relative_to(template))
+        for member in members:
+            (root / member).unlink(missing_ok=True)
+            shutil.copyfile(path, root / member)
+        target = root / members[0]
+        report = validate_path(root / "config.json")
+        _expect(isinstance(report, Report), path, f"validate_path returned {type(report).__name__}")
+        if kind.startswith("edges"):
+            _read_as_trainer(root, target)
+        return report.to_dict()
+    return run
+
+
+def _read_as_trainer(root: Path, bucket: Path) -> None:
+    from pbgio.checks.edges import check_bounds, relation_limits
+    from pbgio.config import load_config
+    from pbgio.edges import bucket_length, iter_buckets, read_bucket
+    from pbgio.entities import read_dynamic_rel_count, read_entity_count
+    from pbgio.errors import PbgioError
+    from pbgio.spec.edges import chunk_bounds
+
+    cfg = load_config(root / "config.json")
+    counts = {(t, p): read_entity_count(root / cfg.entity_path, t, p)
+              for t, e in cfg.entities.items() for p in range(e.num_partitions)}
+    found = [p for _, _, p in iter_buckets(bucket.parent)]
+    _expect(bucket in found, bucket, "iter_buckets misses the bucket")
+    first: PbgioError | None = None
+    relations = read_dynamic_rel_count(root / cfg.entity_path) if cfg.dynamic_relations else len(cfg.relations)
+    for part in range(2):  # the bucket as partition (0, 0), then as (1, 1)
+        limits = {s: relation_limits(cfg, s, part, relations, counts) for s in ("lhs", "rhs")}
+        for i in range(2):
+            try:
+                edges = read_bucket(bucket, chunk=(i, 2))
+                first_row = chunk_bounds(bucket_length(bucket), 2, i)[0]
+                if limits["lhs"] is not None and limits["rhs"] is not None:
+                    check_bounds(edges, bucket, first_row=first_row, lhs=limits["lhs"], rhs=limits["rhs"])
+            except PbgioError as exc:  # the first is raised once every reading has run
+                first = first or exc
+    if first is not None:
+        raise first
 
 
 def _run_optimizer(path: Path) -> object:
@@ -205,7 +536,35 @@ def _run_index(path: Path) -> object:
             total += len(piece)
         return total
 
-    return load_index_payload(path, meta, lambda payload: int(payload.sum()), stream)
+    total = load_index_payload(path, meta, lambda payload: int(payload.sum()), stream)
+    meta.describe()  # what pbgio index search prints: kind, rows, and the accuracy at the stored and other settings
+    meta.accuracy()
+    meta.accuracy({key: value + 1 for key, value in meta.params.items()}, candidates=meta.recall_candidates + 1)
+    _index_round_trip(path, meta)
+    return total
+
+
+def _index_round_trip(path: Path, meta: Any) -> None:
+    """What read_index_meta accepts, write_index_file writes (in pieces) and read_index_meta reads back equal."""
+    import h5py
+
+    from pbgio.index_file import read_index_meta, write_index_file
+    from pbgio.spec.index import PAYLOAD_DATASET
+
+    with h5py.File(path, "r") as f:
+        payload = f[PAYLOAD_DATASET][...].tobytes()
+    again = path.with_name("round-trip." + path.name)
+
+    def write(sink: Callable[[bytes], object]) -> None:
+        for start in range(0, len(payload), 4099):
+            sink(payload[start:start + 4099])
+
+    stamped, size = write_index_file(again, meta, write)
+    back = read_index_meta(again)
+    with h5py.File(again, "r") as f:
+        same = f[PAYLOAD_DATASET][...].tobytes() == payload
+    if back != meta or stamped != meta or size != len(payload) or not same:
+        raise AssertionError(f"{path}: the index metadata {meta} wrote and read back as {back}")
 
 
 def _run_legacy(path: Path) -> object:
@@ -242,6 +601,218 @@ def _import_run(config: str, **options: Any) -> Callable[[Path], object]:
     return run
 
 
+# --------------------------------------------------------------------------- importer options
+
+
+_IMPORT_DELIMITERS = ("\t", ",", ";", "|", "whitespace", " ", ",", "\t")
+_IMPORT_HEADERS: tuple[bool | None, ...] = (None, True, False, True)
+_IMPORT_COLUMNS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("plain", {}),
+    ("plain", {"rel_col": "none"}),
+    ("plain", {"weight_col": "3"}),
+    ("plain", {"lhs_col": "2", "rhs_col": "0", "weight_col": "3", "quote": None}),
+    ("plain", {"lhs_col": "src", "rel_col": "rel", "rhs_col": "dst"}),
+    ("featurized", {"weight_col": "3", "feature_separator": ";"}),
+    ("featurized", {"lhs_col": "src", "rel_col": "rel", "rhs_col": "dst", "weight_col": "w"}),
+    ("plain", {"quote": "'", "weight_col": "w", "lhs_col": "src", "rel_col": "rel", "rhs_col": "dst"}),
+)
+
+
+def import_options(first: int, parquet: bool = False) -> tuple[str, dict[str, Any]]:
+    """The config and the importer's options an ``import-options`` input's first byte picks: the
+    delimiter (bits 0-2), the header (bits 3-4) and the columns (as the command line gives them:
+    :func:`~pbgio.importers.read.parse_column`), weights, quoting and config (bits 5-7).
+
+    >>> import_options(0)
+    ('plain', {'delimiter': '\\t', 'header': None, 'file_format': 'text'})
+    >>> import_options(0b111_01_001)[1]["delimiter"], import_options(0b111_01_001)[1]["quote"]
+    (',', "'")
+    """
+    from pbgio.importers.read import parse_column
+
+    config, given = _IMPORT_COLUMNS[first >> 5]
+    columns = {k: parse_column(v) if k.endswith("_col") and isinstance(v, str) else v for k, v in given.items()}
+    delimiter = _IMPORT_DELIMITERS[first & 7]
+    if columns.get("quote") == "'" and delimiter in ("whitespace", " "):
+        delimiter = ","  # a quote needs a delimiter other than whitespace
+    options = {"delimiter": delimiter, "header": _IMPORT_HEADERS[(first >> 3) & 3], **columns,
+               "file_format": "parquet" if parquet else "text"}
+    return config, options
+
+
+def _run_import_options(path: Path) -> object:
+    """The importer with its options picked by the first byte (:func:`import_options`) on the rest: a
+    Parquet table when it starts as one, else delimited text."""
+    data = path.read_bytes()
+    body = data[1:]
+    config, options = import_options(data[0] if data else 0, parquet=body.startswith(b"PAR1"))
+    table = path.with_name("edges.parquet" if options["file_format"] == "parquet" else "edges.txt")
+    table.write_bytes(body)
+    return _import_run(config, **options)(table)
+
+
+# --------------------------------------------------------------------------- entity, config and index files in a layout
+# The fuzzed bytes replace one file inside a small valid layout (written once per worker, under its
+# scratch folder, and hard-linked per input), and the validator runs over the whole layout: the rules
+# across files (counts against names, a config against its files, an index against its version's
+# tables) run too. The input's first byte picks the layout, the file (its *slot*) and, for entity
+# files, whether to delete it instead; the rest is the file.
+
+_LAYOUT_TEMPLATES: dict[str, dict[str, Any]] = {
+    "static": {"edges_per_bucket": 4},  # with a checkpoint (version 1)
+    "entities": {"checkpoint": False, "edges_per_bucket": 2},  # the entity files' rules need no checkpoint
+    "entities-dynamic": {"dynamic": True, "checkpoint": False, "edges_per_bucket": 2},
+}
+ENTITY_SLOTS = (
+    "entity_count_user_0.txt", "entity_count_user_1.txt", "entity_names_user_0.json", "entity_names_user_1.json",
+    "entity_count_item_0.txt", "entity_names_item_0.json", "dynamic_rel_count.txt", "dynamic_rel_names.json",
+    "entity_count_user_2.txt", "entity_count_ghost_0.txt", "entity_names_doc_0.json", "entity_count_doc_0.txt",
+)
+"""The entity_path files an ``entities-layout`` input writes (or deletes): the template's, and files of a
+partition, a type and a featurized type's names that the config does not have."""
+INDEX_SLOTS = (
+    "index_user.cos.flat.v1.h5", "index_user.dot.ivf.v1.h5", "index_user.cos.hnsw.v1.h5", "index_user.v1.h5",
+    "index_item.dot.flat.v1.h5", "index_doc.cos.flat.v1.h5", "index_user.cos.flat.v2.h5",
+    "index_ghost.cos.flat.v1.h5",
+)
+"""The checkpoint_path file names an ``index-layout`` input is written under (version 1 is committed)."""
+
+
+def layout_template(workdir: Path, name: str) -> Path:
+    """Template ``name`` (see :data:`_LAYOUT_TEMPLATES`) under ``workdir``, written at its first use."""
+    root = workdir / f"_template-{name}"
+    if not (root / "config.json").exists():
+        from pbgio.testing.layouts import small_valid_layout, write_layout
+
+        shutil.rmtree(root, ignore_errors=True)
+        building = workdir / f"_template-{name}.building"
+        shutil.rmtree(building, ignore_errors=True)
+        write_layout(building, small_valid_layout(**_LAYOUT_TEMPLATES[name]))
+        building.rename(root)
+    return root
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _layout_case(path: Path, name: str) -> Path:
+    """A copy of template ``name`` beside the input ``path`` (files hard-linked: a target replaces a
+    file by unlinking it first, so the template never changes)."""
+    root = path.parent / "layout"
+    shutil.copytree(layout_template(path.parent.parent, name), root, copy_function=_link_or_copy)
+    return root
+
+
+def _replace(file: Path, data: bytes | None) -> None:
+    """``file`` now holds ``data`` (None: no file), never written through a hard link."""
+    file.unlink(missing_ok=True)
+    if data is not None:
+        file.write_bytes(data)
+
+
+def _validate_layout(root: Path) -> object:
+    from pbgio.errors import Report
+    from pbgio.validate import validate_path
+
+    report = validate_path(root / "config.json")
+    if not isinstance(report, Report):
+        raise AssertionError(f"validate_path returned {type(report).__name__}, not a Report")
+    return report.to_dict()
+
+
+def entity_slot(first: int) -> tuple[str, bool, str]:
+    """What an ``entities-layout`` input's first byte picks: the template, whether the file is deleted,
+    and the file (bit 0, bit 1, the rest modulo the slots).
+
+    >>> entity_slot(0), entity_slot(7)
+    (('entities', False, 'entity_count_user_0.txt'), ('entities-dynamic', True, 'entity_count_user_1.txt'))
+    """
+    return ("entities", "entities-dynamic")[first & 1], bool(first & 2), ENTITY_SLOTS[(first >> 2) % len(ENTITY_SLOTS)]
+
+
+def _run_entities_layout(path: Path) -> object:
+    data = path.read_bytes()
+    template, delete, slot = entity_slot(data[0] if data else 0)
+    root = _layout_case(path, template)
+    _replace(root / "entities" / slot, None if delete else data[1:])
+    return _validate_layout(root)
+
+
+def _run_config_layout(path: Path) -> object:
+    """A run config in a layout: the validator's rules on it and its files; then, where it loads, its
+    JSON round trip and the type a command picks by default."""
+    from contextlib import suppress
+
+    from pbgio.config import entity_type_or_only, load_config, parse_config
+    from pbgio.errors import ConfigError, UsageError
+
+    root = _layout_case(path, "static")
+    _replace(root / "config.json", path.read_bytes())
+    result = _validate_layout(root)
+    try:
+        cfg = load_config(root / "config.json")
+    except ConfigError:
+        return result
+    back = parse_config(json.loads(cfg.to_json()), "round trip")
+    if back != cfg:
+        raise AssertionError(f"{path}: the config read back from its own JSON differs: {cfg.to_json()[:300]}")
+    with suppress(UsageError):  # a config of several types: the command asks for --type
+        entity_type_or_only(cfg, None)
+    first = sorted(cfg.entities)[0]
+    if entity_type_or_only(cfg, first) != first:
+        raise AssertionError(f"{path}: --type {first} picked another type")
+    return result
+
+
+def _run_python_config_source(path: Path) -> object:
+    """A config.py run as the commands run one (pbgio.python_config.run_python_config: a child process,
+    stopped after a second here), then parse_config: the parent's side of the boundary (no answer, a
+    timeout, printed output, an answer the file wrote over). One process per input: slower than the others."""
+    from pbgio.config import parse_config
+    from pbgio.python_config import run_python_config
+
+    printed: list[str] = []
+    return parse_config(run_python_config(path, timeout=1.0, echo=printed.append), str(path))
+
+
+def _run_index_layout(path: Path) -> object:
+    """An index file in the checkpoint of a layout (named by the first byte, see :data:`INDEX_SLOTS`): the
+    validator's rules (the file name's type, version, metric and kind; stale against the tables)."""
+    data = path.read_bytes()
+    root = _layout_case(path, "static")
+    file = root / "checkpoint" / INDEX_SLOTS[(data[0] if data else 0) % len(INDEX_SLOTS)]
+    _replace(file, data[1:])
+    result = _validate_layout(root)
+    _index_rows_agree(root, file)
+    return result
+
+
+def _index_rows_agree(root: Path, file: Path) -> None:
+    """The rows an index of ``file``'s metadata is built from, read a chunk at a time (as a build
+    reads them), equal the whole partitions (as tools and tests compare them)."""
+    import numpy as np
+
+    from pbgio.checkpoint import CheckpointDir
+    from pbgio.config import load_config
+    from pbgio.index_file import TypeRows, read_index_meta
+
+    meta = read_index_meta(file)
+    cfg = load_config(root / "config.json")
+    if meta.entity_type not in cfg.entities or cfg.entities[meta.entity_type].featurized:
+        return
+    rows = TypeRows(cfg, CheckpointDir(root / "checkpoint"), 1, meta.entity_type, add_global=meta.add_global)
+    for part, count in enumerate(rows.partition_rows()):
+        whole = rows.partition(part)
+        chunks = [values for _first, values in rows.chunks(part)]
+        joined = np.concatenate(chunks) if chunks else whole[:0]
+        if len(whole) != count or not np.array_equal(joined, whole):
+            raise AssertionError(f"{file}: partition {part} of {meta.entity_type!r} read whole and in chunks differs")
+
+
 _TARGET_LIST = [
     Target("config", "config.json", "json", _run_config, "pbgio.config.load_config on a run config"),
     Target("config-py", "result.json", "json", _run_python_config_answer,
@@ -262,6 +833,20 @@ _TARGET_LIST = [
            "CheckpointDir.read_embeddings/read_metadata, the RowAdagrad blob, validate_path"),
     Target("checkpoint-model", "model.v1.h5", "h5", _run_model,
            "CheckpointDir.read_model/read_metadata, the Adagrad blob, validate_path"),
+    Target("edges-layout", "edges_0_0.h5", "h5", _in_layout("edges", "edges/edges_0_0.h5"),
+           "the input as bucket (0, 0) of a small valid layout: validate_path over the layout, then "
+           "read as the trainer reads it (chunks, check_bounds against the entity counts)"),
+    Target("edges-layout-dynamic", "edges_0_0.h5", "h5", _in_layout("edges-dynamic", "edges/edges_0_0.h5"),
+           "as edges-layout, in a layout of dynamic relations between plain types (one count bounds each side)"),
+    Target("checkpoint-layout-version", "checkpoint_version.txt", "count",
+           _in_layout("checkpoint", "checkpoint/checkpoint_version.txt", "checkpoint/epoch_1/checkpoint_version.txt"),
+           "the input as the version files of a small valid layout's checkpoint and of its snapshot (both "
+           "version 1): validate_path"),
+    Target("checkpoint-layout-embeddings", "embeddings_user_0.v1.h5", "h5",
+           _in_layout("checkpoint", "checkpoint/embeddings_user_0.v1.h5"),
+           "the input as user partition 0 of committed version 1 of a small valid layout: validate_path"),
+    Target("checkpoint-layout-model", "model.v1.h5", "h5", _in_layout("checkpoint", "checkpoint/model.v1.h5"),
+           "the input as the model file of committed version 1 of a small valid layout: validate_path"),
     Target("checkpoint-version", "checkpoint_version.txt", "count", _run_version,
            "CheckpointDir.read_version"),
     Target("index", "index_user.cos.flat.v1.h5", "h5", _run_index,
@@ -281,6 +866,21 @@ _TARGET_LIST = [
            "import_edge_lists on a CSV with a header, a weight and a featurized rhs"),
     Target("import-parquet", "edges.parquet", "parquet", _import_run("plain"),
            "import_edge_lists on a Parquet table"),
+    Target("import-options", "import-input.bin", "slotted", _run_import_options,
+           "import_edge_lists with its options picked by the first byte (delimiter, header, columns by index "
+           "or name, weights, quoting, a featurized type) on the rest, delimited text or a Parquet table"),
+    Target("entities-layout", "layout-input.bin", "slotted", _run_entities_layout,
+           "validate_path over a small layout whose entity file the first byte picks (count, names, dynamic "
+           "relation files; the config's or not) is the rest, or deleted: the rules across entity files"),
+    Target("config-py-source", "config.py", "text-table", _run_python_config_source,
+           "pbgio.python_config.run_python_config on a config.py (run in a child process, one per input) and "
+           "parse_config"),
+    Target("config-layout", "config.json", "json", _run_config_layout,
+           "validate_path over a small layout whose config.json is the input; then the config's JSON round "
+           "trip and entity_type_or_only"),
+    Target("index-layout", "layout-input.bin", "slotted", _run_index_layout,
+           "validate_path over a small layout with a checkpoint whose index file (named by the first byte) is "
+           "the rest: the index rules against the file name, the config and the version's tables"),
 ]
 TARGETS: dict[str, Target] = {t.name: t for t in _TARGET_LIST}
 
@@ -361,962 +961,3 @@ def run_input(target: Target, data: bytes, workdir: Path) -> Path:
     return path
 
 
-# --------------------------------------------------------------------------- seed corpus
-
-
-def build_corpus(dest: Path, names: list[str] | None = None, *,
-                 samples: Path | None = SAMPLES) -> dict[str, list[Path]]:
-    """Write the seed files of every target (or of ``names``) under ``dest/<target>/``."""
-    wanted = set(names) if names is not None else set(TARGETS)
-    dest.mkdir(parents=True, exist_ok=True)
-    seeds: dict[str, list[bytes]] = {name: [] for name in wanted}
-
-    def add(name: str, data: bytes) -> None:
-        if name == "config" and "config-py" in seeds:  # a config.py's answer carries the same dict
-            add("config-py", b'{"config": ' + data + b"}")
-        if name in seeds and data not in seeds[name]:
-            seeds[name].append(data)
-
-    if wanted & {t.name for t in _TARGET_LIST if t.kind != "text-table" and t.kind != "parquet"}:
-        _layout_seeds(dest / "_layouts", add)
-        if samples is not None and samples.is_dir():
-            _sample_seeds(samples, add)
-    for answer in _PYTHON_CONFIG_ANSWERS if "config-py" in wanted else []:
-        add("config-py", json.dumps(answer).encode())
-    if "index" in wanted:
-        _index_seeds(dest / "_index", add)
-    if wanted & {"torch-payload", "legacy-pt", "optimizer-blob"}:
-        _pickle_seeds(dest / "_legacy", add, samples)
-    if wanted & {"import-tsv", "import-csv", "import-parquet"}:
-        _table_seeds(add, samples)
-    for name in SELFTEST_TARGETS:
-        if name in wanted:
-            add(name, b'{"a": [1, 2, 3]}' if "pickle" not in name else pickle.dumps({"a": 1}))
-    out: dict[str, list[Path]] = {}
-    for name, items in seeds.items():
-        folder = dest / name
-        folder.mkdir(parents=True, exist_ok=True)
-        out[name] = []
-        for i, data in enumerate(items):
-            path = folder / f"seed-{i:03d}"
-            path.write_bytes(data)
-            out[name].append(path)
-    return out
-
-
-_PYTHON_CONFIG_ANSWERS: list[dict[str, Any]] = [  # what pbgio.python_config's runner writes
-    {"error": {"kind": "syntax", "message": "invalid syntax", "line": 3}},
-    {"error": {"kind": "exec", "message": "ModuleNotFoundError: No module named 'torchbiggraph'", "line": 1,
-               "missing": "torchbiggraph.config"}},
-    {"error": {"kind": "no-function", "message": "", "found": ["get_conf"]}},
-    {"error": {"kind": "not-callable", "message": "int"}},
-    {"error": {"kind": "call", "message": "ZeroDivisionError: division by zero", "line": 7}},
-    {"error": {"kind": "not-dict", "message": "list"}},
-    {"error": {"kind": "not-json", "message": "expected a JSON value, found set {1}", "key": "relations[0].lhs"}},
-    {"error": {"kind": "unreadable", "message": "expected a readable file, found PermissionError"}},
-    {"config": {"entities": {"user": {"numPartitions": 1}}, "relations": [{"name": "r", "lhs": "user", "rhs": "user"}],
-                "dimension": 4, "entity_path": "e", "edge_paths": ["x"], "checkpoint_path": "c"}},
-]
-
-
-_LAYOUT_FILES: dict[str, Callable[[str], str | None]] = {
-    "config": lambda n: "config" if n == "config.json" else None,
-    "entity-count": lambda n: "entity-count" if n.startswith("entity_count_") and n.endswith(".txt") else None,
-    "entity-names": lambda n: "entity-names" if n.startswith("entity_names_") and n.endswith(".json") else None,
-    "dynamic-rel-count": lambda n: "dynamic-rel-count" if n == "dynamic_rel_count.txt" else None,
-    "dynamic-rel-names": lambda n: "dynamic-rel-names" if n == "dynamic_rel_names.json" else None,
-    "checkpoint-version": lambda n: "checkpoint-version" if n == "checkpoint_version.txt" else None,
-    "training-stats": lambda n: "training-stats" if n == "training_stats.json" else None,
-}
-
-
-def _file_targets(path: Path) -> list[str]:
-    n = path.name
-    found = [name for name, match in _LAYOUT_FILES.items() if match(n)]
-    if n.startswith("edges_") and n.endswith(".h5"):
-        found += ["edges-read", "edges-validate"]
-    if n.startswith("embeddings_") and n.endswith(".h5"):
-        found.append("checkpoint-embeddings")
-    if n.startswith("model.") and n.endswith(".h5"):
-        found.append("checkpoint-model")
-    return found
-
-
-def _add_tree(root: Path, add: Callable[[str, bytes], None]) -> None:
-    import h5py
-
-    from pbgio.spec.checkpoint import OPTIMIZER_DATASET
-
-    for path in sorted(root.rglob("*")):
-        if not path.is_file() or path.stat().st_size > 4 << 20:
-            continue
-        names = _file_targets(path)
-        data = path.read_bytes()
-        for name in names:
-            add(name, data)
-        if "checkpoint-embeddings" in names or "checkpoint-model" in names:
-            with h5py.File(path, "r") as f:
-                if OPTIMIZER_DATASET in f:
-                    blob = f[OPTIMIZER_DATASET][...].tobytes()
-                    add("optimizer-blob", blob)
-                    add("torch-payload", blob)
-
-
-def _layout_seeds(dest: Path, add: Callable[[str, bytes], None]) -> None:
-    from pbgio.testing.layouts import small_valid_layout, write_layout
-
-    variants = [
-        {}, {"dynamic": True}, {"featurized": False, "weights": False, "partitioned": False},
-        {"names": False, "empty_bucket": False, "edges_per_bucket": 40, "seed": 3},
-    ]
-    for i, kwargs in enumerate(variants):
-        root = dest / f"layout{i}"
-        shutil.rmtree(root, ignore_errors=True)
-        write_layout(root, small_valid_layout(**kwargs))  # type: ignore[arg-type]
-        _add_tree(root, add)
-    from pbgio.example import build_example
-
-    example = dest / "example"
-    shutil.rmtree(example, ignore_errors=True)
-    build_example(example, num_edges=300)
-    _add_tree(example, add)
-
-
-def _index_seeds(dest: Path, add: Callable[[str, bytes], None]) -> None:
-    from pbgio.index_file import IndexMeta, write_index_file
-
-    dest.mkdir(parents=True, exist_ok=True)
-    payloads = [b"", bytes(range(256)) * 3, b"IxF2" + struct.pack("<iq", 4, 9) + bytes(64)]
-    metas = [IndexMeta("user", 1, "cos", False, 4, [5, 4], "0" * 64, "faiss", "1.15.1", "flat"),
-             IndexMeta("user", 3, "dot", True, 8, [7], "f" * 64, "faiss", "1.15.1", "ivf", {"nlist": 2, "nprobe": 1},
-                       recall_at_10=0.9, recall_queries=10, recall_candidates=20),
-             IndexMeta("user", 2, "cos", False, 2, [1, 0, 3], "a" * 64, "faiss", "1.15.1", "hnsw",
-                       {"m": 8, "ef_search": 16})]
-    for i, (payload, meta) in enumerate(zip(payloads, metas, strict=True)):
-        path = dest / f"index_user.{meta.metric}.{meta.kind}.v{meta.version}.{i}.h5"
-        write_index_file(path, meta, lambda sink, payload=payload: sink(payload))  # type: ignore[misc]
-        add("index", path.read_bytes())
-
-
-def _sample_seeds(samples: Path, add: Callable[[str, bytes], None]) -> None:
-    for case in sorted(samples.glob("sample_current_*")):
-        _add_tree(case, add)
-
-
-def _pickle_seeds(dest: Path, add: Callable[[str, bytes], None], samples: Path | None) -> None:
-    import numpy as np
-    import torch
-
-    from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad
-    from pbgio.testing.legacy_layouts import LegacySpec, write_legacy_layout
-
-    for i, spec in enumerate([LegacySpec(), LegacySpec(zip_container=True, camel=False, index_base=0,
-                                                       dynamic="count", num_partitions=1)]):
-        root = dest / f"legacy{i}"
-        shutil.rmtree(root, ignore_errors=True)
-        write_legacy_layout(root, spec)
-        for path in sorted(root.rglob("*")):
-            if path.is_file() and ".pt" in path.name and path.stat().st_size < 1 << 20:
-                add("legacy-pt", path.read_bytes())
-    if samples is not None and samples.is_dir():
-        for path in sorted(samples.glob("sample_legacy_*/**/*")):
-            if path.is_file() and ".pt" in path.name and path.stat().st_size < 1 << 20:
-                add("legacy-pt", path.read_bytes())
-    blobs = [encode_row_adagrad(np.array([0.5, 2.0, 0.0], np.float32), lr=0.1),
-             encode_adagrad([np.ones((2, 3), np.float32), np.zeros(4, np.float32)], lr=0.1, steps=3)]
-    for blob in blobs:
-        add("optimizer-blob", blob)
-        add("torch-payload", blob)
-    for obj in ({"sum": torch.arange(6, dtype=torch.float32).reshape(2, 3).t()},
-                {"state": {}, "param_groups": [{"lr": 0.1, "params": []}]},
-                [torch.tensor([1, 2], dtype=torch.int64), torch.tensor([1.5], dtype=torch.float64)]):
-        for zipped in (True, False):
-            buffer = io.BytesIO()
-            torch.save(obj, buffer, _use_new_zipfile_serialization=zipped)
-            add("torch-payload", buffer.getvalue())
-            add("optimizer-blob", buffer.getvalue())
-            add("legacy-pt", buffer.getvalue())
-    add("legacy-pt", pickle.dumps({"a": [1, 2.5, "x", None]}, protocol=2))
-    add("legacy-pt", pickle.dumps(13, protocol=0))
-
-
-def _table_seeds(add: Callable[[str, bytes], None], samples: Path | None) -> None:
-    rng = random.Random(15)
-    rows = [(f"n{rng.randrange(20)}", f"rel{rng.randrange(3)}", f"n{rng.randrange(20)}") for _ in range(40)]
-    add("import-tsv", "".join(f"{a}\t{r}\t{b}\n" for a, r, b in rows).encode())
-    add("import-tsv", b"ann\tfollows\tbob\n\nbob\tfollows\tcy\ncy\tlikes\tann")
-    if samples is not None and samples.is_dir():
-        for path in sorted(samples.glob("*/**/*.tsv")):
-            if path.stat().st_size < 256 << 10:
-                add("import-tsv", path.read_bytes())
-    csv = ["src,rel,dst,w"] + [f"{a},{r},f{rng.randrange(5)} f{rng.randrange(5)},{rng.random():.3f}"
-                               for a, r, _ in rows]
-    add("import-csv", ("\n".join(csv) + "\n").encode())
-    add("import-csv", b"w,dst,rel,src\n1,f1,r,a\n0.5,f2 f3,r,b\n")
-    import polars as pl
-
-    frames = [
-        pl.DataFrame({"lhs": [a for a, _, _ in rows], "rel": [r for _, r, _ in rows], "rhs": [b for *_, b in rows]}),
-        pl.DataFrame({"h": [1, 2, 3], "r": ["x", "y", "x"], "t": [3, 2, 1]}),
-        pl.DataFrame({"h": ["a", "b"], "r": pl.Series(["x", "y"], dtype=pl.Categorical), "t": ["c", "a"],
-                      "w": [0.5, 1.0]}),
-    ]
-    for frame in frames:
-        buffer = io.BytesIO()
-        frame.write_parquet(buffer)
-        add("import-parquet", buffer.getvalue())
-
-
-def load_corpus(folder: Path) -> list[bytes]:
-    return [p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()]
-
-
-# --------------------------------------------------------------------------- byte-level mutators
-
-
-Mutator = Callable[["MutationContext", bytes], bytes]
-
-INTERESTING = [0, 1, -1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
-               2**32, 2**40, 10**12, 2**62, 2**63 - 1, -(2**63), 2**64 - 1]
-
-
-@dataclass
-class MutationContext:
-    """What a mutator may use: the random source, the corpus (for splicing), a scratch folder
-    and the marker file an executed pickle payload would create."""
-
-    rng: random.Random
-    corpus: list[bytes]
-    scratch: Path
-    marker: Path
-    damaged: bool = False  # a byte-level mutation was applied: HDF5 may misbehave editing the result
-
-
-def _pos(ctx: MutationContext, data: bytes | bytearray) -> int:
-    return ctx.rng.randrange(len(data)) if data else 0
-
-
-def bit_flip(ctx: MutationContext, data: bytes) -> bytes:
-    if not data:
-        return b"\x00"
-    buf = bytearray(data)
-    for _ in range(ctx.rng.choice([1, 1, 2, 4, 8])):
-        i = _pos(ctx, buf)
-        buf[i] ^= 1 << ctx.rng.randrange(8)
-    return bytes(buf)
-
-
-def byte_set(ctx: MutationContext, data: bytes) -> bytes:
-    if not data:
-        return bytes([ctx.rng.randrange(256)])
-    buf = bytearray(data)
-    for _ in range(ctx.rng.choice([1, 2, 4, 16])):
-        buf[_pos(ctx, buf)] = ctx.rng.choice([0, 0xFF, 0x7F, 0x80, ctx.rng.randrange(256)])
-    return bytes(buf)
-
-
-def byte_insert(ctx: MutationContext, data: bytes) -> bytes:
-    i = _pos(ctx, data)
-    n = ctx.rng.choice([1, 1, 4, 64, 1024])
-    fill = bytes(ctx.rng.randrange(256) for _ in range(min(n, 64))) * max(1, n // 64)
-    return data[:i] + fill[:n] + data[i:]
-
-
-def byte_delete(ctx: MutationContext, data: bytes) -> bytes:
-    if not data:
-        return data
-    i = _pos(ctx, data)
-    n = ctx.rng.choice([1, 1, 4, 64, 1024])
-    return data[:i] + data[i + n:]
-
-
-def truncate(ctx: MutationContext, data: bytes) -> bytes:
-    if not data:
-        return data
-    return data[:ctx.rng.choice([0, 1, 8, ctx.rng.randrange(len(data)), len(data) - 1, len(data) // 2])]
-
-
-def splice(ctx: MutationContext, data: bytes) -> bytes:
-    other = ctx.rng.choice(ctx.corpus)
-    return data[:_pos(ctx, data)] + other[_pos(ctx, other):]
-
-
-def interesting_int(ctx: MutationContext, data: bytes) -> bytes:
-    if not data:
-        return data
-    width = ctx.rng.choice([1, 2, 4, 8])
-    value = ctx.rng.choice(INTERESTING) % (1 << (8 * width))
-    raw = value.to_bytes(width, ctx.rng.choice(["little", "big"]))
-    i = ctx.rng.randrange(max(1, len(data) - width + 1))
-    return data[:i] + raw + data[i + width:]
-
-
-def duplicate_range(ctx: MutationContext, data: bytes) -> bytes:
-    if not data:
-        return data
-    i = _pos(ctx, data)
-    j = min(len(data), i + ctx.rng.choice([1, 16, 256, 4096]))
-    return data[:j] + data[i:j] * ctx.rng.choice([1, 2, 8]) + data[j:]
-
-
-BYTE_MUTATORS: list[Mutator] = [bit_flip, byte_set, byte_insert, byte_delete, truncate, splice,
-                                interesting_int, duplicate_range]
-
-
-# --------------------------------------------------------------------------- JSON and text
-
-
-_RAW = "\u0000RAW{}\u0000"
-
-
-def _hostile_json(ctx: MutationContext) -> tuple[Any, str | None]:
-    """A hostile value, or a raw JSON text to splice in (returned as the second item)."""
-    rng = ctx.rng
-    choice = rng.randrange(16)
-    if choice == 0:
-        return None, "9" * rng.choice([20, 400, 5000, 100_000])  # huge integer literals
-    if choice == 1:
-        return None, "[" * rng.choice([1000, 100_000]) + "]" * rng.choice([0, 1000, 100_000])
-    if choice == 2:
-        return None, rng.choice(["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1e-999", "-0"])
-    if choice == 3:
-        return None, '{"a":' * rng.choice([1000, 50_000]) + "1" + "}" * 50_000
-    if choice == 4:
-        return None, '"\\ud800"'
-    values: list[Any] = [-1, 0, 2**63, -(2**63) - 1, 10**30, 1.5, True, False, None, "", "x" * 100_000,
-                         "\u0000/..", [], {}, [1, "a", None], {"": 1}, "é" * 10]
-    return rng.choice(values), None
-
-
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value[:50]):
-            yield from _paths(v, (*prefix, i))
-
-
-def _set_path(root: Any, path: tuple[Any, ...], new: Any) -> Any:
-    if not path:
-        return new
-    node = root
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = new
-    return root
-
-
-def json_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """Replace, delete or add a node of a JSON document with a hostile value."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
-    rng = ctx.rng
-    paths = list(_paths(doc))
-    path = rng.choice(paths)
-    op = rng.randrange(5)
-    raw: str | None = None
-    if op == 0 and path:  # delete
-        parent = doc
-        for key in path[:-1]:
-            parent = parent[key]
-        del parent[path[-1]]
-    elif op == 1 and isinstance(doc, dict):  # an unknown or camelCase key
-        doc[rng.choice(["unknownKey", "numEpochs", "entities ", "dimension", "__proto__"])] = rng.choice(
-            [1, "x", None, {"a": 1}])
-    else:
-        value, raw = _hostile_json(ctx)
-        doc = _set_path(doc, path, _RAW if raw is not None else value)
-    text = json.dumps(doc, allow_nan=True, ensure_ascii=rng.random() < 0.5)
-    if raw is not None:
-        text = text.replace(json.dumps(_RAW), raw, 1)
-    return text.encode("utf-8", "surrogatepass")
-
-
-def json_wrap(ctx: MutationContext, data: bytes) -> bytes:
-    """The whole document as another JSON type, duplicated keys, or garbage around it."""
-    text = data.decode("utf-8", "replace")
-    choice = ctx.rng.randrange(6)
-    if choice == 0:
-        return f"[{text}]".encode()
-    if choice == 1:
-        return f'{{"a": {text}, "a": {text}}}'.encode()
-    if choice == 2:
-        return ("\ufeff" + text).encode()
-    if choice == 3:
-        return (text + "\n" + text).encode()
-    if choice == 4:
-        return json.dumps(text).encode()
-    return text.encode("utf-16")
-
-
-def count_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """Hostile contents of a one-integer text file."""
-    return ctx.rng.choice([
-        b"9" * 5000, b"9" * 100_000, b"-1\n", b" 3 \n", b"3\n4\n", b"0x10", "\u0663\n".encode(),
-        "\uff13".encode(), b"3.0", b"1e3", b"", b"\n", b"\x00", b"\xef\xbb\xbf3\n", b"\xff\xfe3\x00",
-        b"\xc3\x28", b"+3", b"3_000", b"00000000000000000000003", b"3\r\n", b"NaN", b"18446744073709551616",
-    ])
-
-
-def jsonl_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """A hostile line among the lines of a JSON-lines file."""
-    lines = data.split(b"\n")
-    i = ctx.rng.randrange(len(lines))
-    lines[i] = json_mutate(ctx, lines[i]) if ctx.rng.random() < 0.7 else ctx.rng.choice(
-        [b"", b"\x00", b"{", b"\xff\xfe", b"[" * 100_000, b"9" * 5000])
-    return b"\n".join(lines)
-
-
-def table_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """Malformed rows of a delimited text file: fields, NUL, huge fields, bad UTF-8, line ends."""
-    rng = ctx.rng
-    lines = data.split(b"\n")
-    i = rng.randrange(len(lines))
-    line = lines[i]
-    choice = rng.randrange(14)
-    if choice == 0:
-        lines[i] = line + rng.choice([b"\t", b","]) + b"extra"
-    elif choice == 1:
-        lines[i] = line.rsplit(rng.choice([b"\t", b","]), 1)[0]
-    elif choice == 2:
-        lines[i] = line[:len(line) // 2] + b"\x00" + line[len(line) // 2:]
-    elif choice == 3:
-        lines[i] = line + b"x" * rng.choice([1 << 16, 1 << 20])
-    elif choice == 4:
-        lines[i] = line + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"])
-    elif choice == 5:
-        return data.replace(b"\n", b"\r\n")
-    elif choice == 6:
-        return data.replace(b"\n", b"\r")
-    elif choice == 7:
-        return b"\xef\xbb\xbf" + data
-    elif choice == 8:
-        lines[i] = rng.choice([b"\t\t\t", b",,,", b'"a,b",c,d', b"\t", b" ", b"a\tb\tc\td\te\tf\tg"])
-    elif choice == 9:
-        lines[i] = line.replace(b",", b",nan,", 1).replace(b"\t", b"\t\t", 1)
-    elif choice == 10:
-        field = rng.choice([b"nan", b"inf", b"-1", b"1e999", b"-0", b"", b"0x1", b"1_0", b"\xe2\x80\x8b"])
-        parts = line.split(b",")
-        parts[-1] = field
-        lines[i] = b",".join(parts)
-    elif choice == 11:
-        lines = lines * rng.choice([2, 50])
-    elif choice == 12:
-        return b"\n" * rng.choice([1, 1000])
-    else:
-        lines[i] = b"a\tb\tc" * rng.choice([1, 10_000])
-    return b"\n".join(lines)
-
-
-# --------------------------------------------------------------------------- pickles
-
-
-def _evil_commands(marker: Path) -> list[tuple[str, str, str]]:
-    """(module, name, argument): calls that would create ``marker`` if a loader ran them."""
-    m = str(marker)
-    return [
-        ("os", "system", f"touch {m}"),
-        ("posix", "system", f"touch {m}"),
-        ("builtins", "exec", f"open({m!r}, 'w').close()"),
-        ("builtins", "eval", f"open({m!r}, 'w').close()"),
-        ("__builtin__", "eval", f"open({m!r}, 'w').close()"),
-        ("subprocess", "getoutput", f"touch {m}"),
-        ("pathlib", "Path.touch", m),
-        ("torch.serialization", "os.system", f"touch {m}"),
-        ("collections", "OrderedDict.__class__.__subclasses__", m),
-    ]
-
-
-def evil_pickle(ctx: MutationContext) -> bytes:
-    """A pickle that creates the marker file when unpickled by a loader that trusts it."""
-    rng = ctx.rng
-    module, name, arg = rng.choice(_evil_commands(ctx.marker))
-    style = rng.randrange(5)
-    if style == 0:  # protocol 0: GLOBAL + REDUCE
-        return f"c{module}\n{name}\n(V{arg}\ntR.".encode()
-    if style == 1:  # INST
-        return f"(V{arg}\ni{module}\n{name}\n.".encode()
-    if style == 2:  # protocol 4: STACK_GLOBAL
-        return pickle.dumps(None, protocol=4)[:2] + _stack_global(module, name) + _unicode(arg) + \
-            b"\x85R."  # TUPLE1, REDUCE, STOP
-    if style == 3:  # STACK_GLOBAL with memoized names that a naive scanner reads as an allowed global
-        return (b"\x80\x04" + _unicode(module) + b"\x94" + _unicode(name) + b"\x94" + b"00"  # memo 0, 1
-                + _unicode("collections") + _unicode("OrderedDict") + b"00"
-                + b"h\x00h\x01\x93" + _unicode(arg) + b"\x85R.")
-    # a dict with an evil value inside: the state dict shape, with a payload as one leaf
-    inner = f"c{module}\n{name}\n(V{arg}\ntR".encode()
-    return b"(dp0\nVstate\np1\n" + inner + b"s."
-
-
-def _unicode(text: str) -> bytes:
-    raw = text.encode()
-    return b"\x8c" + bytes([len(raw)]) + raw if len(raw) < 256 else b"X" + struct.pack("<I", len(raw)) + raw
-
-
-def _stack_global(module: str, name: str) -> bytes:
-    return _unicode(module) + _unicode(name) + b"\x93"
-
-
-def pickle_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """Put an evil pickle where the loader will read one: bare, inside a zip payload (data.pkl)
-    or in place of the legacy container's object pickle."""
-    evil = evil_pickle(ctx)
-    where = ctx.rng.randrange(3)
-    if where == 1 and data.startswith(b"PK\x03\x04"):
-        try:
-            return _zip_replace(data, evil)
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, RuntimeError,
-                zlib.error, lzma.LZMAError):
-            return evil
-    if where == 2 and data.startswith(b"\x80\x02\x8a\x0al"):
-        return _legacy_replace(data, evil, ctx.rng)
-    return evil
-
-
-def _zip_replace(data: bytes, evil: bytes) -> bytes:
-    source = zipfile.ZipFile(io.BytesIO(data))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
-        for info in source.infolist():
-            body = evil if info.filename.endswith("data.pkl") else source.read(info)
-            target.writestr(info.filename, body)
-    return out.getvalue()
-
-
-def _legacy_replace(data: bytes, evil: bytes, rng: random.Random) -> bytes:
-    """Replace one of the legacy container's five pickles (found by parsing them)."""
-    import pickletools
-
-    stream = io.BytesIO(data)
-    bounds = []
-    try:
-        for _ in range(5):
-            start = stream.tell()
-            for _op in pickletools.genops(stream):
-                pass
-            bounds.append((start, stream.tell()))
-    except (ValueError, EOFError):
-        return evil
-    start, end = bounds[rng.choice([0, 3, 3, 4])]
-    return data[:start] + evil + data[end:]
-
-
-def payload_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """Rewrite a torch.save zip payload's structure: member sizes, storage shapes, extra members."""
-    if not data.startswith(b"PK\x03\x04"):
-        return pickle_mutate(ctx, data)
-    try:
-        source = zipfile.ZipFile(io.BytesIO(data))
-        members = {info.filename: source.read(info) for info in source.infolist()}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, OverflowError, RuntimeError):
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
-    rng = ctx.rng
-    names = list(members)
-    name = rng.choice(names)
-    choice = rng.randrange(5)
-    if choice == 0:
-        members[name] = members[name][: rng.randrange(len(members[name]) + 1)]
-    elif choice == 1:
-        del members[name]
-    elif choice == 2:
-        members[name.rsplit("/", 1)[0] + "/data.pkl" if "/" in name else "data.pkl"] = evil_pickle(ctx)
-    elif choice == 3:
-        pkl = next((n for n in names if n.endswith("data.pkl")), None)
-        if pkl is not None:  # bump the sizes the pickle claims: long ints and shape tuples
-            members[pkl] = _bump_ints(members[pkl], rng)
-    else:
-        members[f"{name}.extra"] = b"\x00" * rng.choice([0, 8, 1 << 16])
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as target:
-        for member, body in members.items():
-            target.writestr(member, body)
-    return out.getvalue()
-
-
-def _bump_ints(pkl: bytes, rng: random.Random) -> bytes:
-    """Change BININT1/BININT/LONG1 arguments of a pickle (shapes, strides, offsets, sizes)."""
-    buf = bytearray(pkl)
-    spots = [i for i, b in enumerate(buf[:-1]) if b in (0x4B, 0x4A)]  # BININT1 K, BININT J
-    for i in rng.sample(spots, min(len(spots), rng.choice([1, 2, 4]))):
-        if buf[i] == 0x4B:
-            buf[i + 1] = rng.choice([0, 1, 255, rng.randrange(256)])
-        elif i + 5 <= len(buf):
-            buf[i + 1:i + 5] = struct.pack("<i", rng.choice([-1, 0, 2**31 - 1, -(2**31), 10**9]))
-    return bytes(buf)
-
-
-# --------------------------------------------------------------------------- HDF5
-
-
-_HUGE = [10**12, 2**40, 2**31, 2**33 + 1, 10**9]
-
-
-def _h5_edit(ctx: MutationContext, data: bytes, edit: Callable[[random.Random, Any], None]) -> bytes:
-    """``edit`` applied to the file through h5py, in a forked child: HDF5 editing a file that an
-    earlier byte mutation damaged may crash, loop or corrupt its own memory, which must not be
-    blamed on (or carried into) the reader that runs next in the same process."""
-    import h5py
-
-    path = ctx.scratch / "mutate.h5"
-    path.write_bytes(data)
-    edit_rng = random.Random(ctx.rng.getrandbits(64))
-
-    def work() -> None:
-        with h5py.File(path, "r+") as f:
-            edit(edit_rng, f)
-
-    try:
-        if not ctx.damaged:  # a file HDF5 itself wrote: edited in this process (no fork to pay)
-            try:
-                work()
-                return path.read_bytes()
-            except Exception:
-                pass
-        elif _in_child(work):
-            return path.read_bytes()
-        ctx.damaged = True
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)  # a file h5py cannot edit: fall back to bytes
-    finally:
-        path.unlink(missing_ok=True)
-
-
-def _in_child(work: Callable[[], None], timeout: float = 10.0) -> bool:
-    """Whether ``work()`` returned in a forked child within ``timeout`` seconds."""
-    import signal
-    import time
-
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into the caller's code
-        code = 1
-        try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            work()
-            code = 0
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status) == 0
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return False
-        time.sleep(0.0005)
-
-
-def _datasets(f: Any) -> list[str]:
-    import h5py
-
-    found: list[str] = []
-    f.visititems(lambda name, obj: found.append(name) if isinstance(obj, h5py.Dataset) else None)
-    return found
-
-
-def _known_names(f: Any) -> list[str]:
-    names = ["rel", "lhs", "rhs", "weight", "lhs_offsets", "lhsd_data", "rhs_offsets", "rhsd_data",
-             "embeddings", "optimizer/state_dict", "model/relations/0/operator/rhs/translation"]
-    try:
-        from pbgio.spec.edges import SIDES, data_name, offsets_name
-
-        names += [offsets_name(s) for s in SIDES] + [data_name(s) for s in SIDES]
-    except ImportError:
-        pass
-    return names
-
-
-def _pick(rng: random.Random, f: Any, existing: float = 0.8) -> str:
-    present = _datasets(f)
-    if present and rng.random() < existing:
-        return rng.choice(present)
-    return rng.choice(_known_names(f))
-
-
-def _delete(f: Any, name: str) -> None:
-    if name in f:
-        del f[name]
-
-
-MAX_EDIT_ELEMENTS = 1 << 20
-
-
-def _values(f: Any, name: str) -> Any:
-    """All of dataset ``name``, or None when it claims more elements than an edit reads whole (an
-    earlier :func:`h5_huge` made it claim 10^12 rows)."""
-    if getattr(f[name], "size", 0) > MAX_EDIT_ELEMENTS:
-        return None
-    return f[name][...]
-
-
-def h5_huge(rng: random.Random, f: Any) -> None:
-    """A dataset claiming a huge size with (almost) nothing written."""
-    import numpy as np
-
-    name = _pick(rng, f)
-    old = f[name] if name in f and hasattr(f[name], "dtype") else None
-    dtype = old.dtype if old is not None and rng.random() < 0.7 else rng.choice(
-        [np.int64, np.float32, np.dtype("V1"), np.int32, np.float64])
-    _delete(f, name)
-    ndim = old.ndim if old is not None and old.ndim else 1
-    huge = rng.choice(_HUGE)
-    shape = (huge,) if ndim == 1 else (huge // 1000 or 1, 1000)
-    chunks = (1 << 16,) if ndim == 1 else (64, 1000)
-    if rng.random() < 0.8:
-        ds = f.create_dataset(name, shape=shape, dtype=dtype, chunks=chunks,
-                              maxshape=(None,) * len(shape))
-        if rng.random() < 0.5 and ndim == 1:  # the first chunk written, the rest never
-            ds[: 1 << 10] = np.ones(1 << 10, dtype=dtype) if dtype != np.dtype("V1") else np.zeros(
-                1 << 10, dtype)
-    else:
-        f.create_dataset(name, shape=shape, dtype=dtype)  # contiguous, never allocated
-
-
-def h5_dtype(rng: random.Random, f: Any) -> None:
-    """A dataset rewritten with another dtype (same values where they convert)."""
-    import numpy as np
-
-    name = _pick(rng, f, existing=1.0)
-    if name not in f:
-        return
-    values = _values(f, name)
-    if values is None:
-        return
-    dtype: Any = rng.choice([np.int32, np.uint64, np.float32, np.float64, np.bool_, ">i8", ">f4", np.int8,
-                        "S8", np.dtype([("a", np.int64), ("b", np.float32)]), np.complex64, np.float16])
-    _delete(f, name)
-    try:
-        f.create_dataset(name, data=values.astype(dtype) if np.dtype(dtype).names is None
-                         else np.zeros(values.shape, dtype))
-    except (TypeError, ValueError):
-        f.create_dataset(name, data=np.zeros(values.shape, dtype))
-
-
-def h5_shape(rng: random.Random, f: Any) -> None:
-    """A dataset reshaped: scalar, 2-D, empty, one element more or less."""
-    import numpy as np
-
-    name = _pick(rng, f, existing=1.0)
-    if name not in f:
-        return
-    values = _values(f, name)
-    if values is None:
-        return
-    flat = values.reshape(-1)
-    choice = rng.randrange(6)
-    new: Any
-    if choice == 0:
-        new = flat[:1].reshape(()) if flat.size else np.zeros((), values.dtype)
-    elif choice == 1:
-        new = flat.reshape(1, -1) if flat.size else np.zeros((0, 3), values.dtype)
-    elif choice == 2:
-        new = flat[:0]
-    elif choice == 3:
-        new = flat[:-1]
-    elif choice == 4:
-        new = np.concatenate([flat, flat[:1]]) if flat.size else np.zeros(1, values.dtype)
-    else:
-        new = np.zeros((2, 2, 2), values.dtype)
-    _delete(f, name)
-    f.create_dataset(name, data=new)
-
-
-def h5_values(rng: random.Random, f: Any) -> None:
-    """Hostile values in a dataset: negative, huge, NaN, unsorted offsets."""
-    import numpy as np
-
-    name = _pick(rng, f, existing=1.0)
-    if name not in f:
-        return
-    ds = f[name]
-    if not ds.shape or ds.size == 0 or ds.dtype.kind not in "iuf":
-        return
-    values = _values(f, name)
-    if values is None:
-        return
-    flat = values.reshape(-1)
-    i = rng.randrange(flat.size)
-    if ds.dtype.kind == "f":
-        flat[i] = rng.choice([np.nan, np.inf, -np.inf, -1.0, 3.4e38])
-    elif rng.random() < 0.3:
-        flat[:] = flat[::-1]
-    else:
-        info = np.iinfo(ds.dtype)
-        flat[i] = rng.choice([info.min, info.max, -1, 10**12 % info.max, 0])
-    ds[...] = values
-
-
-def h5_attrs(rng: random.Random, f: Any) -> None:
-    """Root attributes: format_version, config/json and iteration/* of wrong types and values."""
-    import numpy as np
-
-    from pbgio.spec import FORMAT_VERSION_ATTR
-    from pbgio.spec.checkpoint import CONFIG_JSON_ATTR, ITERATION_ATTRS
-
-    key = rng.choice([FORMAT_VERSION_ATTR, FORMAT_VERSION_ATTR, CONFIG_JSON_ATTR, *ITERATION_ATTRS])
-    value = rng.choice([
-        None, "1", np.int64(2), np.int64(-1), np.float64(1.0), np.array([1, 1]), np.array([], np.int64),
-        b"\xff\xfe", "{" * 10_000, "9" * 5000, np.int64(2**62), np.bool_(True), np.array([[1]]),
-        '{"entities": 1}', "", np.uint64(1), np.int8(1),
-    ])
-    if value is None:
-        if key in f.attrs:
-            del f.attrs[key]
-    else:
-        f.attrs[key] = value
-
-
-def h5_links(rng: random.Random, f: Any) -> None:
-    """Datasets replaced by groups, soft links (dangling or cyclic) or external links."""
-    import h5py
-
-    name = _pick(rng, f)
-    _delete(f, name)
-    choice = rng.randrange(4)
-    if choice == 0:
-        f.create_group(name)
-    elif choice == 1:
-        f[name] = h5py.SoftLink("/no/such/thing")
-    elif choice == 2:
-        f[name] = h5py.ExternalLink(rng.choice(["/etc/passwd", "missing.h5", "/dev/zero"]), "/x")
-    else:
-        f[name] = h5py.SoftLink("/" + name)
-
-
-def h5_filters(rng: random.Random, f: Any) -> None:
-    """A dataset rewritten compressed, checksummed, or with a corrupt-prone layout."""
-    name = _pick(rng, f, existing=1.0)
-    if name not in f or not f[name].shape:
-        return
-    values = _values(f, name)
-    if values is None:
-        return
-    _delete(f, name)
-    choice = rng.randrange(4)
-    chunks = tuple(max(1, min(8, n)) for n in values.shape) if values.size else None
-    if choice == 0:
-        f.create_dataset(name, data=values, compression="gzip", chunks=chunks)
-    elif choice == 1:
-        f.create_dataset(name, data=values, fletcher32=True, chunks=chunks)
-    elif choice == 2:
-        f.create_dataset(name, data=values, shuffle=True, compression="lzf", chunks=chunks)
-    else:
-        f.create_dataset(name, data=values, scaleoffset=0 if values.dtype.kind in "iu" else None,
-                         chunks=chunks)
-
-
-def h5_extra(rng: random.Random, f: Any) -> None:
-    """Unknown datasets, groups, and a model group holding odd names."""
-    import numpy as np
-
-    name = rng.choice(["extra", "model/entities/user/global_embedding", "model/relations/9/operator/x/y",
-                       "model/a.b", "model/relations/-1/operator/rhs/diagonal", "optimizer", "lhs_offsets"])
-    _delete(f, name)
-    f.create_dataset(name, data=np.zeros(rng.choice([0, 3, 5]), rng.choice([np.float32, np.int64])))
-
-
-def h5_evil_blob(rng: random.Random, f: Any) -> None:
-    """The optimizer blob replaced by an evil pickle (bare or in a zip payload)."""
-    import numpy as np
-
-    from pbgio.spec.checkpoint import OPTIMIZER_DATASET
-
-    ctx = MutationContext(rng, [], Path("."),
-                          Path(os.environ.get(MARKER_ENV) or Path(tempfile.gettempdir()) / "pbgio-fuzz-marker"))
-    found = _values(f, OPTIMIZER_DATASET) if OPTIMIZER_DATASET in f else None
-    old = found.tobytes() if found is not None else b""
-    evil = pickle_mutate(ctx, old) if rng.random() < 0.7 else payload_mutate(ctx, old)
-    _delete(f, OPTIMIZER_DATASET)
-    f.create_dataset(OPTIMIZER_DATASET, data=np.frombuffer(evil, dtype=np.dtype("V1")))
-
-
-H5_EDITS: list[Callable[[random.Random, Any], None]] = [
-    h5_huge, h5_huge, h5_dtype, h5_shape, h5_values, h5_attrs, h5_links, h5_filters, h5_extra, h5_evil_blob,
-]
-
-
-def h5_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    return _h5_edit(ctx, data, ctx.rng.choice(H5_EDITS))
-
-
-# --------------------------------------------------------------------------- Parquet
-
-
-def parquet_mutate(ctx: MutationContext, data: bytes) -> bytes:
-    """A table rewritten with wrong column types, nulls, lists, or no rows."""
-    import polars as pl
-
-    from pbgio.importers.parquet_check import check_parquet
-
-    try:  # polars aborts the worker on some false claims (the reader checks them the same way)
-        check_parquet(io.BytesIO(data), "input")
-        frame = pl.read_parquet(io.BytesIO(data))
-    except (Exception, pl.exceptions.PanicException):  # a panic is a BaseException
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
-    rng = ctx.rng
-    column = rng.choice(frame.columns) if frame.columns else "x"
-    n = frame.height
-    choice = rng.randrange(9)
-    try:
-        if choice == 0:
-            frame = frame.with_columns(pl.Series(column, [rng.random() for _ in range(n)]))
-        elif choice == 1:
-            frame = frame.with_columns(pl.Series(column, [rng.random() < 0.5 for _ in range(n)]))
-        elif choice == 2:
-            frame = frame.with_columns(pl.Series(column, [None] * n, dtype=pl.String))
-        elif choice == 3:
-            frame = frame.with_columns(pl.Series(column, [[["a"]]] * n))
-        elif choice == 4:
-            frame = frame.with_columns(pl.Series(column, [b"\xff\x00"] * n, dtype=pl.Binary))
-        elif choice == 5:
-            frame = frame.with_columns(pl.Series(column, [{"a": 1}] * n))
-        elif choice == 6:
-            frame = frame.head(0)
-        elif choice == 7:
-            frame = frame.with_columns(pl.Series(column, [["x", None, ""]] * n))
-        else:
-            frame = frame.select(frame.columns[:rng.randrange(len(frame.columns) + 1)])
-    except (Exception, pl.exceptions.PanicException):
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
-    out = io.BytesIO()
-    try:
-        frame.write_parquet(out, row_group_size=rng.choice([1, 7, 1000]))
-    except (Exception, pl.exceptions.PanicException):
-        return ctx.rng.choice(BYTE_MUTATORS)(ctx, data)
-    return out.getvalue()
-
-
-# --------------------------------------------------------------------------- generation
-
-
-STRUCTURE_MUTATORS: dict[str, list[Mutator]] = {
-    "json": [json_mutate, json_mutate, json_wrap],
-    "count": [count_mutate],
-    "jsonl": [jsonl_mutate],
-    "h5": [h5_mutate],
-    "pickle": [pickle_mutate, payload_mutate],
-    "text-table": [table_mutate],
-    "parquet": [parquet_mutate],
-}
-
-
-def generate(target: Target, corpus: list[bytes], seed: int, index: int, scratch: Path,
-             marker: Path) -> bytes:
-    """Input ``index`` of a campaign: the seeds themselves first, then stacked mutations of them."""
-    if index < len(corpus):
-        return corpus[index]
-    rng = random.Random(f"{seed}/{target.name}/{index}")
-    ctx = MutationContext(rng, corpus, scratch, marker)
-    data = rng.choice(corpus)
-    structural = STRUCTURE_MUTATORS.get(target.kind, [])
-    for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        if structural and rng.random() < 0.55:
-            data = rng.choice(structural)(ctx, data)
-        else:
-            data = rng.choice(BYTE_MUTATORS)(ctx, data)
-            ctx.damaged = True
-    return data[: 8 << 20]

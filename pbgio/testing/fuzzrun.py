@@ -9,7 +9,7 @@ answer within twice the bound plus a grace period (stuck in C code) is killed, a
 is a ``hang``. A worker that dies (abort, segfault) is replaced; its input is a ``crash``.
 An input after which the pickle marker file exists is a ``pickle-executed`` failure.
 
-Inputs are generated inside the workers (:func:`pbgio.testing.fuzz.generate`), so only the
+Inputs are generated inside the workers (:func:`pbgio.testing.fuzz_mutators.generate`), so only the
 failing inputs' bytes travel back; :func:`campaign` writes each to ``crashes/<target>/`` with
 its traceback.
 
@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from pbgio.testing import fuzz
+from pbgio.testing import fuzz, fuzz_mutators, fuzz_seeds
 
 GRACE_S = 20.0
 WORKER_START_S = 300.0
@@ -135,7 +135,7 @@ def _worker(conn: Connection, corpus_dir: str, names: list[str], seed: int, time
     scratch = Path(tempfile.mkdtemp(prefix="pbgio-fuzz-"))
     marker = scratch / "PICKLE-PAYLOAD-RAN"
     os.environ[fuzz.MARKER_ENV] = str(marker)
-    corpora = {name: fuzz.load_corpus(Path(corpus_dir) / name) for name in names}
+    corpora = {name: fuzz_seeds.load_corpus(Path(corpus_dir) / name) for name in names}
     signal.signal(signal.SIGALRM, _on_alarm)
     for name in names:  # warm up: imports, thread pools, caches (not the deliberately broken readers)
         for data in corpora[name][:2] if name in fuzz.TARGETS else []:
@@ -187,7 +187,7 @@ def _run_task(task: tuple[str, str, Any, bytes | None], corpora: dict[str, list[
     how, name, index, payload = task
     target = fuzz.get_target(name)
     try:
-        data = payload if how == "data" and payload is not None else fuzz.generate(
+        data = payload if how == "data" and payload is not None else fuzz_mutators.generate(
             target, corpora[name], seed, int(index), scratch, marker)
     except BaseException as error:
         return Result(name, index, "failure", "generator", _signature("generator", error),

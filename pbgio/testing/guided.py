@@ -5,7 +5,7 @@
 those. A *family* groups the catalogue's targets that share reader modules (every checkpoint
 file, every entity file, …). One fuzzer process runs one family: an input's first byte picks
 the target (modulo the family's size), the rest is the target's file. The corpus starts as the
-catalogue's seeds (:func:`pbgio.testing.fuzz.build_corpus`) and grows in ``corpus/<family>/``.
+catalogue's seeds (:func:`pbgio.testing.fuzz_seeds.build_corpus`) and grows in ``corpus/<family>/``.
 
 The contract is the catalogue's (:func:`pbgio.testing.fuzz.classify`): an input either returns or
 raises a :class:`~pbgio.errors.PbgioError`; any other exception, a ``RecursionError``, a
@@ -20,7 +20,7 @@ the ``fuzz`` extra.
 
 >>> sorted(FAMILIES)
 ['checkpoint', 'config', 'edges', 'entities', 'import', 'index', 'legacy']
->>> family_of(FAMILIES["edges"], bytes([3]) + b"HDF")
+>>> family_of(FAMILIES["edges"], bytes([5]) + b"HDF")
 ('edges-validate', b'HDF')
 """
 
@@ -32,6 +32,7 @@ import importlib
 import importlib.util
 import json
 import os
+import random
 import resource
 import shutil
 import signal
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pbgio.testing import fuzz, fuzzrun
+from pbgio.testing import fuzz, fuzz_mutators, fuzz_seeds, fuzzrun
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,27 @@ class Family:
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("checkpoint", ("checkpoint-embeddings", "checkpoint-model", "checkpoint-version", "training-stats",
-                          "optimizer-blob", "torch-payload"),
+                          "optimizer-blob", "torch-payload", "checkpoint-layout-embeddings", "checkpoint-layout-model",
+                          "checkpoint-layout-version"),
            ("pbgio.checkpoint", "pbgio.checks.checkpoint", "pbgio.optimizer_state", "pbgio.checks.optimizer",
             "pbgio.formats.torch_payload", "pbgio.formats.h5", "pbgio.formats.h5heap"),
            "checkpoint embeddings and model files, their optimizer blobs, the version and stats files"),
-    Family("edges", ("edges-read", "edges-validate"),
+    Family("edges", ("edges-read", "edges-validate", "edges-layout", "edges-layout-dynamic"),
            ("pbgio.edges", "pbgio.checks.edges", "pbgio.formats.h5"),  # no heap: buckets have no text attribute
            "edge buckets: the reader and the validator"),
-    Family("entities", ("entity-count", "entity-names", "dynamic-rel-count", "dynamic-rel-names"),
-           ("pbgio.entities", "pbgio.checks.entities"), "entity counts and names, dynamic relation counts and names"),
-    Family("config", ("config", "config-py"), ("pbgio.config", "pbgio.checks.config", "pbgio.python_config"),
-           "run configs: JSON, and the answer a config.py's child process writes"),
-    Family("index", ("index",), ("pbgio.index_file", "pbgio.checks.index"),
-           "nearest-neighbour index files: metadata, digest and payload"),
+    Family("entities", ("entity-count", "entity-names", "dynamic-rel-count", "dynamic-rel-names", "entities-layout"),
+           ("pbgio.entities", "pbgio.checks.entities"),
+           "entity counts and names, dynamic relation counts and names, alone and in a layout"),
+    Family("config", ("config", "config-py", "config-layout", "config-py-source"),
+           ("pbgio.config", "pbgio.checks.config", "pbgio.python_config"),
+           "run configs: JSON, the answer a config.py's child process writes, a config in a layout, "
+           "a config.py run"),
+    Family("index", ("index", "index-layout"), ("pbgio.index_file", "pbgio.checks.index"),
+           "nearest-neighbour index files: metadata, digest and payload; in a checkpoint of a layout"),
     Family("legacy", ("legacy-pt",), ("pbgio.legacy.pickles",), "legacy .pt pickles (METADATA_1.pt and the others)"),
-    Family("import", ("import-tsv", "import-csv", "import-parquet"),
+    Family("import", ("import-tsv", "import-csv", "import-parquet", "import-options"),
            ("pbgio.importers.read", "pbgio.importers.parquet_check", "pbgio.importers.sniff"),
-           "the importer's TSV, CSV and Parquet inputs"),
+           "the importer's TSV, CSV and Parquet inputs, and its options picked by a byte"),
 ]}
 
 
@@ -107,7 +112,7 @@ def write_seeds(family: Family, corpus: Path) -> int:
     corpus.mkdir(parents=True, exist_ok=True)
     count = 0
     with tempfile.TemporaryDirectory(prefix="pbgio-guided-seeds-") as tmp:
-        seeds = fuzz.build_corpus(Path(tmp), list(family.targets))
+        seeds = fuzz_seeds.build_corpus(Path(tmp), list(family.targets))
         for i, name in enumerate(family.targets):
             for path in seeds[name]:
                 data = bytes([i]) + path.read_bytes()
@@ -144,6 +149,39 @@ def _limit_memory(memory_mb: int) -> None:
 
 
 
+STRUCTURE_RATE = 0.25
+"""The share of mutations that are the catalogue's structure-level ones (the rest: libFuzzer's bytes)."""
+
+
+class StructureMutator:
+    """The fuzzer's custom mutator: with probability ``rate``, one of the catalogue's structure-level
+    mutators for the kind of the input's target (:data:`pbgio.testing.fuzz_mutators.STRUCTURE_MUTATORS`:
+    HDF5 datasets and attributes rewritten through h5py, pickles, JSON …), else ``fallback``
+    (``atheris.Mutate``: libFuzzer's byte-level mutations). The first byte (the target) is kept.
+    HDF5 edits run in a forked child (the input may be damaged), so HDF5 breaking on it cannot
+    take the fuzzer down."""
+
+    def __init__(self, family: Family, scratch: Path, fallback: Any, rate: float = STRUCTURE_RATE) -> None:
+        self.family, self.scratch, self.fallback, self.rate = family, scratch, fallback, rate
+        self.applied = 0
+
+    def __call__(self, data: bytes, max_size: int, seed: int) -> bytes:
+        rng = random.Random(seed)
+        if data and rng.random() < self.rate:
+            name, payload = family_of(self.family, data)
+            mutators = fuzz_mutators.STRUCTURE_MUTATORS.get(fuzz.get_target(name).kind, [])
+            if mutators and payload:
+                ctx = fuzz_mutators.MutationContext(rng, [payload], self.scratch, self.scratch / "PICKLE-PAYLOAD-RAN",
+                                           damaged=True)
+                with contextlib.suppress(Exception):
+                    mutated = data[:1] + rng.choice(mutators)(ctx, payload)
+                    if len(mutated) <= max_size:
+                        self.applied += 1
+                        return mutated
+        out: bytes = self.fallback(data, max_size)
+        return out
+
+
 class _Runner:
     """Runs one input of a family and records findings (the atheris callback)."""
 
@@ -175,6 +213,7 @@ class _Runner:
         if now > self.deadline:
             self.write_stats()
             shutil.rmtree(self.scratch, ignore_errors=True)
+            fuzz.remove_templates()
             sys.stdout.flush()
             os._exit(0)  # libFuzzer's own exit skips Python's; the corpus is already on disk
         self.inputs += 1
@@ -241,7 +280,9 @@ def _fuzz_main(family: Family, corpus: Path, crashes: Path, seconds: float, time
     _limit_memory(memory_mb)
     args = [sys.argv[0], str(corpus), f"-artifact_prefix={crashes}/", f"-max_total_time={int(seconds) + 60}",
             "-rss_limit_mb=0", "-max_len=262144", "-print_final_stats=1"]
-    atheris.Setup(args, runner, enable_python_coverage=True)
+    # atheris.Mutate is looked up per call: Fuzz() rebinds it to libFuzzer's once it starts.
+    mutator = StructureMutator(family, runner.scratch, lambda data, max_size: atheris.Mutate(data, max_size))
+    atheris.Setup(args, runner, custom_mutator=mutator, enable_python_coverage=True)
     atheris.Fuzz()
 
 
@@ -300,10 +341,10 @@ def fuzz_family(family: Family, corpus: Path, crashes: Path, seconds: float, *, 
 _COVER_BOOT = """
 import json, sys, coverage
 files = json.loads(sys.argv[1])
-cov = coverage.Coverage(branch=True, data_file=None, include=files)
+cov = coverage.Coverage(branch=True, data_file=sys.argv[2], include=files)
 cov.start()
 from pbgio.testing import guided
-guided._cover_main(cov, files, *sys.argv[2:])
+guided._cover_main(cov, files, *sys.argv[3:])
 """
 """The coverage process: measuring starts before pbgio is imported, so its module-level lines count."""
 
@@ -327,34 +368,58 @@ def _cover_main(cov: Any, files: list[str], family_name: str, out_path: str, tim
                 if replayed == WARM_UP:  # imports and thread pools are in place: bound what an input adds
                     _limit_memory(int(memory_mb))
     cov.stop()
-    report = out.with_suffix(".coverage.json")
-    cov.json_report(morfs=files, outfile=str(report))
-    data = json.loads(report.read_text(encoding="utf-8"))
-    measured = {str(Path(k).resolve()): v["summary"] for k, v in data["files"].items()}
-    modules = {}
-    for module, file in zip(family.modules, files, strict=True):
-        summary = measured[str(Path(file).resolve())]
-        modules[module] = {"file": os.path.relpath(file), "branches": summary["num_branches"],
-                           "covered_branches": summary["covered_branches"],
-                           "statements": summary["num_statements"], "covered_lines": summary["covered_lines"]}
+    cov.save()
+    modules = _module_summaries(cov, dict(zip(family.modules, files, strict=True)), out.with_suffix(".report.json"))
     out.write_text(json.dumps({"family": family.name, "inputs": replayed, "modules": modules}, indent=2) + "\n",
                    encoding="utf-8")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def measure(family: Family, corpora: list[Path], *, timeout: float = 10.0, memory_mb: int = 2048) -> dict[str, Any]:
+def _module_summaries(cov: Any, files: dict[str, str], report: Path) -> dict[str, dict[str, Any]]:
+    """Per module (name: its file): branches, covered branches, statements and covered lines."""
+    cov.json_report(morfs=list(files.values()), outfile=str(report))
+    data = json.loads(report.read_text(encoding="utf-8"))
+    measured = {str(Path(k).resolve()): v["summary"] for k, v in data["files"].items()}
+    modules = {}
+    for module, file in files.items():
+        summary = measured[str(Path(file).resolve())]
+        modules[module] = {"file": os.path.relpath(file), "branches": summary["num_branches"],
+                           "covered_branches": summary["covered_branches"],
+                           "statements": summary["num_statements"], "covered_lines": summary["covered_lines"]}
+    return modules
+
+
+def measure(family: Family, corpora: list[Path], *, timeout: float = 10.0, memory_mb: int = 2048,
+            data_file: Path | None = None) -> dict[str, Any]:
     """Replay ``corpora`` (folders of family inputs) under coverage.py in a child process, memory
     bounded as the fuzzer's: the inputs replayed and, per reader module, its branches, covered
-    branches, statements and covered lines."""
+    branches, statements and covered lines. ``data_file`` keeps coverage.py's data (for
+    :func:`measure_together`)."""
     with tempfile.TemporaryDirectory(prefix="pbgio-guided-measure-") as tmp:
         out = Path(tmp) / "coverage.json"
-        cmd = [sys.executable, "-c", _COVER_BOOT, json.dumps(module_files(family)), family.name, str(out),
-               str(timeout), str(memory_mb), *[str(c.resolve()) for c in corpora]]
+        data = data_file or Path(tmp) / "coverage.data"
+        cmd = [sys.executable, "-c", _COVER_BOOT, json.dumps(module_files(family)), str(data.resolve()),
+               family.name, str(out), str(timeout), str(memory_mb), *[str(c.resolve()) for c in corpora]]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"coverage replay of {family.name} failed:\n{proc.stderr[-4000:]}")
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return result
+
+
+def measure_together(measured: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Per reader module, its coverage from every family's corpus together (``measured``: family
+    name: the data file :func:`measure` kept). A module several families read (``pbgio.formats.h5``:
+    bucket readers use one half, table readers the other) counts what any of their inputs reached."""
+    import coverage
+
+    files: dict[str, str] = {}
+    for name in measured:
+        files.update(zip(get_family(name).modules, module_files(get_family(name)), strict=True))
+    with tempfile.TemporaryDirectory(prefix="pbgio-guided-together-") as tmp:
+        combined = coverage.Coverage(data_file=str(Path(tmp) / "combined.data"), branch=True)
+        combined.combine([str(p) for p in measured.values()], keep=True)
+        return _module_summaries(combined, files, Path(tmp) / "report.json")
 
 
 def branch_percent(entry: dict[str, Any]) -> float:

@@ -142,7 +142,7 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
     ctx.config = cfg
     ctx.root = storage.absolute(base)
     entity_path = storage.resolve(cfg.entity_path, base)
-    if entity_path.is_dir():
+    if _is_dir(entity_path):
         check_entity_dir(ctx, entity_path)
     else:
         ctx.add(layout_rules.path_missing(ctx.display(entity_path),
@@ -150,7 +150,7 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
     lhs_parts, rhs_parts = cfg.bucket_grid()
     for edge_path_str in cfg.edge_paths:
         edge_path = storage.resolve(edge_path_str, base)
-        if not edge_path.is_dir():
+        if not _is_dir(edge_path):
             ctx.add(layout_rules.path_missing(ctx.display(edge_path),
                                         f"expected an edge_paths directory, found {storage.found_at(edge_path)}"))
             continue
@@ -170,19 +170,36 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
     if not checkpoints:
         return
     checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
-    if checkpoint_path.is_dir():
+    if _is_dir(checkpoint_path):
         check_checkpoint_dir(ctx, checkpoint_path)
     elif not storage.is_remote(checkpoint_path) and (
-            storage.link_problem(checkpoint_path) is not None or checkpoint_path.exists()):
+            storage.link_problem(checkpoint_path) is not None or not _absent(checkpoint_path)):
         ctx.add(layout_rules.path_missing(ctx.display(checkpoint_path), "expected the checkpoint_path directory (or "
                                     f"nothing, before training), found {storage.found_at(checkpoint_path)}"))
     if cfg.init_path is not None:
         init_path = storage.resolve(cfg.init_path, base)
-        if init_path.is_dir():
+        if _is_dir(init_path):
             check_checkpoint_dir(ctx, init_path, warm_start=True)
         else:
             ctx.add(layout_rules.path_missing(ctx.display(init_path),
                                         f"expected the init_path directory, found {storage.found_at(init_path)}"))
+
+
+def _is_dir(path: AnyPath) -> bool:
+    """Whether a config's ``path`` is a directory: False where the system cannot even look it up (a
+    name longer than the file system allows), which the path rule then reports (:func:`storage.found_at`)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _absent(path: AnyPath) -> bool:
+    """Whether nothing is at ``path`` (False where the system cannot look it up)."""
+    try:
+        return not path.exists()
+    except OSError:
+        return False
 
 
 def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | None) -> None:

@@ -27,7 +27,6 @@ from pbgio.formats.h5 import (
     byte_dataset_file,
     check_written,
     format_version,
-    link_name,
     open_h5,
     read_row_chunks,
 )
@@ -160,8 +159,11 @@ def _check_attrs(ctx: Context, file: AnyPath, f: h5py.File, reference: dict[str,
         return
     try:
         found = parse_config(json.loads(text)).to_dict()
-    except (json.JSONDecodeError, ConfigError) as exc:
-        ctx.add(rules.file_attrs(shown, bad_config=str(exc).splitlines()[0]))
+    except RecursionError:
+        ctx.add(rules.file_attrs(shown, bad_config="invalid JSON (nesting too deep to decode)"))
+        return
+    except ValueError as exc:  # invalid JSON, an integer past the digit limit (a guided fuzzer's find), a bad config
+        ctx.add(rules.file_attrs(shown, bad_config=(str(exc).splitlines() or [type(exc).__name__])[0][:300]))
         return
     ctx.extend(rules.config_mismatch(shown, reference, found, "config.json", dataset=CONFIG_JSON_ATTR))
     ctx.add(rules.config_drift(shown, reference, found, "config.json", dataset=CONFIG_JSON_ATTR))
@@ -300,15 +302,14 @@ def _stored_relations(f: h5py.File) -> int | None:
     return None
 
 
-def _walk(group: h5py.Group, prefix: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for raw, item in group.items():
-        key = link_name(raw)
-        if isinstance(item, h5py.Dataset):
-            out.append((prefix + key, item))
-        else:
-            out.extend(_walk(item, f"{prefix}{key}/"))
-    return out
+def _walk(group: h5py.Group) -> list[tuple[str, Any]]:
+    """The parameter datasets under the model group, walked as the reader walks them: a member that is
+    neither a dataset nor a group (a dangling or external link, a named datatype) or a link back to an
+    enclosing group raises a FormatError naming it, which the caller reports (a dangling link made
+    the validator's own walk fail with AttributeError: found by the guided fuzzer)."""
+    from pbgio.checkpoint import _datasets
+
+    return list(_datasets(group))
 
 
 def _check_param(ctx: Context, file: AnyPath, name: str, ds: Any,

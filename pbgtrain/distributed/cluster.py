@@ -9,12 +9,15 @@ Everything the trainers coordinate goes through the store: the bucket locks
 (:mod:`pbgtrain.distributed.lock_server`), barriers, per-iteration stats, and the *watchdog*:
 each rank bumps its heartbeat counter every second, and a background thread on every rank
 watches the others. A rank whose counter stops for ``peer_timeout`` seconds (killed, stopped,
-its machine gone) or that posts an abort (it failed, or was interrupted) makes every other
-rank stop: the watchdog interrupts the main thread, which raises :class:`PeerFailure` naming
-the rank. Rank 0, when it serves the store, keeps it up after an abort until every live rank
-has read it (a few seconds at most), so that each survivor reports which rank failed rather
-than a lost store. Waits are polling loops, so they are always interruptible; no rank waits
-forever.
+its machine gone) or that posts an abort (it failed, or was interrupted) makes every other rank
+stop: the watchdog interrupts the main thread, which raises :class:`PeerFailure` naming the rank
+(a main thread held in C code, gloo meeting a peer that died, is ended by the watchdog after a
+grace of a few seconds, with the same one-line message). A gloo call that fails waits for the
+watchdog to name the peer it lost; around a call that holds the store client in C code (making a
+gloo group), the sentry waits for the store's own timeout before blaming rank 0. Rank 0, when it
+serves the store, keeps it up after an abort until every live rank has read it (a few seconds at
+most), so that each survivor reports which rank failed rather than a lost store. Waits are
+polling loops, so they are always interruptible; no rank waits forever.
 
 >>> resolve_launch(num_machines=1, init_method=None, rank=None, env={}) is None
 True
@@ -121,6 +124,9 @@ class Cluster:
         self.world_size = launch.world_size
         self.peer_timeout = peer_timeout
         self.store: Any = None
+        self._store_timeout = max(peer_timeout, 30.0)  # how long one store call may wait (the rendezvous too)
+        self._held_until = 0.0  # the main thread may hold the store client in C code until then (monotonic)
+        self._explaining = False  # the main thread is asking the watchdog which peer a failed call lost
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
         self.failure: PeerFailure | None = None
@@ -134,7 +140,7 @@ class Cluster:
     def __enter__(self) -> Cluster:
         from torch.distributed import DistError
 
-        timeout = timedelta(seconds=max(self.peer_timeout, 30.0))
+        timeout = timedelta(seconds=self._store_timeout)
         self._answer_by = time.monotonic() + timeout.total_seconds() + 5
         threading.Thread(target=self._sentry, name="pbgtrain-store-sentry", daemon=True).start()
         try:
@@ -268,17 +274,27 @@ class Cluster:
         nor the main thread would ever see it. The watchdog pushes :attr:`_answer_by` on after every
         round; past it, this rank stops like the watchdog would, and exits if that does not end it."""
         while not self._stop.wait(HEARTBEAT_SECONDS):
-            if time.monotonic() <= self._answer_by or self._leaving:
+            if time.monotonic() <= max(self._answer_by, self._held_until) or self._leaving:
                 continue
             reason = (f"the run's store, served by rank 0, stopped answering for over {self.peer_timeout:.0f} s "
                       "(rank 0 stopped, hung, or its machine is gone)")
             self._fail(0, reason)
-            if self._stop.wait(STORE_EXIT_GRACE_SECONDS) or self._leaving:
-                return
-            sys.stderr.write(f"error: {reason}; {RERUN_HINT.format(world=self.world_size)}\n")
-            sys.stderr.flush()
-            sys.stdout.flush()
-            os._exit(1)
+            self._exit_unless_stopped()
+            return
+
+    @contextlib.contextmanager
+    def holding_the_store(self, seconds: float) -> Iterator[None]:
+        """Around a call that may wait on the store in C code for up to ``seconds`` (making a gloo
+        group: it waits for every member's address): a store client runs one call at a time, so the
+        watchdog's calls queue behind it and cannot show that the store answers; the sentry then
+        waits that long, after which the call fails and :meth:`translating_interrupts` names the
+        lost peer."""
+        self._held_until = time.monotonic() + seconds + self.peer_timeout + HEARTBEAT_SECONDS
+        try:
+            yield
+        finally:
+            self._held_until = 0.0
+            self._answer_by = max(self._answer_by, time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS)
 
     def _heartbeat(self) -> None:
         self.store.add(f"heartbeat/{self.rank}", 1)
@@ -294,7 +310,7 @@ class Cluster:
                 if aborted:
                     self._acknowledge_abort()
                     self._fail(None, f"stopping: {aborted}")
-                    return
+                    break
                 now = time.monotonic()
                 for peer in range(self.world_size):
                     if peer == self.rank:
@@ -308,18 +324,35 @@ class Cluster:
                         self.post_abort(f"rank {peer} stopped responding")
                         self._fail(peer, f"rank {peer} stopped responding: no heartbeat for "
                                          f"{self.peer_timeout:.0f} s (killed, hung, or its machine is gone)")
-                        return
+                        break
+                if self.failure is not None:
+                    break
             except Exception as exc:  # the store is gone: rank 0 (which serves it) died
                 if self._stop.is_set():
                     return
                 self._fail(0, self._store_lost(exc))
-                return
+                break
+        self._exit_unless_stopped()
+
+    def _exit_unless_stopped(self) -> None:
+        """After a failure: the main thread, interrupted, leaves the cluster within moments, unless it
+        waits in C code (a gloo call meeting a dead peer holds it for the store's timeout, 30 s or
+        more; a store call to a stopped rank 0, for ever), where an interrupt cannot reach it; then
+        this thread says why and ends the process, as a kill would (commits are atomic: nothing
+        committed is lost)."""
+        if self.failure is None or self._stop.wait(STORE_EXIT_GRACE_SECONDS) or self._leaving:
+            return
+        sys.stderr.write(f"error: {self.failure}; {RERUN_HINT.format(world=self.world_size)}\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
 
     def _fail(self, rank: int | None, reason: str) -> None:
-        if self._leaving:
+        if self._leaving or self.failure is not None:
             return
         self.failure = PeerFailure(rank, reason)
-        _thread.interrupt_main()
+        if not self._explaining:  # else the main thread is polling for it (see _explain)
+            _thread.interrupt_main()
 
     def check(self) -> None:
         """Raise the failure the watchdog saw, if any."""
@@ -338,19 +371,31 @@ class Cluster:
             if self.failure is not None:
                 raise self.failure from None
             raise
-        except RuntimeError as exc:  # DistError, or gloo's plain RuntimeError for a peer gone mid-connect
-            if not isinstance(exc, DistError) and "Gloo" not in str(exc):
+        except RuntimeError as exc:  # DistError, or gloo's plain RuntimeError for a peer gone mid-call
+            if not isinstance(exc, DistError) and "gloo" not in str(exc).lower():
                 raise
-            if self.failure is not None:
-                raise self.failure from None
-            try:
+            raise self._explain(exc) from None
+
+    def _explain(self, exc: BaseException) -> PeerFailure:
+        """A call between the trainers failed: the peer it lost is named by an abort that peer posted,
+        or by the watchdog once the peer's heartbeat has stopped for ``peer_timeout`` (waited for)."""
+        deadline = time.monotonic() + self.peer_timeout + 2 * HEARTBEAT_SECONDS
+        self._explaining = True
+        try:
+            while self.failure is None and time.monotonic() < deadline and not self._stop.is_set():
                 aborted = self.store.check(["abort"]) and bytes(self.store.get("abort")).decode()
                 if aborted:
                     self._acknowledge_abort()
-            except Exception:
-                raise PeerFailure(0, self._store_lost(exc)) from None
-            raise PeerFailure(None, f"stopping: {aborted}" if aborted else
-                              f"lost contact with another trainer: {str(exc).splitlines()[0]}") from None
+                    return PeerFailure(None, f"stopping: {aborted}")
+                time.sleep(POLL_SECONDS * 5)
+        except KeyboardInterrupt:
+            pass  # the watchdog found the peer
+        except Exception:
+            if self.failure is None:
+                return PeerFailure(0, self._store_lost(exc))
+        finally:
+            self._explaining = False
+        return self.failure or PeerFailure(None, f"lost contact with another trainer: {str(exc).splitlines()[0]}")
 
     def _store_lost(self, exc: BaseException) -> str:
         server = "torchrun's agent" if self.launch.source == "torchrun" else "rank 0"

@@ -90,7 +90,8 @@ class SharedStateSync:
         self.period = round_period(sum(t.numel() for t in tensors()))
         timeout = max(cluster.peer_timeout, 30.0) + 2 * self.period  # a round waits for the others' period
         # The rounds' own group: nothing else runs on it.
-        self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+        with cluster.holding_the_store(timeout):  # gloo waits for every member's address through the store
+            self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
         self.rounds = 0
         self.bytes_reduced = 0
         self.seconds_reducing = 0.0
