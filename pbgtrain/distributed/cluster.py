@@ -155,6 +155,9 @@ class Cluster:
                 f"{timeout.total_seconds():.0f} s (rank {self.rank}; rank 0 serves the rendezvous): "
                 f"{str(exc).splitlines()[0]}; "
                 f"run the same command on every trainer again (all {self.world_size} of them)") from None
+        # The store answered the meeting just now: from here the sentry's deadline is the watchdog's
+        # (a rank 0 stopped before the watchdog's first round was otherwise noticed at the meeting's bound).
+        self._answer_by = time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS
         self._watchdog = threading.Thread(target=self._watch, name="pbgtrain-watchdog", daemon=True)
         self._watchdog.start()
         return self
