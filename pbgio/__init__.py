@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pbgio.deprecation import renamed_names
 from pbgio.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
         FileMetadata,
         IterationInfo,
         ModelState,
-        plan_checkpoint,
+        commit_steps,
         write_checkpoint,
     )
     from pbgio.config import ConfigSchema, load_config, parse_config
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
 
 __all__, _export = lazy_exports("pbgio", {
     "pbgio.checkpoint": ["CheckpointDir", "EmbeddingsState", "FileMetadata", "IterationInfo", "ModelState",
-                         "plan_checkpoint", "write_checkpoint"],
+                         "commit_steps", "write_checkpoint"],
     "pbgio.config": ["ConfigSchema", "load_config", "parse_config"],
     "pbgio.edges": ["BucketWriter", "EdgeBucket", "FeatureLists", "bucket_length", "read_bucket",
                     "write_bucket"],
@@ -98,9 +99,12 @@ __all__, _export = lazy_exports("pbgio", {
 })
 
 
-def __getattr__(name: str) -> Any:
+def _exported(name: str) -> Any:
     if name == "__version__":
         from importlib.metadata import version
 
         return version("pbg")
     return _export(name)
+
+
+__getattr__ = renamed_names("pbgio", {"plan_checkpoint": "commit_steps"}, fallback=_exported)

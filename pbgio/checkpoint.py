@@ -40,6 +40,7 @@ from pbgio.checks import entities as counts
 from pbgio.checks import hdf5 as checks_hdf5
 from pbgio.checks import optimizer as optimizer_checks
 from pbgio.checks import raise_first
+from pbgio.deprecation import renamed_names
 from pbgio.errors import CheckpointInUseError, CorruptFileError, FormatError, Issue, MissingArtifactError
 from pbgio.formats.h5 import (
     InMemoryRows,
@@ -473,7 +474,7 @@ def read_committed(ckpt: CheckpointDir, read: Callable[[int], T], version: int |
 # --------------------------------------------------------------------------- commit protocol
 
 
-def plan_checkpoint(
+def commit_steps(
     ckpt: CheckpointDir,
     version: int,
     *,
@@ -511,6 +512,11 @@ def plan_checkpoint(
     return steps
 
 
+__getattr__ = renamed_names(__name__, {"plan_checkpoint": "commit_steps"})
+"""``plan_checkpoint``: :func:`commit_steps` before it was renamed (it lists a commit's steps; "plan"
+named other things), kept for one release."""
+
+
 def _discard(_: object) -> None:
     return None
 
@@ -521,8 +527,8 @@ def _write_embeddings(ckpt: CheckpointDir, etype: str, part: int, version: int, 
 
 
 def write_checkpoint(ckpt: CheckpointDir, version: int, **kwargs: Any) -> None:
-    """Write and commit a checkpoint version (see :func:`plan_checkpoint`)."""
-    for step in plan_checkpoint(ckpt, version, **kwargs):
+    """Write and commit a checkpoint version (see :func:`commit_steps`)."""
+    for step in commit_steps(ckpt, version, **kwargs):
         step.run()
 
 

@@ -1,6 +1,7 @@
-"""Compatibility alias, the name of :mod:`pbgio.python_config` before an earlier release: the documented
-``from pbgio.pyconfig import config_from_python, load_python_config`` keeps working."""
+"""Deprecated: the name of :mod:`pbgio.python_config`'s loaders before an earlier release. The
+documented ``from pbgio.pyconfig import config_from_python, load_python_config`` keeps working for
+one more release, with a warning; import them from :mod:`pbgio.layout`."""
 
-from pbgio.layout import config_from_python, load_python_config
+from pbgio.deprecation import renamed_module
 
-__all__ = ["config_from_python", "load_python_config"]
+renamed_module(__name__, "pbgio.layout")

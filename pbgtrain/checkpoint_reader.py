@@ -24,7 +24,7 @@ from pbgio.errors import MissingArtifactError
 from pbgio.layout import CheckpointVersion
 from pbgtrain.checkpointing import load_model_params
 from pbgtrain.model import EmbeddingModel, EntityTable
-from pbgtrain.plan.buckets import PartitionKey
+from pbgtrain.schedule.buckets import PartitionKey
 
 
 class FileTable(EntityTable):

@@ -3,7 +3,7 @@
 Version N holds the state after N completed iterations (one iteration = one edge chunk
 of one edge path in one epoch). While iteration N runs, partitions that are swapped out
 are written straight into version N+1 files; at the end, the partitions still resident
-and the model are written too, then :func:`pbgio.checkpoint.plan_checkpoint` commits
+and the model are written too, then :func:`pbgio.checkpoint.commit_steps` commits
 N+1 (the version file last) and removes version N. A crash at any point leaves version N
 intact and the run resumes from it. All file access goes through :mod:`pbgio`. Every run, a single
 process or rank 0 of a distributed one, commits an iteration with :func:`commit_iteration`: its
@@ -42,7 +42,7 @@ from pbgio.checkpoint import (
     FileMetadata,
     IterationInfo,
     ModelState,
-    plan_checkpoint,
+    commit_steps,
 )
 from pbgio.checks import raise_first
 from pbgio.checks.checkpoint import embeddings_shape, param_names, param_shape
@@ -53,8 +53,8 @@ from pbgio.spec.checkpoint import private_to_public, public_to_private
 from pbgio.storage import AnyPath
 from pbgtrain.model.relation_adagrad import RelationAdagrad
 from pbgtrain.model.tables import EntityTable
-from pbgtrain.plan.batching import IterationStep, stable_seed
-from pbgtrain.plan.buckets import PartitionKey, WrittenPartitions
+from pbgtrain.schedule.batching import IterationStep, stable_seed
+from pbgtrain.schedule.buckets import PartitionKey, WrittenPartitions
 
 
 def nothing_written(version: int) -> WrittenPartitions:
@@ -219,7 +219,7 @@ class TrainingCheckpoint:
                         state = self._embeddings_state(self.load(key[0], key[1], count, device="cpu"))
                     embeddings[key] = state
         model = ModelState(params, encode_state_dict(optimizer_state) if optimizer_state else None)
-        for step in plan_checkpoint(self.dir, version, embeddings=embeddings, model=model,
+        for step in commit_steps(self.dir, version, embeddings=embeddings, model=model,
                                     metadata=self._metadata(iteration), config=self.config,
                                     snapshot_epoch=snapshot_epoch):
             step.run()

@@ -144,7 +144,8 @@ def fit(
         raise typer.Exit(EXIT_USAGE)
     validation = None if valid is None else ValidationOptions(valid, tuple(filter_paths or ()), eval_every, patience,
                                                               lr_decay, lr_patience, valid_sample)
-    options = FitOptions(device=device, seed=seed, validate=not no_validate, interactive=progress_wanted(no_progress),
+    options = FitOptions(device=device, seed=seed, check_layout=not no_validate,
+                         interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
                          max_iterations=max_iterations, rank=rank, peer_timeout=peer_timeout,
                          precision=None if precision is None else precision.value,

@@ -13,6 +13,9 @@ with its partitions read from the checkpoint through pbgio. Two protocols:
   protocol of the link-prediction literature. All of it is vectorized (batched scoring, a
   sorted-key filter index), never a Python loop over edges.
 
+Which protocol, and the batches, are the :class:`pbgtrain.ranking.EvalPlan` the held-out figures of
+``fit`` use too.
+
 Every result states its protocol when printed.
 """
 
@@ -37,13 +40,12 @@ from pbgio.names import relation_names
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgtrain.checkpoint_reader import CheckpointReader
-from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator, RankingMetrics
-from pbgtrain.model import BucketEdges, EmbeddingModel, EntityTable, ModelSpec, eval_step
-from pbgtrain.plan.batching import stable_seed
-from pbgtrain.plan.buckets import Bucket, PartitionLayout, all_buckets, bucket_limits
-from pbgtrain.ranking import all_entities_batch, eval_ranks_every_entity, rank_all_entities
+from pbgtrain.metrics import FilterIndex, RankingAccumulator, RankingMetrics
+from pbgtrain.model import BucketEdges, ModelSpec
+from pbgtrain.ranking import EvalPlan, all_entities_batch
+from pbgtrain.schedule.batching import stable_seed
+from pbgtrain.schedule.buckets import Bucket, PartitionSides, all_buckets, bucket_limits
 from pbgtrain.training.device import resolve_device
-from pbgtrain.training.records import add_negative_scores
 
 __all__ = ["EvalOptions", "EvalResult", "all_entities_batch", "check_featurized_evaluation",
            "evaluate_checkpoint", "trained_on", "training_paths"]
@@ -133,16 +135,16 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
     edge_dirs = options.edge_paths or layout.edge_paths
     all_entities = options.all_entities or bool(options.filter_paths)
     check_featurized_evaluation(layout, reader.model.spec, all_entities)
-    all_entities = all_entities or eval_ranks_every_entity(reader.model.spec, cfg.batch_size, reader.counts.values())
-    protocol = _protocol(opened, reader, all_entities, options)
-    if options.per_relation and cfg.dynamic_relations and not all_entities:
+    plan = EvalPlan.build(reader.model.spec, cfg, reader.counts.values(), all_entities=all_entities,
+                          filter_sources=[p.name for p in options.filter_paths])
+    if options.per_relation and cfg.dynamic_relations and not plan.every_entity:
         raise UsageError("--per-relation: with dynamic relations, sampled candidates come from a batch of mixed "
                          "relations; rank against all entities (--all-entities, or --filter)")
-    total = RankingAccumulator(protocol, seed=options.seed)
+    total = RankingAccumulator(plan.protocol, seed=options.seed)
     by_relation: dict[int, RankingAccumulator] = {}
     generator = torch.Generator(device=device).manual_seed(stable_seed("eval", options.seed))
     nl, nr = cfg.bucket_grid()
-    partitions = PartitionLayout.from_config(cfg)
+    partitions = PartitionSides.from_config(cfg)
     paths = [edge_dir / naming.bucket_file(bucket.lhs, bucket.rhs) for edge_dir in edge_dirs
              for bucket in all_buckets(nl, nr)]
     chosen, sampled_from = _sample(paths, options.sample, options.seed)
@@ -174,17 +176,11 @@ def _evaluate(opened: CheckpointVersion, options: EvalOptions) -> EvalResult:
             if not len(sel):
                 continue  # no edge of this relation in the bucket
             relation = cfg.relations[r]
-            acc = by_relation.setdefault(rel_id, RankingAccumulator(protocol, seed=options.seed)) \
+            acc = by_relation.setdefault(rel_id, RankingAccumulator(plan.protocol, seed=options.seed)) \
                 if options.per_relation else total
             lhs_t = reader.table(relation.lhs, partitions.partition_of(relation.lhs, bucket, "lhs"))
             rhs_t = reader.table(relation.rhs, partitions.partition_of(relation.rhs, bucket, "rhs"))
-            if all_entities:
-                rank_all_entities(acc, reader.model, lhs_t, rhs_t, tensors.lhs[sel],
-                          tensors.rel[sel] if cfg.dynamic_relations else r, tensors.rhs[sel], filter_index)
-            else:
-                _rank_sampled(acc, reader.model, lhs_t, rhs_t, tensors, sel, r,
-                              reader.model.spec.featurized_sides(relation), cfg.dynamic_relations, cfg.batch_size,
-                              generator)
+            plan.rank(acc, reader.model, lhs_t, rhs_t, tensors, sel, r, generator, filter_index)
     per_relation = None
     if options.per_relation:
         names = relation_names(cfg, layout.entity_path)
@@ -210,26 +206,6 @@ def _sample(paths: list[AnyPath], size: int | None, seed: int) -> tuple[list[np.
     return [picked[(picked >= starts[k]) & (picked < starts[k + 1])] - starts[k] for k in range(len(paths))], total
 
 
-def _protocol(opened: CheckpointVersion, reader: CheckpointReader, all_entities: bool,
-              options: EvalOptions) -> EvalProtocol:
-    cfg = opened.config
-    sides = tuple(s for s in SIDES if not getattr(cfg, f"disable_{s}_negs"))
-    if not all_entities:
-        neg = reader.model.spec.eval_negatives  # a chunk of batch negatives never exceeds a batch
-        sampled = EvalProtocol.sampled(min(neg.num_batch_negs, cfg.batch_size), neg.num_uniform_negs, sides=sides)
-        if neg.num_uniform_negs and reader.model.spec.featurized:
-            return replace(sampled, candidates=f"{sampled.candidates} (featurized sides: batch negatives only)")
-        return sampled
-    counts = sorted(set(reader.counts.values()))
-    size = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,}–{counts[-1]:,}"
-    partitioned = any(e.num_partitions > 1 for e in cfg.entities.values())
-    protocol = EvalProtocol.all_entities(0, filtered=bool(options.filter_paths), sides=sides,
-                                         filter_sources=[p.name for p in options.filter_paths])
-    what = f"all {size} entities of the partition as candidates" if partitioned \
-        else f"all {size} entities as candidates"
-    return EvalProtocol(protocol.filtered, what, protocol.sides, protocol.filter_sources)
-
-
 def _filter_index(filter_paths: list[AnyPath], bucket: Bucket) -> FilterIndex:
     parts = []
     for directory in filter_paths:
@@ -237,18 +213,6 @@ def _filter_index(filter_paths: list[AnyPath], bucket: Bucket) -> FilterIndex:
         edges = read_bucket(path)
         parts.append((edges.lhs, edges.rel, edges.rhs))
     return FilterIndex.from_edges(*parts)
-
-
-@torch.no_grad()
-def _rank_sampled(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
-                  edges: BucketEdges, sel: torch.Tensor, r: int, featurized: tuple[bool, bool], dynamic: bool,
-                  batch_size: int, generator: torch.Generator) -> None:
-    for start in range(0, len(sel), batch_size):
-        part = sel[start:start + batch_size]
-        batch = edges.batch(part, edges.rel[part] if dynamic else r, *featurized)
-        result = eval_step(model, lhs_t, rhs_t, batch, generator=generator)
-        add_negative_scores(acc, result.scores)
-        acc.add_loss(result.loss, result.count)
 
 
 def check_featurized_evaluation(layout: Layout, spec: ModelSpec, all_entities: bool) -> None:

@@ -1,5 +1,7 @@
-"""Ranking against every entity of a partition, in bounded blocks (``pbgtrain eval --filter``, and
-the held-out figures of a graph small enough that sampled negatives would repeat entities).
+"""How edges are ranked, the rule once: the evaluation plan (:class:`EvalPlan`) that ``pbgtrain
+eval`` (and ``fit --valid``) and the held-out figures of ``fit`` both build and use, and ranking
+against every entity of a partition, in bounded blocks (``pbgtrain eval --filter``, and the
+held-out figures of a graph small enough that sampled negatives would repeat entities).
 
 >>> ranks_every_entity(num_negatives=2_050, num_entities=135), ranks_every_entity(2_050, 14_541)
 (True, False)
@@ -7,13 +9,24 @@ the held-out figures of a graph small enough that sampled negatives would repeat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
+from pbgio.config import ConfigSchema
 from pbgio.topk import rows_per_block
-from pbgtrain.metrics import FilterIndex, RankingAccumulator
-from pbgtrain.model import EmbeddingModel, EntityTable, ModelSpec, score_candidates
+from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator
+from pbgtrain.model import (
+    MASKED_SCORE,
+    BucketEdges,
+    EmbeddingModel,
+    EntityTable,
+    ModelSpec,
+    eval_step,
+    score_candidates,
+)
 
 ALL_ENTITIES_BATCH = 500
 """Edges scored at once against all entities (a [batch, entities] score matrix per side), at most."""
@@ -30,13 +43,113 @@ def ranks_every_entity(num_negatives: int, num_entities: int) -> bool:
     return num_negatives >= num_entities
 
 
-def eval_ranks_every_entity(spec: ModelSpec, batch_size: int, counts: Iterable[int]) -> bool:
-    """Whether the sampled protocol (``eval_num_batch_negs``, at most a batch, plus
-    ``eval_num_uniform_negs``) gives way to every entity: no partition (of ``counts``) has more
-    entities than that, and no type is featurized (those have no table to rank against)."""
-    neg = spec.eval_negatives
-    num_negatives = min(neg.num_batch_negs, batch_size) + neg.num_uniform_negs
-    return not spec.featurized and ranks_every_entity(num_negatives, max(counts, default=0))
+@dataclass(frozen=True)
+class EvalPlan:
+    """How a run's edges are ranked, decided once (:meth:`build`) and used by both rankers: the
+    held-out edges of ``fit`` (:class:`pbgtrain.training.held_out.HeldOutRanking`) and ``pbgtrain
+    eval`` (:func:`pbgtrain.evaluate.evaluate_checkpoint`, ``fit --valid`` too).
+
+    Sampled ranking takes ``eval_num_batch_negs`` same-batch negatives, at most a batch (a chunk
+    of batch negatives never exceeds one), and ``eval_num_uniform_negs`` uniform ones. It gives
+    way to every entity of the partition when asked (``--all-entities``, ``--filter``), or when no
+    partition has more entities than those negatives (:func:`ranks_every_entity`) and no type is
+    featurized (those have no table to rank against).
+
+    >>> from pbgio.example import example_config
+    >>> config = example_config()
+    >>> plan = EvalPlan.build(ModelSpec.from_config(config), config, [10_000, 3_000])
+    >>> plan.num_batch_negs, plan.num_uniform_negs, plan.every_entity, plan.protocol.describe()
+    (100, 1000, False, 'raw, 100 batch + 1,000 uniform negatives, both sides averaged')
+    >>> plan = EvalPlan.build(ModelSpec.from_config(config), config, [1_000, 40], held_out=True)
+    >>> plan.every_entity, plan.protocol.candidates
+    (True, 'all entities of the partition as candidates (at most 1,000, no more than the 1,100 eval negatives)')
+    """
+
+    num_batch_negs: int
+    """Same-batch negatives of an edge: ``eval_num_batch_negs``, at most ``batch_size``."""
+    num_uniform_negs: int
+    every_entity: bool
+    """Whether every entity of the partition is a candidate (else the sampled negatives)."""
+    protocol: EvalProtocol
+    batch_size: int
+    dynamic_relations: bool
+    featurized_sides: tuple[tuple[bool, bool], ...]
+    """Of each relation of the config: whether its lhs and rhs types are featurized."""
+    with_loss: bool
+    """Whether ranking against every entity still takes each batch's eval step, for the sampled
+    objective's loss (the held-out figures); else it ranks the edges alone, no loss, no draw."""
+
+    @classmethod
+    def build(cls, spec: ModelSpec, config: ConfigSchema, counts: Collection[int], *, all_entities: bool = False,
+              filter_sources: Sequence[str] = (), held_out: bool = False) -> EvalPlan:
+        """The plan of ``spec`` and ``config``, with ``counts`` the entities of each partition.
+        ``all_entities``: every entity asked for (``filter_sources``: the filter edge paths' names,
+        that ask for it too). ``held_out``: the held-out figures of ``fit`` (both sides stated,
+        each batch's loss kept) rather than ``pbgtrain eval``'s (the sides that take negatives)."""
+        neg = spec.eval_negatives
+        num_batch_negs = min(neg.num_batch_negs, config.batch_size)
+        num_negatives = num_batch_negs + neg.num_uniform_negs
+        every_entity = all_entities or (not spec.featurized and ranks_every_entity(num_negatives,
+                                                                                   max(counts, default=0)))
+        if held_out:
+            protocol = EvalProtocol.sampled(num_batch_negs, neg.num_uniform_negs)
+            if every_entity:
+                protocol = EvalProtocol(False, f"all entities of the partition as candidates (at most "
+                                        f"{max(counts):,}, no more than the {num_negatives:,} eval negatives)", SIDES)
+        else:
+            protocol = _eval_protocol(spec, config, counts, every_entity, num_batch_negs, filter_sources)
+        return cls(num_batch_negs, neg.num_uniform_negs, every_entity, protocol, config.batch_size,
+                   config.dynamic_relations, tuple(spec.featurized_sides(r) for r in config.relations), held_out)
+
+    @torch.no_grad()
+    def rank(self, acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
+             edges: BucketEdges, sel: torch.Tensor, r: int, generator: torch.Generator,
+             filter_index: FilterIndex | None = None) -> None:
+        """Rank the edges ``sel`` of ``edges`` into ``acc``: those of the config's relation ``r`` (with
+        dynamic relations, its one relation: each edge's own id), with its tables ``lhs_t`` and
+        ``rhs_t``; sampled negatives are drawn from ``generator``, batch by batch, and against every
+        entity the candidates forming a known edge of ``filter_index`` are left out."""
+        if self.every_entity and not self.with_loss:
+            rank_all_entities(acc, model, lhs_t, rhs_t, edges.lhs[sel], edges.rel[sel] if self.dynamic_relations else r,
+                              edges.rhs[sel], filter_index)
+            return
+        for start in range(0, len(sel), self.batch_size):
+            part = sel[start:start + self.batch_size]
+            batch = edges.batch(part, edges.rel[part] if self.dynamic_relations else r, *self.featurized_sides[r])
+            result = eval_step(model, lhs_t, rhs_t, batch, generator=generator)
+            if self.every_entity:  # the loss is the sampled objective's; the ranks are exact
+                rank_all_entities(acc, model, lhs_t, rhs_t, batch.lhs, batch.rel, batch.rhs, filter_index)
+            else:
+                add_negative_scores(acc, result.scores)
+            acc.add_loss(result.loss, result.count)
+
+
+def _eval_protocol(spec: ModelSpec, config: ConfigSchema, counts: Collection[int], every_entity: bool,
+                   num_batch_negs: int, filter_sources: Sequence[str]) -> EvalProtocol:
+    """What ``pbgtrain eval`` states of its ranks: on the sides that take negatives, the sampled
+    ones (a featurized side's batch negatives only), or every entity (filtered with filter paths)."""
+    sides = tuple(s for s in SIDES if not getattr(config, f"disable_{s}_negs"))
+    if not every_entity:
+        neg = spec.eval_negatives
+        sampled = EvalProtocol.sampled(num_batch_negs, neg.num_uniform_negs, sides=sides)
+        if neg.num_uniform_negs and spec.featurized:
+            return replace(sampled, candidates=f"{sampled.candidates} (featurized sides: batch negatives only)")
+        return sampled
+    sizes = sorted(set(counts))
+    size = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}–{sizes[-1]:,}"
+    partitioned = any(e.num_partitions > 1 for e in config.entities.values())
+    protocol = EvalProtocol.all_entities(0, filtered=bool(filter_sources), sides=sides, filter_sources=filter_sources)
+    what = f"all {size} entities of the partition as candidates" if partitioned \
+        else f"all {size} entities as candidates"
+    return EvalProtocol(protocol.filtered, what, protocol.sides, protocol.filter_sources)
+
+
+def add_negative_scores(acc: RankingAccumulator, scores: Any) -> None:
+    """Rank each side's positives against its negatives; masked slots (self pairs, padding) excluded."""
+    for side in SIDES:
+        pos, neg = (scores.lhs_pos, scores.lhs_neg) if side == "lhs" else (scores.rhs_pos, scores.rhs_neg)
+        if neg.shape[1]:
+            acc.add(side, pos, neg, exclude=neg <= MASKED_SCORE)
 
 
 def all_entities_batch(num_candidates: int) -> int:

@@ -2,8 +2,8 @@
 
 :func:`fit` joins the run (alone, or as one trainer of a distributed run:
 :mod:`pbgtrain.distributed`), takes the checkpoint lock, validates the layout, builds the
-:class:`~pbgtrain.training.trainer.Trainer` and then walks the iteration plan (epoch → edge path → edge
-chunk, see :class:`~pbgtrain.plan.batching.IterationPlan`): each iteration is trained and committed by
+:class:`~pbgtrain.training.trainer.Trainer` and then walks the iteration schedule (epoch → edge path → edge
+chunk, see :class:`~pbgtrain.schedule.batching.IterationSchedule`): each iteration is trained and committed by
 the trainer (:meth:`~pbgtrain.training.trainer.Trainer.run_iteration`), then the *stop rules* are asked
 whether to stop there, and the run's :class:`~pbgtrain.training.coordinator.Coordinator` makes every
 process agree. Parallelism: in each process, torch's intra-op threads (``workers``, default the
@@ -13,7 +13,7 @@ train together as a distributed run.
 
 **Stop rules.** A :class:`StopRule` sees every committed iteration (:class:`IterationRecord`) and
 says whether to stop after it, and why: ``--max-minutes`` (:class:`MaxSeconds`), ``--max-iterations``
-(:class:`MaxIterations`) and ``--valid`` (:class:`pbgtrain.validation.ValidationRule`: evaluate
+(:class:`MaxIterations`) and ``--valid`` (:class:`pbgtrain.early_stopping.ValidationRule`: evaluate
 every N epochs, keep the best version, decay the learning rate, stop when it no longer improves).
 When one rule stops the run, the others are told (:meth:`StopRule.stopping`), so the last version
 is evaluated too (past the time cap only when no version is kept as the best yet); the coordinator
@@ -47,18 +47,19 @@ from pbgio.storage import LocalCache
 from pbgtrain.checkpointing import iteration_keys
 from pbgtrain.config import held_out_named
 from pbgtrain.distributed.coordination import joined
+from pbgtrain.early_stopping import ValidationRule, checkpoint_evaluator
 from pbgtrain.model import keep_freed_memory
-from pbgtrain.plan.batching import IterationPlan
-from pbgtrain.plan.buckets import bucket_limits
 from pbgtrain.progress import Reporter
+from pbgtrain.ranking import add_negative_scores
 from pbgtrain.run_log import COMPLETED, ENDS, ITERATION_CAP, RUN_KEY, TIME_CAP, RunTimes
+from pbgtrain.schedule.batching import IterationSchedule
+from pbgtrain.schedule.buckets import bucket_limits
 from pbgtrain.training.coordinator import Coordinator
 from pbgtrain.training.device import default_threads
 from pbgtrain.training.fit_plan import FitOptions, FitPlan, ValidationOptions, resolve_fit
-from pbgtrain.training.records import IterationRecord, MovementStats, add_negative_scores, format_metrics
+from pbgtrain.training.records import IterationRecord, MovementStats, format_metrics
 from pbgtrain.training.residency import GIB
 from pbgtrain.training.trainer import Trainer
-from pbgtrain.validation import ValidationRule, checkpoint_evaluator
 
 __all__ = [
     "FitOptions",
@@ -172,17 +173,18 @@ class MaxIterations:
 
 def stop_rules(plan: FitPlan, started: float, validation: ValidationRule | None = None) -> list[StopRule]:
     """The stop rules ``plan`` asks for (none: train to the end of the plan); ``validation`` is
-    the rule of ``--valid`` (:class:`pbgtrain.validation.ValidationRule`), asked first, and told
+    the rule of ``--valid`` (:class:`pbgtrain.early_stopping.ValidationRule`), asked first, and told
     when ``--max-minutes`` has passed (it starts no evaluation then, unless none has kept a best
     version yet)."""
     rules: list[StopRule] = [] if validation is None else [validation]
-    if plan.max_seconds is not None:
-        cap = MaxSeconds(plan.max_seconds, started)
+    options = plan.options
+    if options.max_seconds is not None:
+        cap = MaxSeconds(options.max_seconds, started)
         rules.append(cap)
         if validation is not None:
             validation.past_time_cap = cap.passed
-    if plan.max_iterations is not None:
-        rules.append(MaxIterations(plan.max_iterations))
+    if options.max_iterations is not None:
+        rules.append(MaxIterations(options.max_iterations))
     return rules
 
 
@@ -211,7 +213,7 @@ def fit(layout: Layout, options: FitOptions | None = None) -> FitResult:
     :mod:`pbgtrain.distributed`.
     """
     plan = resolve_fit(layout, options or FitOptions())
-    with joined(layout.config, rank=plan.rank, peer_timeout=plan.peer_timeout) as coordinator:
+    with joined(layout.config, rank=plan.options.rank, peer_timeout=plan.options.peer_timeout) as coordinator:
         return _fit(plan, coordinator)
 
 
@@ -219,21 +221,19 @@ def _fit(plan: FitPlan, coordinator: Coordinator) -> FitResult:
     """The run, its checkpoint directory locked by the leading process (the single process, or
     rank 0) from before anything is written to the end (:class:`pbgio.storage.CheckpointLock`):
     a second run on it is refused at once."""
-    if plan.validation is not None and not coordinator.placement.single_process:
+    if plan.options.validation is not None and not coordinator.placement.single_process:
         raise UsageError("--valid: validation-driven training runs in a single process; evaluate the checkpoints "
                          "of a distributed run with pbgtrain eval")
     if not coordinator.placement.leads:
         return _fit_locked(plan, coordinator, _no_lock)
-    layout = plan.layout
-    problem = storage.link_problem(layout.checkpoint_path)
-    if problem is not None:  # the lock would fail to create the directory (EEXIST)
-        from pbgio.checks.layout import path_missing
-        from pbgio.errors import ConfigError
+    from pbgio.checks.layout import checkpoint_path_occupied
+    from pbgio.errors import ConfigError
 
-        raise ConfigError(layout.source, [path_missing(
-            storage.display(layout.checkpoint_path),
-            f"expected the checkpoint_path directory (or nothing, before training), found {problem}",
-            "checkpoint_path")])
+    layout = plan.layout
+    occupied = checkpoint_path_occupied(  # else the lock would fail to create the directory (EEXIST)
+        storage.display(layout.checkpoint_path), layout.checkpoint_path_found(), "checkpoint_path")
+    if occupied is not None:
+        raise ConfigError(layout.source, [occupied])
     with storage.CheckpointLock(layout.checkpoint_path, command="pbgtrain fit") as lock:
         return _fit_locked(plan, coordinator, lock.check)
 
@@ -247,13 +247,13 @@ def _fit_locked(plan: FitPlan, coordinator: Coordinator, check_lock: Callable[[]
     torch.set_num_threads(default_threads(cfg, coordinator.placement.local_trainers))
     keep_freed_memory()
     layout.check_resumable(CheckpointDir(layout.checkpoint_path))  # the same model and plan, or one message
-    bucket_cache = LocalCache(int(plan.remote_cache * GIB))  # local copies of remote edge buckets
+    bucket_cache = LocalCache(int(plan.options.remote_cache * GIB))  # local copies of remote edge buckets
     try:
-        if plan.validate and coordinator.placement.leads:
+        if plan.options.check_layout and coordinator.placement.leads:
             _validate_inputs(layout, bucket_cache)
         first_bucket_sizes = [bucket_length(layout.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
             if cfg.num_edge_chunks is None else []
-        iterations = IterationPlan.from_config(cfg, first_bucket_sizes)
+        iterations = IterationSchedule.from_config(cfg, first_bucket_sizes)
         coordinator.barrier("validated")
         trainer = Trainer(plan, coordinator, bucket_cache)
     except BaseException:
@@ -261,7 +261,7 @@ def _fit_locked(plan: FitPlan, coordinator: Coordinator, check_lock: Callable[[]
         raise
     try:
         with interrupts.noticed():
-            return _train_plan(trainer, iterations, plan, coordinator, check_lock)
+            return _train_iterations(trainer, iterations, plan, coordinator, check_lock)
     finally:
         trainer.close()
 
@@ -281,7 +281,7 @@ def _validate_inputs(layout: Layout, bucket_cache: LocalCache) -> None:
                                 f"training:\n{shown}{more}"))
 
 
-def _train_plan(trainer: Trainer, iterations: IterationPlan, plan: FitPlan, coordinator: Coordinator,
+def _train_iterations(trainer: Trainer, iterations: IterationSchedule, plan: FitPlan, coordinator: Coordinator,
                 check_lock: Callable[[], None]) -> FitResult:
     """The plan loop: every iteration still to run, trained and committed, until a stop rule says so."""
     cfg, ckpt = trainer.cfg, trainer.ckpt
@@ -295,12 +295,13 @@ def _train_plan(trainer: Trainer, iterations: IterationPlan, plan: FitPlan, coor
     if start >= len(iterations):
         return result
     started = time.perf_counter()
-    with coordinator.progress(plan.interactive, len(iterations), start, cfg.verbose) as reporter:
+    with coordinator.progress(plan.options.interactive, len(iterations), start, cfg.verbose) as reporter:
         if coordinator.placement.leads:
             _log_run_notes(trainer, reporter)
             if start:
                 reporter.log(f"resuming from checkpoint version {start} of {len(iterations)}")
-        validation = None if plan.validation is None else _validation_rule(trainer, plan, len(iterations), reporter)
+        validation = None if plan.options.validation is None \
+            else _validation_rule(trainer, plan, len(iterations), reporter)
         rules = stop_rules(plan, started, validation)
         try:
             for step in iterations.steps(start):
@@ -352,9 +353,10 @@ def _end_run(result: FitResult, trainer: Trainer, validation: ValidationRule | N
 
 
 def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter: Reporter) -> ValidationRule:
-    assert plan.validation is not None
-    rule = ValidationRule(plan.validation, trainer.ckpt.dir, plan_length, trainer.num_buckets,
-                          checkpoint_evaluator(plan.layout, plan.validation, str(trainer.device), plan.seed),
+    options = plan.options
+    assert options.validation is not None
+    rule = ValidationRule(options.validation, trainer.ckpt.dir, plan_length, trainer.num_buckets,
+                          checkpoint_evaluator(plan.layout, options.validation, str(trainer.device), options.seed),
                           trainer.scale_learning_rates, reporter.log)
     rule.resume()
     return rule

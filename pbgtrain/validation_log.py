@@ -4,7 +4,7 @@ Each evaluation of a version on the validation edges is one line of ``training_s
 ``pbgtrain`` key (:data:`pbgio.spec.stats.EXTRA_KEY`) holds ``{"validation": record}``: the
 version, the validation ``edge_path``, the ``protocol``, ``count`` and ``metrics``, the
 ``decision`` taken, and the state after it (``best_version``, ``best_mrr``, ``since_best``,
-``since_change``, ``lr_scale``). :mod:`pbgtrain.validation` writes them and reads them back when a
+``since_change``, ``lr_scale``). :mod:`pbgtrain.early_stopping` writes them and reads them back when a
 run resumes; ``pbgtrain report`` draws them. Reading needs only the standard library (``report``
 starts without torch).
 

@@ -35,8 +35,8 @@ from pbgtrain.model import (
 from pbgtrain.model.attention import VIOLATOR_ROWS, AttentionHead, ExplicitAttention, FusedAttention
 from pbgtrain.model.comparators import make_comparator
 from pbgtrain.model.losses import make_loss
-from pbgtrain.model.negative_blocks import BlockShape, HeadGradients, negative_blocks, stack_sides, training_head
-from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
+from pbgtrain.model.negative_sampling import MASKED_SCORE, NegativeMode
+from pbgtrain.model.negative_scores import BlockShape, HeadGradients, negative_blocks, stack_sides, training_head
 
 CORES = {"explicit": ExplicitAttention(), "fused": FusedAttention()}
 TOLERANCE = {"rtol": 1e-4, "atol": 2e-5}

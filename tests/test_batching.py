@@ -1,4 +1,4 @@
-"""Batch preparation (pbgtrain.plan.batching)."""
+"""Batch preparation (pbgtrain.schedule.batching)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from pbgio.checkpoint import IterationInfo
 from pbgio.config import parse_config
-from pbgtrain.plan.batching import (
+from pbgtrain.schedule.batching import (
     Batches,
     ChunkKey,
-    IterationPlan,
+    IterationSchedule,
     grouped_batches,
     hold_out,
     make_batches,
@@ -42,7 +42,7 @@ def gen(seed: int) -> torch.Generator:
 @given(epochs=st.integers(0, 4), paths=st.integers(1, 3), chunks=st.integers(1, 4), data=st.data())
 def test_plan_order_and_resume(epochs: int, paths: int, chunks: int, data: st.DataObject) -> None:
     edge_paths = tuple(f"data/p{i}" for i in range(paths))
-    plan = IterationPlan(epochs, edge_paths, chunks)
+    plan = IterationSchedule(epochs, edge_paths, chunks)
     expected = [(e, p, c) for e in range(epochs) for p in range(paths) for c in range(chunks)]
     steps = list(plan)
     assert [(s.epoch_idx, s.edge_path_idx, s.edge_chunk_idx) for s in steps] == expected
@@ -58,11 +58,11 @@ def test_plan_order_and_resume(epochs: int, paths: int, chunks: int, data: st.Da
 
 def test_plan_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="committed version"):
-        list(IterationPlan(1, ("p",), 1).steps(-1))
+        list(IterationSchedule(1, ("p",), 1).steps(-1))
     with pytest.raises(ValueError, match="num_edge_chunks"):
-        IterationPlan(1, ("p",), 0)
+        IterationSchedule(1, ("p",), 0)
     with pytest.raises(IndexError):
-        IterationPlan(1, ("p",), 2).step(2)
+        IterationSchedule(1, ("p",), 2).step(2)
 
 
 def test_num_edge_chunks() -> None:
@@ -75,7 +75,7 @@ def test_num_edge_chunks() -> None:
                         "relations": [{"name": "r", "lhs": "e", "rhs": "e"}], "dimension": 4,
                         "entity_path": "x", "edge_paths": ["a", "b"], "checkpoint_path": "c",
                         "num_epochs": 3, "max_edges_per_chunk": 100})
-    plan = IterationPlan.from_config(cfg, [250, 301])
+    plan = IterationSchedule.from_config(cfg, [250, 301])
     assert (plan.num_epochs, plan.edge_paths, plan.num_edge_chunks) == (3, ("a", "b"), 4)
 
 

@@ -19,7 +19,7 @@ from pbgio.checkpoint import (
     FileMetadata,
     IterationInfo,
     ModelState,
-    plan_checkpoint,
+    commit_steps,
     write_checkpoint,
 )
 from pbgio.config import ConfigSchema, load_config
@@ -78,14 +78,14 @@ def test_crash_between_any_two_steps_keeps_previous_version(layout, tmp_path: Pa
     v1 = states(cfg, 1, counts)
     v2 = states(cfg, 2, counts)
     probe = CheckpointDir(root / "checkpoint")
-    steps = plan_checkpoint(probe, 2, embeddings=v2[0], model=v2[1], metadata=metadata(cfg, 1), config=cfg)
+    steps = commit_steps(probe, 2, embeddings=v2[0], model=v2[1], metadata=metadata(cfg, 1), config=cfg)
     commit_at = next(i for i, s in enumerate(steps) if s.description.startswith("commit"))
     assert len(steps) >= 6
     for crash_after in range(len(steps) + 1):
         trial = tmp_path / f"trial{crash_after}"
         shutil.copytree(root, trial, symlinks=True)
         ckpt = CheckpointDir(trial / "checkpoint")
-        for step in plan_checkpoint(ckpt, 2, embeddings=v2[0], model=v2[1], metadata=metadata(cfg, 1),
+        for step in commit_steps(ckpt, 2, embeddings=v2[0], model=v2[1], metadata=metadata(cfg, 1),
                                     config=cfg)[:crash_after]:
             step.run()
         version = assert_loadable(ckpt, {1: v1, 2: v2})

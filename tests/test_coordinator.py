@@ -12,7 +12,7 @@ from pbgio.testing.planted import planted_graph
 from pbgtrain import train
 from pbgtrain.checkpointing import StatsLine
 from pbgtrain.config import load_run_config
-from pbgtrain.plan.batching import IterationStep
+from pbgtrain.schedule.batching import IterationStep
 from pbgtrain.train import FitOptions
 from pbgtrain.training.coordinator import LocalCoordinator, Outcome, TrainerHandle
 

@@ -29,14 +29,14 @@ from pbgtrain.config import load_run_config
 from pbgtrain.distributed.cluster import Cluster, DistributedError, Launch, resolve_launch
 from pbgtrain.distributed.lock_server import LockServerScheduler
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
-from pbgtrain.plan.buckets import Bucket, PartitionLayout, Wait, all_buckets, choose_bucket
+from pbgtrain.schedule.buckets import Bucket, PartitionSides, Wait, all_buckets, choose_bucket
 from pbgtrain.train import FitOptions, fit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distributed_runs import run_trainers, start_torchrun, start_trainers, wait_all
 
-NODE = PartitionLayout(frozenset({"node"}), frozenset({"node"}))
-BIPARTITE = PartitionLayout(frozenset({"user"}), frozenset({"item"}))
+NODE = PartitionSides(frozenset({"node"}), frozenset({"node"}))
+BIPARTITE = PartitionSides(frozenset({"user"}), frozenset({"item"}))
 
 
 # --------------------------------------------------------------------------- the lock server's rule

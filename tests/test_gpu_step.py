@@ -27,7 +27,7 @@ from pbgtrain.model.attention import AttentionHead, FusedAttention
 from pbgtrain.model.counter_rng import CounterGenerator
 from pbgtrain.model.gradients import training_gradients
 from pbgtrain.model.model import make_relation_optimizer
-from pbgtrain.model.negative_blocks import training_head
+from pbgtrain.model.negative_scores import training_head
 from pbgtrain.model.precision import precision_scope
 from pbgtrain.model.runner import ReplayRunner, make_runner
 from pbgtrain.model.step import StepTotals, step_body

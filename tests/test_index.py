@@ -126,9 +126,9 @@ def test_an_index_of_another_version_is_refused_and_removed_with_its_version(tmp
     cfg = load_config(config)
     embeddings = {(t, p): ckpt.read_embeddings(t, p, 1) for t, e in cfg.entities.items()
                   for p in range(e.num_partitions)}
-    from pbgio.checkpoint import plan_checkpoint
+    from pbgio.checkpoint import commit_steps
 
-    for step in plan_checkpoint(ckpt, 2, embeddings=embeddings, model=ckpt.read_model(1), config=cfg):
+    for step in commit_steps(ckpt, 2, embeddings=embeddings, model=ckpt.read_model(1), config=cfg):
         step.run()
     assert not built.path.exists()  # superseded with version 1's files
     with pytest.raises(MissingArtifactError, match=r"version 2 .*pbgio index build"):

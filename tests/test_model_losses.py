@@ -122,7 +122,7 @@ def test_compiled_elementwise_passes_match_the_eager_reference() -> None:
     """--compile hands the same functions to torch.compile (a score-matrix head holding
     ``compiled_kernels()``): loss, gradients and violators agree with the eager passes, for one and
     two blocks and for a masked (−1e9) entry (dynamic shapes: two sizes)."""
-    from pbgtrain.model.fused import EAGER, compiled_kernels, violators
+    from pbgtrain.model.score_kernels import EAGER, compiled_kernels, violators
 
     gen = torch.Generator().manual_seed(0)
     cases = []

@@ -13,7 +13,7 @@ from torch import Tensor
 from pbgio.config import parse_config
 from pbgio.spec.checkpoint import OPERATORS, expected_model_params, param_shapes, private_to_public
 from pbgtrain.model import EmbeddingModel, make_dynamic_operator, make_operator
-from pbgtrain.model.kernels import complex_multiply, modulus_cube_sum
+from pbgtrain.model.complex_ops import complex_multiply, modulus_cube_sum
 
 NAMES = sorted(OPERATORS)
 

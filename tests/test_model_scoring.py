@@ -388,7 +388,7 @@ def _tiny(negs: NegativeSampling, all_negs: bool = False,
 def test_negative_layout_batch_then_uniform_with_masks() -> None:
     model, table, batch = _tiny(NegativeSampling(2, 3))
     fwd = forward_batch(model, table, table, batch, model.spec.train_negatives, requires_grad=False)
-    assert fwd.plan.chunk_size == 2 and fwd.plan.num_chunks == 3
+    assert fwd.negs.chunk_size == 2 and fwd.negs.num_chunks == 3
     for neg in (fwd.scores.lhs_neg, fwd.scores.rhs_neg):
         assert neg.shape == (5, 2 + 3)
         batch_part = neg[:, :2]
@@ -401,7 +401,7 @@ def test_negative_layout_batch_then_uniform_with_masks() -> None:
 def test_uniform_only_and_disabled_side() -> None:
     model, table, batch = _tiny(NegativeSampling(0, 4, disable_lhs_negs=True))
     fwd = forward_batch(model, table, table, batch, model.spec.train_negatives, requires_grad=False)
-    assert fwd.plan.chunk_size == 4
+    assert fwd.negs.chunk_size == 4
     assert fwd.scores.lhs_neg.shape == (5, 0)
     assert fwd.scores.rhs_neg.shape == (5, 4)
 
@@ -479,8 +479,8 @@ def test_negative_blocks_match_masked_fill_of_the_chunked_products(comparator: s
     or past ``real``) score MASKED_SCORE and pass no gradient. The uniform columns follow the batch
     columns, in their own block or in one block with them (:meth:`BlockShape.merges`)."""
     from pbgtrain.model.comparators import make_comparator
-    from pbgtrain.model.negative_blocks import BlockShape, negative_blocks
-    from pbgtrain.model.negatives import NegativeMode
+    from pbgtrain.model.negative_sampling import NegativeMode
+    from pbgtrain.model.negative_scores import BlockShape, negative_blocks
 
     cmp = make_comparator(comparator)
     gen = torch.Generator().manual_seed(num_pos)

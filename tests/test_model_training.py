@@ -261,7 +261,7 @@ def test_fit_does_not_import_torch_dynamo(tmp_path: Path) -> None:
             "from pbgtrain.train import FitOptions, fit\n"
             "build_example(Path('ex'))\n"
             "fit(load_run_config(Path('ex/config.json'), ['num_epochs=1', 'checkpoint_path=ex/checkpoint']),"
-            " FitOptions(validate=False))\n"
+            " FitOptions(check_layout=False))\n"
             "print('torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert out.returncode == 0, out.stderr

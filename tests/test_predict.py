@@ -4,6 +4,7 @@ against the model's scoring recomputed here in float64 numpy from the checkpoint
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Set as AbstractSet
@@ -25,7 +26,7 @@ from pbgio.names import relation_names
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.testing import small_valid_layout, write_layout
-from pbgio.testing.layouts import CheckpointLayout, checkpoint_metadata, expected_params
+from pbgio.testing.layouts import CheckpointContents, checkpoint_metadata, expected_params
 from pbgtrain import predict
 from pbgtrain.cli import app
 from pbgtrain.predict import PredictError, Ranking, parse_triples, rank_triple, score_triples, top_k
@@ -54,7 +55,7 @@ def model_layout(root: Path, *, operators: tuple[str, str] = ("translation", "di
     params = {name: rng.standard_normal(shape).astype(np.float32)
               for name, shape in expected_params(cfg, layout.dynamic_rel_count).items()}
     layout.config = cfg
-    layout.checkpoint = CheckpointLayout(1, layout.checkpoint.embeddings, ModelState(params),
+    layout.checkpoint = CheckpointContents(1, layout.checkpoint.embeddings, ModelState(params),
                                          checkpoint_metadata(cfg, 1))
     return write_layout(root, layout)
 
@@ -280,6 +281,24 @@ def test_scores_do_not_depend_on_the_block_size(tmp_path: Path, monkeypatch: pyt
         assert [(p.name, p.partition, p.offset) for p in a.predictions] == \
             [(p.name, p.partition, p.offset) for p in b.predictions]
         np.testing.assert_allclose([p.score for p in a.predictions], [p.score for p in b.predictions], rtol=1e-6)
+
+
+def test_relative_filter_paths_follow_the_layouts_path_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library resolves ``filter_paths`` as every command resolves ``--filter``: relative to the
+    config's folder (not the current directory), ``./PATH`` to the current directory."""
+    config = model_layout(tmp_path, operators=("diagonal", "translation"), comparator="dot")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    user = Reference.load(config).names["user"][0]
+    ranking = top_k(config, rel="follows", lhs=user, k=5, filter_paths=["edges"])
+    assert ranking.filter_paths == [str(tmp_path / "edges")]
+    triple = rank_triple(config, user, "follows", user, filter_paths=["edges"])
+    assert triple.filter_paths == [str(tmp_path / "edges")]
+    shutil.copytree(tmp_path / "edges", elsewhere / "edges")
+    here = top_k(config, rel="follows", lhs=user, k=5, filter_paths=["./edges"])
+    assert here.filter_paths == [str(elsewhere / "edges")]
+    assert here.excluded == ranking.excluded
 
 
 def test_filtered_top_k_leaves_known_edges_out(tmp_path: Path) -> None:

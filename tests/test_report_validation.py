@@ -4,7 +4,7 @@ the best version starred, learning-rate changes and the early stop as vertical l
 and for the run as it stood after ``--version N``. Then a real ``fit --valid`` run, reported.
 
 The run of tests/test_report.py (six iterations) gets one evaluation per version, its decisions
-made by pbgtrain's own rule (:class:`pbgtrain.validation.ValidationState`), so that the lines are
+made by pbgtrain's own rule (:class:`pbgtrain.early_stopping.ValidationState`), so that the lines are
 what ``fit --valid`` writes: best at version 2, the learning rate halved after version 5 (3
 evaluations without a better MRR), stopped after version 6 (patience 4).
 """
@@ -26,7 +26,7 @@ from pbgio.spec import naming
 from pbgio.spec.stats import EXTRA_KEY
 from pbgtrain import report
 from pbgtrain.config import load_run_config
-from pbgtrain.validation import ValidationOptions, ValidationState
+from pbgtrain.early_stopping import ValidationOptions, ValidationState
 from pbgtrain.validation_log import RECORD_KEY
 from tests.test_report import (
     SPEED_PANEL,
@@ -49,7 +49,7 @@ BEST, LR_CHANGE, STOP = 2, 5, 6
 
 def validation_line(version: int, mrr: float, state: ValidationState, edge_path: str = "/run/data/valid",
                     options: ValidationOptions = OPTIONS) -> dict[str, Any]:
-    """The line ``fit --valid`` appends after evaluating ``version`` (pbgtrain.validation.ValidationRule)."""
+    """The line ``fit --valid`` appends after evaluating ``version`` (pbgtrain.early_stopping.ValidationRule)."""
     decision = state.record(version, mrr, options)
     return {"epoch_idx": (version - 1) // 2, "edge_path_idx": 0, "edge_chunk_idx": (version - 1) % 2,
             "index": version * 4 - 1, EXTRA_KEY: {RECORD_KEY: {

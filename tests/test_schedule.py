@@ -1,4 +1,4 @@
-"""Bucket orders, the single-machine scheduler and the partition-swap plan (pbgtrain.plan.buckets)."""
+"""Bucket orders, the single-machine scheduler and the partition-swap plan (pbgtrain.schedule.buckets)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pbgio.config import parse_config
-from pbgtrain.plan.buckets import (
+from pbgtrain.schedule.buckets import (
     BUCKET_ORDERS,
     Bucket,
-    PartitionLayout,
+    PartitionSides,
     SingleMachineScheduler,
     affinity_order,
     all_buckets,
@@ -149,13 +149,13 @@ def test_scheduler_from_config() -> None:
     sched = SingleMachineScheduler.from_config(cfg, seed=1)
     assert (sched.nparts_lhs, sched.nparts_rhs, sched.order) == (3, 2, "outside_in")
     assert len(list(run_pass(sched, 0))) == 6
-    layout = PartitionLayout.from_config(cfg)
-    assert layout == PartitionLayout(frozenset({"u"}), frozenset({"i"}), frozenset({"t"}))
+    layout = PartitionSides.from_config(cfg)
+    assert layout == PartitionSides(frozenset({"u"}), frozenset({"i"}), frozenset({"t"}))
 
 
 # --------------------------------------------------------------------------- partition swaps
 
-LAYOUT = PartitionLayout(lhs_types=frozenset({"user", "page"}), rhs_types=frozenset({"user", "item"}),
+LAYOUT = PartitionSides(lhs_types=frozenset({"user", "page"}), rhs_types=frozenset({"user", "item"}),
                          unpartitioned=frozenset({"tag"}))
 
 

@@ -23,7 +23,7 @@ from pbgtrain.model import (
 )
 from pbgtrain.model.attention import AttentionHead, ExplicitAttention, FusedAttention
 from pbgtrain.model.counter_rng import CounterGenerator
-from pbgtrain.model.negative_blocks import Head, training_head
+from pbgtrain.model.negative_scores import Head, training_head
 from pbgtrain.model.step import StepTotals, add_train_step, step_body
 
 META = torch.device("meta")

@@ -109,7 +109,7 @@ def test_an_out_of_range_id_is_a_pbgio_error_naming_file_and_row_even_unvalidate
     path = _corrupt(config, "edges_0_1.h5", row=7, value=10**6)
     assert not validate_path(config).ok
     with pytest.raises(FormatError) as info:
-        _fit(config, validate=False)
+        _fit(config, check_layout=False)
     issue = info.value.issue
     assert (issue.rule, issue.file, issue.dataset, issue.rows) == ("edge-rhs-range", str(path), "rhs", (7,))
     assert "found 1000000" in str(info.value)
@@ -160,7 +160,7 @@ def test_all_entities_evaluation_is_batched_to_bounded_memory() -> None:
 def test_the_automatic_gpu_budget_leaves_room_for_a_bucket(tmp_path: Path) -> None:
     """What a bucket holds besides the parked partitions (its largest lhs and rhs partitions, and
     the unpartitioned tables) is reserved from the GPU's share before anything is parked."""
-    from pbgtrain.plan.buckets import PartitionLayout
+    from pbgtrain.schedule.buckets import PartitionSides
     from pbgtrain.train import resolve_fit
     from pbgtrain.training.residency import bucket_bytes
     from pbgtrain.training.trainer import Trainer
@@ -170,7 +170,7 @@ def test_the_automatic_gpu_budget_leaves_room_for_a_bucket(tmp_path: Path) -> No
     trainer = Trainer(resolve_fit(run, FitOptions()))
     try:
         dim = run.config.entity_dimension("node")
-        reserved = bucket_bytes(run.config, PartitionLayout.from_config(run.config), trainer.counts)
+        reserved = bucket_bytes(run.config, PartitionSides.from_config(run.config), trainer.counts)
         assert reserved == 2 * 201 * (dim + 1) * 4  # node on both sides; 601 = 201 + 200 + 200
         assert trainer.partitions.cache.budget_bytes == 0  # a CPU keeps the original's bound
     finally:
@@ -218,5 +218,5 @@ def test_a_bad_id_never_reaches_a_cuda_kernel(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1)
     _corrupt(config, "edges_1_0.h5", row=3, value=-5)
     with pytest.raises(FormatError, match=r"row 3: .* found -5 \[edge-rhs-range\]"):
-        _fit(config, validate=False, device="cuda")
+        _fit(config, check_layout=False, device="cuda")
     torch.cuda.synchronize()  # the context is healthy: no kernel asserted

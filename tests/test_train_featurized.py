@@ -139,7 +139,7 @@ def test_missing_feature_datasets_are_a_precise_error_even_unvalidated(tmp_path:
     report = validate_path(config)
     assert {i.rule for i in report.issues} == {"edge-featurized-missing"}
     with pytest.raises(FormatError, match="rhsd_offsets") as info:
-        fit(load_run_config(config), FitOptions(validate=False))
+        fit(load_run_config(config), FitOptions(check_layout=False))
     assert info.value.issue.rule == "edge-featurized-missing" and "edges_0_0.h5" in str(info.value)
 
 

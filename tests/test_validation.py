@@ -19,9 +19,9 @@ from pbgio.example import build_example
 from pbgio.spec import naming
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
+from pbgtrain.early_stopping import ValidationOptions
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, FitResult, fit
-from pbgtrain.validation import ValidationOptions
 from pbgtrain.validation_log import validation_records
 from tests.cli import pbgtrain
 

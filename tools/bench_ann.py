@@ -50,7 +50,7 @@ NOISE = 0.7
 WRITE = CHILD_PROLOGUE + r"""
 import numpy as np
 from pathlib import Path
-from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, plan_checkpoint
+from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, commit_steps
 from pbgio.config import parse_config
 root = Path(ARGS["root"]); rows, dim, parts = ARGS["rows"], ARGS["dim"], ARGS["partitions"]
 cfg = parse_config({"entities": {"item": {"num_partitions": parts}},
@@ -74,7 +74,7 @@ for part in range(parts):
     ckpt.write_embeddings("item", part, 1, EmbeddingsState(table, None))
     (root / "data" / f"entity_count_item_{part}.txt").write_text(f"{count}\n")
     del table
-for step in plan_checkpoint(ckpt, 1, embeddings={}, model=ModelState({}, None), config=cfg):
+for step in commit_steps(ckpt, 1, embeddings={}, model=ModelState({}, None), config=cfg):
     step.run()
 emit(seconds=now() - start)
 """

@@ -53,7 +53,7 @@ from pbgtrain.train import FitOptions, fit
 
 run = load_run_config(Path(ARGS["config"]), ARGS["overrides"])
 t0 = now()
-result = fit(run, FitOptions(seed=ARGS["seed"], validate=False, peer_timeout=ARGS["peer_timeout"]))
+result = fit(run, FitOptions(seed=ARGS["seed"], check_layout=False, peer_timeout=ARGS["peer_timeout"]))
 figures = {"rank": int(os.environ.get("RANK", "0")), "fit_seconds": now() - t0, "threads": torch.get_num_threads()}
 if figures["rank"] == 0:
     figures.update(edges=sum(r.train.count for r in result.iterations), movement=result.movement,

@@ -15,7 +15,7 @@ the machine hits all of them, each job a fresh child process:
    (the whole command: interpreter start, imports, the checkpoint read; its wall time), and the
    seconds the command itself reports (``--json``: ``seconds``);
 2. ``validation``: what the fit loop calls after a commit,
-   :func:`pbgtrain.validation.checkpoint_evaluator` on data/valid with the same filters (its time
+   :func:`pbgtrain.early_stopping.checkpoint_evaluator` on data/valid with the same filters (its time
    alone, as the fit's validation line reports it).
 
 Printed: each job's seconds in every round, the median, and the spread ((max - min) / median).
@@ -70,7 +70,7 @@ import pbgtrain
 from pathlib import Path
 from pbgtrain.config import load_run_config
 from pbgtrain.training.fit_plan import ValidationOptions
-from pbgtrain.validation import checkpoint_evaluator
+from pbgtrain.early_stopping import checkpoint_evaluator
 
 layout = load_run_config(ARGS["config"], [])
 evaluate = checkpoint_evaluator(layout, ValidationOptions("data/valid", ("data/train", "data/valid")), None, 0)

@@ -35,7 +35,7 @@ root = Path(ARGS["root"])
 run = load_run_config(root / "config.json", ARGS["overrides"])
 epochs = []
 while True:
-    result = fit(run, FitOptions(seed=0, validate=False, max_iterations=1))
+    result = fit(run, FitOptions(seed=0, check_layout=False, max_iterations=1))
     if not result.iterations:
         break
     record = result.iterations[-1]

@@ -86,7 +86,7 @@ run = load_run_config(Path(ARGS["config"]), ARGS["overrides"])
 device = ARGS["device"]
 if device.startswith("cuda"):
     torch.cuda.reset_peak_memory_stats()
-result = fit(run, FitOptions(device=device, precision=ARGS["precision"], validate=False,
+result = fit(run, FitOptions(device=device, precision=ARGS["precision"], check_layout=False,
                              partition_memory=ARGS["partition_memory"], compile=ARGS["compile"]))
 peak_gpu_bytes = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
 profiled = None
@@ -104,7 +104,7 @@ if ARGS["profile_batches"] and result.iterations:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     started = time.perf_counter()
     with profile(activities=activities) as prof:
-        one = fit(again, FitOptions(device=device, precision=ARGS["precision"], validate=False, max_iterations=1,
+        one = fit(again, FitOptions(device=device, precision=ARGS["precision"], check_layout=False, max_iterations=1,
                                     partition_memory=ARGS["partition_memory"], compile=ARGS["compile"]))
         if cuda:
             torch.cuda.synchronize()

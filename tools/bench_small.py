@@ -44,7 +44,7 @@ from pbgtrain.train import FitOptions, fit
 import time
 run = load_run_config(Path(ARGS["config"]), ARGS["overrides"])
 started = time.perf_counter()
-result = fit(run, FitOptions(validate=False, precision=ARGS["precision"]))
+result = fit(run, FitOptions(check_layout=False, precision=ARGS["precision"]))
 seconds = time.perf_counter() - started
 emit(code=pbgtrain.__file__, rates=[r.train.count / r.seconds for r in result.iterations],
      run_rate=sum(r.train.count for r in result.iterations) / seconds)

@@ -78,7 +78,7 @@ epochs, evals = [], []
 train_seconds = 0.0
 first = True
 while True:
-    result = fit(run, FitOptions(seed=args["seed"], validate=first, max_iterations=1, device=args["device"],
+    result = fit(run, FitOptions(seed=args["seed"], check_layout=first, max_iterations=1, device=args["device"],
                                  precision=args["precision"]))
     first = False
     if not result.iterations:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, plan_checkpoint
+from pbgio.checkpoint import CheckpointDir, EmbeddingsState, ModelState, commit_steps
 from pbgio.config import FALSE_STRINGS, TRUE_STRINGS, ConfigSchema, EntitySchema, RelationSchema, config_json_schema
 from pbgio.spec import FORMAT_VERSION, FORMAT_VERSION_ATTR, naming
 from pbgio.spec.checkpoint import (
@@ -269,7 +269,7 @@ _NAMING_EXAMPLES = (
 
 def _commit_steps() -> list[str]:
     """The step descriptions of the real commit plan, for a version 3 with a snapshot."""
-    plan = plan_checkpoint(
+    plan = commit_steps(
         CheckpointDir(Path("checkpoint")), 3,
         embeddings={("user", 0): EmbeddingsState(np.zeros((0, 1), np.float32)),
                     ("user", 1): EmbeddingsState(np.zeros((0, 1), np.float32))},

@@ -134,7 +134,7 @@ def fb15k(config: Path, device: torch.device, minutes: float, dimension: int) ->
     shutil.rmtree(config.parent / "model", ignore_errors=True)
     overrides = [f"dimension={dimension}", f"batch_size={FB15K_BATCH}", "edge_paths=data/train", "num_epochs=100000"]
     run = load_run_config(config, overrides)
-    result = fit(run, FitOptions(device=str(device), precision="bf16", validate=False, max_seconds=minutes * 60,
+    result = fit(run, FitOptions(device=str(device), precision="bf16", check_layout=False, max_seconds=minutes * 60,
                                  operator_init="identity"))
     seconds = sorted(r.seconds for r in result.iterations)
     per_epoch = seconds[len(seconds) // 2]

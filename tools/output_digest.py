@@ -13,7 +13,8 @@ the thread count), and compare::
 
 What is fingerprinted: checkpoints (every ``.h5``, ``checkpoint_version.txt``, ``config.json``,
 ``best/``), entity and edge files, exports (TSV, Parquet, ``.npy``), the eval report (``--json``),
-and ``training_stats.json`` and the eval report with the figures that measure time removed
+predict's answers, and ``training_stats.json``, the eval report and predict's JSON answers with the
+figures that measure time removed
 (``seconds``, edges per second, wall-clock stamps) and the pipeline's directory written as
 ``<root>``: the only parts of the outputs that may differ between two runs.
 
@@ -21,7 +22,7 @@ Pipelines:
 
 - ``example``: ``pbgio example``, ``pbgtrain fit`` (2 partitions of users, translation and
   diagonal operators), ``pbgtrain eval`` on the held-out edges, ``pbgio export`` to TSV, Parquet
-  and ``.npy``.
+  and ``.npy``, ``pbgtrain predict`` (a filtered top-k, a triple, a file of queries).
 - ``example-valid``: the same layout trained with ``--valid`` (best version kept, learning rate
   decayed, stopped early), evaluated on ``best/``.
 - ``kinship``: the recipe's import of ``../shared/datasets/kinship.tar.gz``, a validation-driven
@@ -44,7 +45,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 DIGEST = "DIGEST.json"
-NORMALIZED_JSON = frozenset({"training_stats.json", "eval.json"})
+NORMALIZED_JSON = frozenset({"training_stats.json", "eval.json", "topk.json", "triple.json"})
 
 TIMING_KEYS = frozenset({"seconds", "edges_per_second", "trained_from", "trained_until", "time", "wall",
                          "started", "finished", "elapsed", "eval_seconds", "minutes"})
@@ -100,6 +101,21 @@ def _example(dest: Path) -> None:
     _command("pbgio", "export", "config.json", "-o", "out/emb.tsv", cwd=dest)
     _command("pbgio", "export", "config.json", "-o", "out/emb.parquet", cwd=dest)
     _command("pbgio", "export", "config.json", "-o", "out/npy", "--format", "npy", cwd=dest)
+    _predictions(dest)
+
+
+def _predictions(dest: Path) -> None:
+    """``pbgtrain predict``'s three kinds of answer: a filtered top-k, a triple ranked on both
+    sides, and a file of queries."""
+    (dest / "out" / "topk.json").write_text(_command(
+        "pbgtrain", "predict", "config.json", "--lhs", "user001", "--rel", "likes", "-k", "5", "--filter",
+        "edges/train", "--json", cwd=dest))
+    (dest / "out" / "triple.json").write_text(_command(
+        "pbgtrain", "predict", "config.json", "--lhs", "user001", "--rel", "follows", "--rhs", "user002",
+        "--filter", "edges/train", "--json", cwd=dest))
+    (dest / "out" / "queries.tsv").write_text("user003\tfollows\t\n\tlikes\titem001\n")
+    (dest / "out" / "answers.tsv").write_text(_command(
+        "pbgtrain", "predict", "config.json", "--queries", "out/queries.tsv", "-k", "3", cwd=dest))
 
 
 def _example_valid(dest: Path) -> None:

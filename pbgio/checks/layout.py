@@ -16,6 +16,24 @@ def path_missing(file: str | None, message: str, dataset: str | None = None) -> 
     return rule("path-missing").issue(file, dataset, message)
 
 
+def checkpoint_path_occupied(file: str | None, found: str | None, dataset: str | None = None) -> Issue | None:
+    """``path-missing``: ``checkpoint_path`` is its directory, or nothing before training (the
+    directory is made then). ``found`` is what stands there, as :func:`pbgio.storage.found_at`
+    words it (:meth:`pbgio.layout.Layout.checkpoint_path_found`), None where nobody can tell (a
+    remote store makes prefixes as they are written). The validator and ``pbgtrain fit`` (before
+    it locks the directory) both ask this.
+
+    >>> checkpoint_path_occupied("model", "nothing") is None, checkpoint_path_occupied("model", "a directory") is None
+    (True, True)
+    >>> print(checkpoint_path_occupied("model", "a file"))
+    model: expected the checkpoint_path directory (or nothing, before training), found a file [path-missing]
+    """
+    if found in (None, "nothing", "a directory"):
+        return None
+    return path_missing(file, f"expected the checkpoint_path directory (or nothing, before training), found {found}",
+                        dataset)
+
+
 def layout_unrecognized(file: str | None, *, directory: bool) -> Issue:
     """``layout-unrecognized``: the path given to the validator holds no PBG artifact."""
     return rule("layout-unrecognized").issue(

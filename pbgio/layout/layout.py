@@ -93,15 +93,23 @@ class Layout:
             return cls(config, given_base or Path.cwd(), IN_MEMORY, None, tuple(overrides))
         path = storage.resolve(location)
         source = storage.display(path)
-        if is_python_config(path.name):
-            config = config_from_python(storage.local_path(str(path)), overrides)
-            default_base: AnyPath = Path.cwd()
-        else:
-            raw = read_config_json(path)
-            config = parse_config(override_config_dict(raw, overrides, source) if isinstance(raw, dict) else raw,
-                                  source)
-            default_base = infer_base(path, config.checkpoint_path)
-        return cls(config, given_base or default_base, source, path, tuple(overrides))
+        if not is_python_config(path.name):
+            return cls.from_json(path, read_config_json(path), base=given_base, overrides=overrides)
+        config = config_from_python(storage.local_path(str(path)), overrides)
+        return cls(config, given_base or Path.cwd(), source, path, tuple(overrides))
+
+    @classmethod
+    def from_json(cls, location: str | AnyPath, raw: Any, *, base: str | AnyPath | None = None,
+                  overrides: Sequence[str] = ()) -> Layout:
+        """The layout of the JSON config file at ``location`` whose value, ``raw``, was already
+        read (:func:`~pbgio.config.read_config_json`), built as :meth:`load` builds it: for a
+        reader that needs the JSON itself too (the validator checks its keys' case), so that the
+        file is read and parsed once."""
+        given_base = None if base is None else storage.resolve(base)
+        path = storage.resolve(location)
+        source = storage.display(path)
+        config = parse_config(override_config_dict(raw, overrides, source) if isinstance(raw, dict) else raw, source)
+        return cls(config, given_base or infer_base(path, config.checkpoint_path), source, path, tuple(overrides))
 
     @classmethod
     def of(cls, config: Layout | ConfigSchema | str | AnyPath, *, base: str | AnyPath | None = None) -> Layout:
@@ -135,6 +143,13 @@ class Layout:
     @property
     def checkpoint_path(self) -> AnyPath:
         return self.path(self.config.checkpoint_path)
+
+    def checkpoint_path_found(self) -> str | None:
+        """What stands at :attr:`checkpoint_path` (:func:`pbgio.storage.found_at`: nothing, a
+        directory, a file, a broken link …), for the rule
+        :func:`pbgio.checks.layout.checkpoint_path_occupied`; None on a remote store."""
+        path = self.checkpoint_path
+        return None if storage.is_remote(path) else storage.found_at(path)
 
     @property
     def init_path(self) -> AnyPath | None:

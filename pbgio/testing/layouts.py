@@ -1,6 +1,6 @@
 """A complete, valid current layout in memory, and how to write it through pbgio's writers.
 
-:class:`Layout` holds a config (paths relative to the layout root), entity counts and names,
+:class:`LayoutContents` holds a config (paths relative to the layout root), entity counts and names,
 relation names, the edge buckets of every edge path and an optional committed checkpoint.
 :func:`write_layout` writes it under a root directory, plus ``root/config.json``:
 
@@ -35,14 +35,11 @@ from pbgio.checkpoint import (
     write_checkpoint,
 )
 from pbgio.config import ConfigSchema, parse_config
+from pbgio.deprecation import renamed_names
 from pbgio.edges import EdgeBucket, FeatureLists, write_bucket
 from pbgio.optimizer_state import encode_adagrad, encode_row_adagrad
 from pbgio.spec import naming
-from pbgio.spec.checkpoint import (
-    global_embedding_name,
-    operator_param_name,
-    param_shapes,
-)
+from pbgio.spec.checkpoint import expected_model_params
 from pbgio.storage import atomic
 
 Part = tuple[str, int]
@@ -50,7 +47,7 @@ BucketKey = tuple[int, int]
 
 
 @dataclass
-class CheckpointLayout:
+class CheckpointContents:
     """One committed checkpoint version (N >= 1) and what lives beside it."""
 
     version: int
@@ -62,7 +59,7 @@ class CheckpointLayout:
 
 
 @dataclass
-class Layout:
+class LayoutContents:
     """A complete valid current layout in memory.
 
     ``config`` uses relative paths (resolved against the root :func:`write_layout` is given).
@@ -76,7 +73,7 @@ class Layout:
     dynamic_rel_count: int | None = None
     relation_names: list[str] | None = None
     buckets: dict[str, dict[BucketKey, EdgeBucket]] = field(default_factory=dict)
-    checkpoint: CheckpointLayout | None = None
+    checkpoint: CheckpointContents | None = None
 
     @property
     def num_relations(self) -> int:
@@ -91,32 +88,26 @@ class Layout:
 # --------------------------------------------------------------------------- config helpers
 
 
+__getattr__ = renamed_names(__name__, {"Layout": "LayoutContents", "CheckpointLayout": "CheckpointContents"})
+"""The names of :class:`LayoutContents` and :class:`CheckpointContents` before they were renamed (they
+said "layout", as :class:`pbgio.layout.Layout` does), kept for one release."""
+
+
 def expected_params(config: ConfigSchema,
                     num_dynamic_rels: int | None) -> dict[str, tuple[int, ...]]:
-    """Public names and shapes of every model parameter ``config`` implies.
+    """Public names and shapes of every model parameter ``config`` implies: the spec's
+    :func:`~pbgio.spec.checkpoint.expected_model_params`, with an unknown number of dynamic
+    relations taken as 0 (so every shape is known).
 
-    Static mode: ``relations/{i}/operator/rhs/{param}`` sized by the rhs type's dimension.
-    Dynamic mode (one relation): both sides of relation 0 with a leading relation axis.
-    Global embeddings ``entities/{type}/global_embedding`` of shape ``(dim,)`` when global_emb.
+    >>> from pbgio.config import parse_config
+    >>> cfg = parse_config({"entities": {"e": {"num_partitions": 1}}, "dimension": 4,
+    ...                     "relations": [{"name": "r", "lhs": "e", "rhs": "e", "operator": "diagonal"}],
+    ...                     "entity_path": "x", "edge_paths": ["z"], "checkpoint_path": "y"})
+    >>> expected_params(cfg, None)
+    {'relations/0/operator/rhs/diagonal': (4,), 'entities/e/global_embedding': (4,)}
     """
-    params: dict[str, tuple[int, ...]] = {}
-    if config.dynamic_relations:
-        rel = config.relations[0]
-        for side in ("lhs", "rhs"):
-            dim = config.entity_dimension(getattr(rel, side))
-            for pname, shape in param_shapes(rel.operator, dimension=dim,
-                                             num_dynamic_rels=num_dynamic_rels or 0).items():
-                params[operator_param_name(0, side, pname)] = shape
-    else:
-        for idx, rel in enumerate(config.relations):
-            dim = config.entity_dimension(rel.rhs)
-            shapes = param_shapes(rel.operator, dimension=dim, num_dynamic_rels=None)
-            for pname, shape in shapes.items():
-                params[operator_param_name(idx, "rhs", pname)] = shape
-    if config.global_emb:
-        for etype in config.entities:
-            params[global_embedding_name(etype)] = (config.entity_dimension(etype),)
-    return params
+    known = expected_model_params(config, num_dynamic_rels or 0)
+    return {name: shape for name, shape in known.items() if shape is not None}
 
 
 def all_parts(config: ConfigSchema) -> list[Part]:
@@ -176,7 +167,7 @@ def checkpoint_metadata(config: ConfigSchema, version: int) -> FileMetadata:
 # --------------------------------------------------------------------------- writing
 
 
-def write_layout(root: Path, layout: Layout) -> Path:
+def write_layout(root: Path, layout: LayoutContents) -> Path:
     """Write ``layout`` under ``root`` through pbgio's writers; return ``root/config.json``.
 
     The config's relative paths resolve against ``root``. The checkpoint directory is always
@@ -269,7 +260,7 @@ def small_valid_layout(
     edges_per_bucket: int = 12,
     empty_bucket: bool = True,
     seed: int = 0,
-) -> Layout:
+) -> LayoutContents:
     """A deterministic valid layout, rich enough for every mutation.
 
     Static mode: ``user`` (2 partitions unless ``partitioned=False``, dimension 4), ``item`` (1
@@ -288,7 +279,7 @@ def small_valid_layout(
                        num_edge_paths=num_edge_paths)
     base_counts = {"user": [5, 4], "item": [7], "doc": [9]}
     counts = {(t, p): base_counts[t][p] for t, p in all_parts(cfg)}
-    layout = Layout(cfg, counts)
+    layout = LayoutContents(cfg, counts)
     if names:
         layout.names = {
             (t, p): [f"{t}-{p}-{i}" for i in range(c)]
@@ -323,7 +314,7 @@ def _empty_bucket(cfg: ConfigSchema, key: BucketKey, weights: bool) -> EdgeBucke
     return EdgeBucket(zero, zero, zero, np.zeros(0, np.float32) if weights else None)
 
 
-def _random_bucket(rng: np.random.Generator, layout: Layout, key: BucketKey, n: int,
+def _random_bucket(rng: np.random.Generator, layout: LayoutContents, key: BucketKey, n: int,
                    weights: bool) -> EdgeBucket:
     """Edges of every relation id that fits the bucket, cycling through them row by row."""
     cfg = layout.config
@@ -373,8 +364,8 @@ def _random_bucket(rng: np.random.Generator, layout: Layout, key: BucketKey, n: 
     )
 
 
-def _random_checkpoint(rng: np.random.Generator, layout: Layout, *, version: int,
-                       snapshot_epoch: int | None) -> CheckpointLayout:
+def _random_checkpoint(rng: np.random.Generator, layout: LayoutContents, *, version: int,
+                       snapshot_epoch: int | None) -> CheckpointContents:
     cfg = layout.config
     embeddings = {
         (t, p): EmbeddingsState(
@@ -396,11 +387,11 @@ def _random_checkpoint(rng: np.random.Generator, layout: Layout, *, version: int
          "epoch_idx": 0, "edge_path_idx": 0, "edge_chunk_idx": 0}
         for i, (lhs, rhs) in enumerate(grid(cfg)[:2])
     ]
-    return CheckpointLayout(version, embeddings, model, checkpoint_metadata(cfg, version),
+    return CheckpointContents(version, embeddings, model, checkpoint_metadata(cfg, version),
                             snapshot_epoch=snapshot_epoch, stats=stats)
 
 
-def layout_summary(layout: Layout) -> str:
+def layout_summary(layout: LayoutContents) -> str:
     """A one-line description, handy in test failure messages."""
     cfg = layout.config
     return json.dumps({

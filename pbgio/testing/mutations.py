@@ -48,12 +48,12 @@ from pbgio.spec.checkpoint import (
     public_to_private,
 )
 from pbgio.spec.rules import RULES
-from pbgio.testing.layouts import Layout, relation_types, small_valid_layout, write_layout
+from pbgio.testing.layouts import LayoutContents, relation_types, small_valid_layout, write_layout
 
 Mutator = Callable[[Path], None]
 Target = Callable[[Path], Path]
 
-LAYOUTS: dict[str, Callable[[], Layout]] = {
+LAYOUTS: dict[str, Callable[[], LayoutContents]] = {
     "default": small_valid_layout,
     "dynamic": functools.partial(small_valid_layout, dynamic=True),
     "snapshot": functools.partial(small_valid_layout, snapshot=True),

@@ -3,7 +3,7 @@
 Configs satisfy every rule of :func:`pbgio.config.semantic_issues` (warnings included);
 buckets respect the config, the entity counts and the partition grid (featurized sides with
 offsets, weights, empty buckets); checkpoints hold exactly the parameters the config implies;
-:func:`layouts` combines them into a :class:`~pbgio.testing.layouts.Layout` that
+:func:`layouts` combines them into a :class:`~pbgio.testing.layouts.LayoutContents` that
 :func:`~pbgio.testing.layouts.write_layout` writes and ``pbgio validate`` accepts without a
 single issue. Sizes stay small so that property tests run fast.
 
@@ -47,8 +47,8 @@ from pbgio.spec.naming import entity_type_name_portability, entity_type_name_pro
 from pbgio.spec.stats import STATS_KEYS
 from pbgio.testing.layouts import (
     BucketKey,
-    CheckpointLayout,
-    Layout,
+    CheckpointContents,
+    LayoutContents,
     Part,
     all_parts,
     checkpoint_metadata,
@@ -473,14 +473,14 @@ def stats_records(draw: Draw) -> list[dict[str, Any]]:
 
 @st.composite
 def checkpoints(draw: Draw, config: ConfigSchema, counts: dict[Part, int],
-                num_dynamic_rels: int | None = None) -> CheckpointLayout:
+                num_dynamic_rels: int | None = None) -> CheckpointContents:
     """A committed checkpoint version for ``config``: finite embeddings and model."""
     version = draw(st.integers(1, 50))
     embeddings = {
         (etype, part): draw(embeddings_states(counts[(etype, part)], config.entity_dimension(etype)))
         for etype, part in all_parts(config)
     }
-    return CheckpointLayout(
+    return CheckpointContents(
         version=version,
         embeddings=embeddings,
         model=draw(model_states(config, num_dynamic_rels)),
@@ -495,11 +495,11 @@ def checkpoints(draw: Draw, config: ConfigSchema, counts: dict[Part, int],
 
 @st.composite
 def layouts(draw: Draw, *, dynamic: bool | None = None, featurized: bool | None = None,
-            checkpoint: bool | None = None, max_edges: int = MAX_EDGES) -> Layout:
+            checkpoint: bool | None = None, max_edges: int = MAX_EDGES) -> LayoutContents:
     """Complete valid layouts; ``write_layout`` + ``validate_path`` report no issue at all."""
     cfg = draw(configs(dynamic=dynamic, featurized=featurized))
     counts = draw(entity_counts(cfg))
-    layout = Layout(cfg, counts, names=draw(entity_names(cfg, counts)))
+    layout = LayoutContents(cfg, counts, names=draw(entity_names(cfg, counts)))
     if cfg.dynamic_relations:
         layout.dynamic_rel_count = draw(st.integers(1, 4))
         if draw(st.booleans()):

@@ -121,35 +121,35 @@ def validate_layout(layout: Layout, *, on_bucket: ProgressCallback | None = None
 def _validate_config_file(ctx: Context, config_path: AnyPath, base: AnyPath | None,
                           on_bucket: ProgressCallback | None, overrides: Sequence[str] = ()) -> None:
     try:
-        layout = Layout.load(config_path, base=base, overrides=overrides)
+        raw = read_config_json(config_path)  # read and parsed once: the layout, and the keys' case
+        layout = Layout.from_json(config_path, raw, base=base, overrides=overrides)
     except ConfigError as exc:
         ctx.report.kind = "config"
         for issue in exc.issues:
             ctx.add_at(issue, config_path)
         return
-    for issue in key_case_issues(read_config_json(config_path)):
+    for issue in key_case_issues(raw):
         ctx.add_at(issue, config_path)
     _validate_layout(ctx, layout, config_path, on_bucket)
 
 
 def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
                      on_bucket: ProgressCallback | None, *, checkpoints: bool = True) -> None:
-    cfg, base = loaded.config, loaded.base
+    cfg = loaded.config
     ctx.report.kind = "config"
     for issue in semantic_issues(cfg):
         if issue.severity == "warning":
             ctx.add_at(issue, config_path)
     ctx.config = cfg
-    ctx.root = storage.absolute(base)
-    entity_path = storage.resolve(cfg.entity_path, base)
+    ctx.root = storage.absolute(loaded.base)
+    entity_path = loaded.entity_path
     if _is_dir(entity_path):
         check_entity_dir(ctx, entity_path)
     else:
         ctx.add(layout_rules.path_missing(ctx.display(entity_path),
                                     f"expected the entity_path directory, found {storage.found_at(entity_path)}"))
     lhs_parts, rhs_parts = cfg.bucket_grid()
-    for edge_path_str in cfg.edge_paths:
-        edge_path = storage.resolve(edge_path_str, base)
+    for edge_path in loaded.edge_paths:
         if not _is_dir(edge_path):
             ctx.add(layout_rules.path_missing(ctx.display(edge_path),
                                         f"expected an edge_paths directory, found {storage.found_at(edge_path)}"))
@@ -169,15 +169,14 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
             ctx.add(layout_rules.edge_file_extra(ctx.display(present[key]), key, (lhs_parts, rhs_parts)))
     if not checkpoints:
         return
-    checkpoint_path = storage.resolve(cfg.checkpoint_path, base)
+    checkpoint_path = loaded.checkpoint_path
     if _is_dir(checkpoint_path):
         check_checkpoint_dir(ctx, checkpoint_path)
-    elif not storage.is_remote(checkpoint_path) and (
-            storage.link_problem(checkpoint_path) is not None or not _absent(checkpoint_path)):
-        ctx.add(layout_rules.path_missing(ctx.display(checkpoint_path), "expected the checkpoint_path directory (or "
-                                    f"nothing, before training), found {storage.found_at(checkpoint_path)}"))
-    if cfg.init_path is not None:
-        init_path = storage.resolve(cfg.init_path, base)
+    elif (occupied := layout_rules.checkpoint_path_occupied(ctx.display(checkpoint_path),
+                                                             loaded.checkpoint_path_found())) is not None:
+        ctx.add(occupied)
+    init_path = loaded.init_path
+    if init_path is not None:
         if _is_dir(init_path):
             check_checkpoint_dir(ctx, init_path, warm_start=True)
         else:
@@ -190,14 +189,6 @@ def _is_dir(path: AnyPath) -> bool:
     name longer than the file system allows), which the path rule then reports (:func:`storage.found_at`)."""
     try:
         return path.is_dir()
-    except OSError:
-        return False
-
-
-def _absent(path: AnyPath) -> bool:
-    """Whether nothing is at ``path`` (False where the system cannot look it up)."""
-    try:
-        return not path.exists()
     except OSError:
         return False
 

@@ -134,6 +134,7 @@ class Cluster:
         self._leaving = False
         self._abort_acknowledged = False
         self._answer_by = float("inf")  # the store must have answered the watchdog by then (monotonic)
+        self._answer_within = peer_timeout  # the bound _answer_by was set with (seconds), for the message
         self.local_world_size = 1  # trainers on this machine (known once joined)
 
     # ---- lifecycle
@@ -141,23 +142,24 @@ class Cluster:
         from torch.distributed import DistError
 
         timeout = timedelta(seconds=self._store_timeout)
-        self._answer_by = time.monotonic() + timeout.total_seconds() + 5
+        self._expect_answer_within(timeout.total_seconds() + 5)
         threading.Thread(target=self._sentry, name="pbgtrain-store-sentry", daemon=True).start()
-        try:
-            self._join(timeout)
-        except KeyboardInterrupt:
+        try:  # the sentry's interrupt may reach the main thread inside the handler below: caught here too
+            try:
+                self._join(timeout)
+            except DistError as exc:
+                raise DistributedError(
+                    f"the {self.world_size} trainers did not all meet at {self.launch.init_method} within "
+                    f"{timeout.total_seconds():.0f} s (rank {self.rank}; rank 0 serves the rendezvous): "
+                    f"{str(exc).splitlines()[0]}; "
+                    f"run the same command on every trainer again (all {self.world_size} of them)") from None
+        except (KeyboardInterrupt, DistributedError):
             if self.failure is not None:  # the sentry: the store stopped answering
                 raise self.failure from None
             raise
-        except DistError as exc:
-            raise DistributedError(
-                f"the {self.world_size} trainers did not all meet at {self.launch.init_method} within "
-                f"{timeout.total_seconds():.0f} s (rank {self.rank}; rank 0 serves the rendezvous): "
-                f"{str(exc).splitlines()[0]}; "
-                f"run the same command on every trainer again (all {self.world_size} of them)") from None
         # The store answered the meeting just now: from here the sentry's deadline is the watchdog's
         # (a rank 0 stopped before the watchdog's first round was otherwise noticed at the meeting's bound).
-        self._answer_by = time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS
+        self._expect_answer_within(self.peer_timeout + HEARTBEAT_SECONDS)
         self._watchdog = threading.Thread(target=self._watch, name="pbgtrain-watchdog", daemon=True)
         self._watchdog.start()
         return self
@@ -180,8 +182,13 @@ class Cluster:
         store.set_timeout(timeout)
         self.store = dist.PrefixStore(STORE_PREFIX, store)  # type: ignore[attr-defined]
         group_store = dist.PrefixStore(f"{STORE_PREFIX}/pg", store)  # type: ignore[attr-defined]
-        dist.init_process_group("gloo", store=group_store, rank=self.rank,
-                                world_size=self.world_size, timeout=timeout)
+        # The store answered the meeting: the group's making may wait on it (in C code) for its timeout.
+        self._expect_answer_within(timeout.total_seconds() + 5)
+        try:
+            dist.init_process_group("gloo", store=group_store, rank=self.rank,
+                                    world_size=self.world_size, timeout=timeout)
+        except RuntimeError as exc:  # DistError naming a store key, or gloo's own: who is gone is named
+            raise self._roll_call(exc) from None
         self._heartbeat()
         self.store.set(f"host/{self.rank}", socket.gethostname())
         hosts = [bytes(self.store.get(f"host/{r}")).decode() for r in range(self.world_size)]
@@ -220,6 +227,42 @@ class Cluster:
                     f"nothing was trained; run the same command on every trainer again (all {self.world_size} "
                     "of them)")
             time.sleep(POLL_SECONDS * 5)
+
+    def _roll_call(self, exc: BaseException) -> DistributedError:
+        """Making the process group failed (a trainer that met the others died before it gave gloo
+        its address; they all wait for it the group's whole timeout, then fail about together): the
+        trainers still here mark themselves and wait ``peer_timeout`` for each other; those that
+        never do are named. A rank 0 gone takes the store with it (named too); a rank 0 stopped holds
+        this call, and the sentry names it."""
+        from torch.distributed import DistError
+
+        def absent(mark: str, ranks: range | list[int]) -> list[int]:
+            self._expect_answer_within(self.peer_timeout + HEARTBEAT_SECONDS)
+            return [r for r in ranks if not self.store.check([f"{mark}/{r}"])]
+
+        def wait_for(mark: str, ranks: range | list[int]) -> list[int]:
+            deadline = time.monotonic() + self.peer_timeout
+            while (missing := absent(mark, ranks)) and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS * 5)
+            return missing
+
+        try:
+            self.store.set(f"roll-call/{self.rank}", "1")
+            missing = wait_for("roll-call", range(self.world_size))
+            self.store.set(f"roll-call-read/{self.rank}", "1")
+            if self.rank == 0:  # it serves the store: stay until the others have read the roll call
+                wait_for("roll-call-read", [r for r in range(self.world_size) if r not in missing])
+        except DistError as lost:
+            return PeerFailure(0, self._store_lost(lost))
+        if not missing:
+            return DistributedError(
+                f"the {self.world_size} trainers met at {self.launch.init_method} but could not make their "
+                f"process group (rank {self.rank}): {str(exc).splitlines()[0]}; run the same command on every "
+                f"trainer again (all {self.world_size} of them)")
+        ranks = ", ".join(map(str, missing))
+        return PeerFailure(missing[0] if len(missing) == 1 else None,
+                           f"rank{'s' if len(missing) > 1 else ''} {ranks} stopped after the trainers met, before "
+                           "they made their process group (killed, hung, or its machine is gone)")
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         self._leaving = True
@@ -279,7 +322,7 @@ class Cluster:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             if time.monotonic() <= max(self._answer_by, self._held_until) or self._leaving:
                 continue
-            reason = (f"the run's store, served by rank 0, stopped answering for over {self.peer_timeout:.0f} s "
+            reason = (f"the run's store, served by rank 0, did not answer within {self._answer_within:.0f} s "
                       "(rank 0 stopped, hung, or its machine is gone)")
             self._fail(0, reason)
             self._exit_unless_stopped()
@@ -297,7 +340,13 @@ class Cluster:
             yield
         finally:
             self._held_until = 0.0
-            self._answer_by = max(self._answer_by, time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS)
+            if self._answer_by < time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS:
+                self._expect_answer_within(self.peer_timeout + HEARTBEAT_SECONDS)
+
+    def _expect_answer_within(self, seconds: float) -> None:
+        """The store must answer again within ``seconds`` from now, else the sentry stops this rank."""
+        self._answer_within = seconds
+        self._answer_by = time.monotonic() + seconds
 
     def _heartbeat(self) -> None:
         self.store.add(f"heartbeat/{self.rank}", 1)
@@ -309,7 +358,7 @@ class Cluster:
             try:
                 self._heartbeat()
                 aborted = self.store.check(["abort"]) and self.store.get("abort").decode()
-                self._answer_by = time.monotonic() + self.peer_timeout + HEARTBEAT_SECONDS
+                self._expect_answer_within(self.peer_timeout + HEARTBEAT_SECONDS)
                 if aborted:
                     self._acknowledge_abort()
                     self._fail(None, f"stopping: {aborted}")

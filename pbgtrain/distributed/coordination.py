@@ -53,9 +53,9 @@ from pbgtrain.distributed.cluster import (
 from pbgtrain.distributed.lock_server import LockServerScheduler
 from pbgtrain.distributed.shared import SharedStateSync
 from pbgtrain.model import StepStats
-from pbgtrain.plan.batching import IterationStep
-from pbgtrain.plan.buckets import BucketScheduler, PartitionKey, PartitionLayout
 from pbgtrain.progress import Reporter, make_reporter
+from pbgtrain.schedule.batching import IterationStep
+from pbgtrain.schedule.buckets import BucketScheduler, PartitionKey, PartitionSides
 from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, Placement, TrainerHandle
 
 PROGRESS_PUSH_SECONDS = 0.5
@@ -83,7 +83,7 @@ class DistributedCoordinator:
         self._scheduler: LockServerScheduler | None = None  # made with the trainer (scheduler)
         self._started: _Started | None = None  # what start() was given and made
 
-    def scheduler(self, config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+    def scheduler(self, config: ConfigSchema, layout: PartitionSides, counts: Mapping[PartitionKey, int],
                   seed: int) -> BucketScheduler:
         if config.bucket_grid() == (1, 1):
             raise DistributedError("distributed training needs more than one bucket: give an entity type "

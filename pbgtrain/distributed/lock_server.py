@@ -3,7 +3,7 @@
 Every trainer runs the same :class:`LockServerScheduler`; there is no server process. The
 state of pass ``i`` (buckets done, partition locks, partitions initialized) is one JSON value
 under ``sched/{i}``, read and written only while holding the store mutex ``sched/mutex``
-(taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.plan.buckets.choose_bucket`.
+(taken with an atomic ``compare_set``). The choice itself is :func:`pbgtrain.schedule.buckets.choose_bucket`.
 
 Passes do not overlap: a trainer starts pass ``i+1`` only after the commit barrier of pass
 ``i``, by which time every trainer has handed back everything.
@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from pbgtrain.distributed.cluster import Cluster
-from pbgtrain.plan.buckets import (
+from pbgtrain.schedule.buckets import (
     WAIT,
     Bucket,
     PartitionKey,
-    PartitionLayout,
+    PartitionSides,
     Wait,
     WrittenPartitions,
     choose_bucket,
@@ -67,7 +67,7 @@ class StoreWritten:
 class LockServerScheduler:
     """Hands out the buckets of each pass to ``cluster.world_size`` trainers (see the module)."""
 
-    def __init__(self, cluster: Cluster, nparts_lhs: int, nparts_rhs: int, order: str, layout: PartitionLayout,
+    def __init__(self, cluster: Cluster, nparts_lhs: int, nparts_rhs: int, order: str, layout: PartitionSides,
                  rows: Mapping[str, int], *, seed: int = 0, tree_init: bool = True,
                  on_new_pass: Callable[[], None] = lambda: None) -> None:
         self.cluster = cluster

@@ -22,8 +22,8 @@ from pbgtrain.model.model import (
     RelationSpec,
     make_relation_optimizer,
 )
-from pbgtrain.model.negative_blocks import Head, HeadGradients, ScoreMatrixHead
-from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode, NegativePlan, plan_negatives
+from pbgtrain.model.negative_sampling import MASKED_SCORE, BatchNegatives, NegativeMode, batch_negatives
+from pbgtrain.model.negative_scores import Head, HeadGradients, ScoreMatrixHead
 from pbgtrain.model.operators import DynamicOperator, Operator, make_dynamic_operator, make_operator
 from pbgtrain.model.regularizers import N3Regularizer
 from pbgtrain.model.relation_adagrad import ParameterOptimizer, RelationAdagrad
@@ -52,6 +52,7 @@ from pbgtrain.model.tables import EntityTable, row_adagrad_
 __all__ = [
     "MASKED_SCORE",
     "AttentionHead",
+    "BatchNegatives",
     "BucketEdges",
     "Comparator",
     "CounterGenerator",
@@ -71,7 +72,6 @@ __all__ = [
     "ModelSpec",
     "N3Regularizer",
     "NegativeMode",
-    "NegativePlan",
     "NegativeSampling",
     "Operator",
     "ParameterOptimizer",
@@ -87,6 +87,7 @@ __all__ = [
     "TrainingStep",
     "add_train_step",
     "batch_loss",
+    "batch_negatives",
     "candidate_space_query",
     "eval_step",
     "forward_batch",
@@ -98,7 +99,6 @@ __all__ = [
     "make_operator",
     "make_relation_optimizer",
     "make_runner",
-    "plan_negatives",
     "release_freed_memory",
     "row_adagrad_",
     "score_candidates",

@@ -36,7 +36,7 @@ edge is under 1e-20.
 
 Violators (negatives scoring above their positive) need the scores, which this form never
 holds: they are counted exactly on a sample, the first :data:`VIOLATOR_ROWS` edges of each
-batch (the batch is in random order), and :attr:`~pbgtrain.model.negative_blocks.HeadGradients.violators_counted_on`
+batch (the batch is in random order), and :attr:`~pbgtrain.model.negative_scores.HeadGradients.violators_counted_on`
 says on how many; the stats record it (``violators_sampled_edges``).
 
 :class:`ExplicitAttention` computes the same outputs with P materialised (one matrix product,
@@ -44,9 +44,9 @@ the softmax, two more products): faster on a CPU, and the way on a GPU when the 
 longer than the attention kernels take (:data:`FUSED_MAX_DIMENSION`).
 
 >>> from pbgtrain.model.comparators import make_comparator
->>> from pbgtrain.model.negative_blocks import BlockShape, training_head
+>>> from pbgtrain.model.negative_scores import BlockShape, training_head
 >>> from pbgtrain.model.losses import make_loss
->>> from pbgtrain.model.negatives import NegativeMode
+>>> from pbgtrain.model.negative_sampling import NegativeMode
 >>> g = torch.Generator().manual_seed(0)
 >>> q, p = torch.randn(6, 4, generator=g), torch.randn(6, 4, generator=g)
 >>> shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk=3, num_pos=6, uniform="none")
@@ -69,8 +69,8 @@ from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator
 from pbgtrain.model.losses import LossFunction
-from pbgtrain.model.negative_blocks import BlockShape, HeadGradients, head_inputs, stack_sides
-from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
+from pbgtrain.model.negative_sampling import MASKED_SCORE, NegativeMode
+from pbgtrain.model.negative_scores import BlockShape, HeadGradients, head_inputs, stack_sides
 from pbgtrain.model.precision import autocast_state
 
 SINK_OFFSET = 40.0
@@ -159,7 +159,7 @@ class _KeyGroup:
 
 def _groups(shape: BlockShape, q: Tensor, p: Tensor, candidates: Sequence[Tensor],
             num_real: Tensor | int) -> list[_KeyGroup]:
-    """The key groups of one layout (as :func:`~pbgtrain.model.negative_blocks.negative_blocks` lays it out)."""
+    """The key groups of one layout (as :func:`~pbgtrain.model.negative_scores.negative_blocks` lays it out)."""
     sides, num_pos, dim = q.shape
     chunks, chunk, padded = shape.num_chunks, shape.chunk, shape.padded
     per_chunk = shape.uniform == "per_chunk"
@@ -249,7 +249,7 @@ def _keys(group: _KeyGroup, width: int, dtype: torch.dtype) -> Tensor:
 
 class AttentionHead:
     """The softmax loss's head in the attention form, with the contract of
-    :func:`~pbgtrain.model.negative_blocks.training_head` (the loss function must be softmax and
+    :func:`~pbgtrain.model.negative_scores.training_head` (the loss function must be softmax and
     the comparator a dot product of prepared vectors: dot, or cos on normalised rows)."""
 
     def __init__(self, core: AttentionCore) -> None:

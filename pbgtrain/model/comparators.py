@@ -34,7 +34,7 @@ class Comparator:
 
     name = "dot"
     #: ``all_pairs`` is a plain matrix product of the prepared embeddings (scoring may then use
-    #: the fused kernels of :mod:`pbgtrain.model.kernels`)
+    #: the fused kernels of :mod:`pbgtrain.model.complex_ops`)
     all_pairs_is_dot = True
     #: ``all_pairs_grad`` reads the scores (a distance's derivative depends on the distance)
     grad_reads_scores = False

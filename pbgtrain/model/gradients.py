@@ -2,7 +2,7 @@
 
 :func:`training_gradients` scores a batch as :func:`~pbgtrain.model.scoring.forward_batch` does
 and takes its loss's gradient without autograd: the loss's gradient in the scores and the
-comparator's adjoints (:func:`~pbgtrain.model.negative_blocks.training_head`), then each side's
+comparator's adjoints (:func:`~pbgtrain.model.negative_scores.training_head`), then each side's
 chain backwards (:mod:`pbgtrain.model.chains`: the comparator's ``prepare``, the operator, the
 global embedding) to the looked-up rows, N3's gradient (:func:`regularization_and_grads`) on
 the positives' rows, and the leaves' gradients assembled per table
@@ -35,8 +35,8 @@ from pbgtrain.model.chains import Traced
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.lookup import GatheredRows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling
-from pbgtrain.model.negative_blocks import Head, training_head
-from pbgtrain.model.negatives import Draws
+from pbgtrain.model.negative_sampling import Draws
+from pbgtrain.model.negative_scores import Head, training_head
 from pbgtrain.model.operators import add_grad
 from pbgtrain.model.regularizers import cubed_magnitudes_and_grad
 from pbgtrain.model.relation_prediction import relation_prediction_and_grads
@@ -66,7 +66,7 @@ def training_gradients(model: EmbeddingModel, lhs_table: EntityTable, rhs_table:
                        negatives: NegativeSampling, *, generator: Draws = None,
                        head: Head = training_head) -> TrainingStep:
     """The loss of ``batch`` as :func:`forward_batch` and the loss function give it, and its
-    gradients, by hand: the scores' (``head``: :func:`~pbgtrain.model.negative_blocks.training_head`,
+    gradients, by hand: the scores' (``head``: :func:`~pbgtrain.model.negative_scores.training_head`,
     or the attention form of the softmax loss), then back through each side's chain
     (:mod:`pbgtrain.model.chains`) to the looked-up rows and the relation parameters, plus N3's
     (:func:`regularization_and_grads`). Nothing is recorded for autograd; a test compares the

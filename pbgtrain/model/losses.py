@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pbgtrain.model.fused import EAGER, Kernels
+from pbgtrain.model.score_kernels import EAGER, Kernels
 
 NegativeScores = Tensor | Sequence[Tensor]
 
@@ -103,7 +103,7 @@ class LogisticLoss(LossFunction):
 class _SoftmaxPerEdge(torch.autograd.Function):
     """softplus(logsumexp(blocks) − pos) per edge; keeps exp(neg − max) from the forward for the
     backward, which scales it in place (one pass, no recomputation, no concatenation). The two
-    halves are :func:`pbgtrain.model.fused.softmax_forward`/``softmax_backward``."""
+    halves are :func:`pbgtrain.model.score_kernels.softmax_forward`/``softmax_backward``."""
 
     @staticmethod
     def forward(ctx: Any, pos: Tensor, *blocks: Tensor) -> Tensor:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from pbgio.spec.checkpoint import OPERATORS, param_shapes
-from pbgtrain.model.kernels import complex_multiply, complex_multiply_grads, modulus_cube_sum
+from pbgtrain.model.complex_ops import complex_multiply, complex_multiply_grads, modulus_cube_sum
 from pbgtrain.model.precision import full_precision
 
 

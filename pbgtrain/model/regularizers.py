@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pbgtrain.model.kernels import modulus_cube_sum
+from pbgtrain.model.complex_ops import modulus_cube_sum
 
 
 def cubed_magnitudes(x: Tensor, complex_valued: bool, live: Tensor | None = None) -> Tensor:

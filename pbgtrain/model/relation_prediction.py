@@ -39,7 +39,7 @@ from torch import Tensor
 
 from pbgtrain.model.chains import Chain, dynamic_operator_link, prepare_link
 from pbgtrain.model.comparators import Comparator, DotComparator
-from pbgtrain.model.kernels import complex_multiply
+from pbgtrain.model.complex_ops import complex_multiply
 from pbgtrain.model.model import EmbeddingModel
 from pbgtrain.model.operators import (
     ComplexDiagonalDynamicOperator,

@@ -44,11 +44,11 @@ from torch import Tensor
 
 from pbgtrain.model.attention import AttentionHead, attention_core
 from pbgtrain.model.counter_rng import CounterGenerator
-from pbgtrain.model.fused import EAGER, compiled_kernels
 from pbgtrain.model.inputs import BucketEdges, EdgeBatch
 from pbgtrain.model.model import EmbeddingModel
-from pbgtrain.model.negative_blocks import Head, ScoreMatrixHead
+from pbgtrain.model.negative_scores import Head, ScoreMatrixHead
 from pbgtrain.model.relation_adagrad import RelationAdagrad
+from pbgtrain.model.score_kernels import EAGER, compiled_kernels
 from pbgtrain.model.step import StepTotals, add_train_step, step_body
 from pbgtrain.model.step_choice import StepChoice
 from pbgtrain.model.tables import EntityTable

@@ -35,8 +35,15 @@ from pbgtrain.model.comparators import Comparator, CosComparator, DotComparator
 from pbgtrain.model.inputs import EdgeBatch, FeatureBags
 from pbgtrain.model.lookup import GatheredRows, gather_rows
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, RelationSpec
-from pbgtrain.model.negative_blocks import BlockShape, UniformLayout, negative_blocks, stack_sides
-from pbgtrain.model.negatives import MASKED_SCORE, Draws, NegativeMode, NegativePlan, plan_negatives, sample_uniform
+from pbgtrain.model.negative_sampling import (
+    MASKED_SCORE,
+    BatchNegatives,
+    Draws,
+    NegativeMode,
+    batch_negatives,
+    sample_uniform,
+)
+from pbgtrain.model.negative_scores import BlockShape, UniformLayout, negative_blocks, stack_sides
 from pbgtrain.model.precision import full_precision
 from pbgtrain.model.tables import EntityTable
 
@@ -105,7 +112,7 @@ class ForwardResult:
     scores: Scores
     reg: Tensor | None
     gathered: list[GatheredRows]
-    plan: NegativePlan
+    negs: BatchNegatives
 
 
 @dataclass
@@ -185,13 +192,13 @@ def candidate_space_query(model: EmbeddingModel, lhs_table: EntityTable, rhs_tab
             "candidate is transformed before it is normalized, which no single query vector can rank")
 
 
-def _block_shape(mode: NegativeMode, plan: NegativePlan, candidates: Tensor | None) -> BlockShape:
+def _block_shape(mode: NegativeMode, negs: BatchNegatives, candidates: Tensor | None) -> BlockShape:
     uniform: UniformLayout = "none"
     if mode is NegativeMode.ALL:
         uniform = "all"
     elif candidates is not None and candidates.shape[0] > 0:
-        uniform = "shared" if plan.share_uniform else "per_chunk"
-    return BlockShape(mode, plan.chunk_size, plan.num_pos, uniform)
+        uniform = "shared" if negs.share_uniform else "per_chunk"
+    return BlockShape(mode, negs.chunk_size, negs.num_pos, uniform)
 
 
 @dataclass(frozen=True)
@@ -304,7 +311,7 @@ class PreparedBatch:
     """A batch looked up and transformed, ready to be scored: its sides' negatives, grouped as they
     are scored."""
 
-    plan: NegativePlan
+    negs: BatchNegatives
     gathered: list[GatheredRows]
     groups: list[ScoreGroup]
     sources: dict[int, Source]  # id of each traced tensor → the rows it was computed from
@@ -319,22 +326,22 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     lhs_type, rhs_type = _check_tables(model, batch, lhs_table, rhs_table)
     relation = model.relation(batch.rel)
     num_pos = len(batch)
-    plan = plan_negatives(relation, negatives, num_pos)
+    negs = batch_negatives(relation, negatives, num_pos)
     tables = (lhs_table, rhs_table)
     pos_ids = (batch.lhs, batch.rhs)
     groups: list[list[Tensor | FeatureBags]] = []
     every_entity: dict[int, Tensor] = {}  # one list of every entity per table
     for side, table in zip(SIDES, tables, strict=True):
         side_groups: list[Tensor | FeatureBags] = [batch.entities(side)]
-        mode = plan.mode(side)
+        mode = negs.mode(side)
         if batch.bags(side) is not None:
             _check_featurized_negatives(relation, side, mode)
         elif mode is NegativeMode.ALL:
             if id(table) not in every_entity:
                 every_entity[id(table)] = torch.arange(table.num_entities, device=table.device)
             side_groups.append(every_entity[id(table)])
-        elif plan.num_uniform_samples(side) > 0:
-            side_groups.append(sample_uniform(table.num_entities, plan.num_uniform_samples(side),
+        elif negs.num_uniform_samples(side) > 0:
+            side_groups.append(sample_uniform(table.num_entities, negs.num_uniform_samples(side),
                                               device=table.device, generator=generator))
         groups.append(side_groups)
     frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
@@ -347,7 +354,7 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     scored: list[ScoreGroup] = []  # each side's negatives
     shared_candidates: Traced | None = None
     for side, view, side_rows, side_where, ids in zip(SIDES, views, rows, where, pos_ids, strict=True):
-        mode = plan.mode(side)
+        mode = negs.mode(side)
         candidates = None
         if len(side_rows) > 1:
             if side == "rhs" and side_rows[1] is rows[0][-1] and view.adjust == views[0].adjust:
@@ -358,10 +365,10 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
         if side == "lhs":
             shared_candidates = candidates
         own = ids if mode is NegativeMode.ALL else None
-        shape = _block_shape(mode, plan, None if candidates is None else candidates.out)
+        shape = _block_shape(mode, negs, None if candidates is None else candidates.out)
         scored.append(_side_group(side, view, shape, candidates, own))
     both = _joined(*scored)  # the sides scored together when their blocks have the same shape
-    return PreparedBatch(plan, gathered, scored if both is None else [both], sources, (where[0][0], where[1][0]),
+    return PreparedBatch(negs, gathered, scored if both is None else [both], sources, (where[0][0], where[1][0]),
                          (u_raw, v_raw), batch.live_rows())
 
 
@@ -375,7 +382,7 @@ def forward_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     u_raw, v_raw = prepared.raw_rows
     reg = regularization(model, batch.rel, u_raw, v_raw, prepared.live) if model.regularizer.enabled else None
     return ForwardResult(score_sides(model.comparator, prepared.groups, batch.num_real), reg, prepared.gathered,
-                         prepared.plan)
+                         prepared.negs)
 
 
 def _check_featurized_negatives(relation: RelationSpec, side: str, mode: NegativeMode) -> None:

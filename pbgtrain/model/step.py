@@ -22,8 +22,8 @@ from torch import Tensor
 from pbgtrain.model.gradients import training_gradients
 from pbgtrain.model.inputs import EdgeBatch
 from pbgtrain.model.model import EmbeddingModel, NegativeSampling, make_relation_optimizer
-from pbgtrain.model.negative_blocks import Head, training_head
-from pbgtrain.model.negatives import Draws
+from pbgtrain.model.negative_sampling import Draws
+from pbgtrain.model.negative_scores import Head, training_head
 from pbgtrain.model.relation_adagrad import ParameterOptimizer, RelationAdagrad
 from pbgtrain.model.scoring import Scores, forward_batch
 from pbgtrain.model.tables import EntityTable
@@ -157,7 +157,7 @@ def train_step(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: EntityT
     """Score the batch, backpropagate loss + reg, update the touched table rows (row Adagrad at
     ``spec.lr``) and the relation parameters (``optimizer``, see :func:`make_relation_optimizer`);
     the tables and global embeddings of ``spec.frozen`` types get no gradient and no update;
-    return the batch's sums. ``head`` scores it (:class:`~pbgtrain.model.negative_blocks.Head`).
+    return the batch's sums. ``head`` scores it (:class:`~pbgtrain.model.negative_scores.Head`).
     A training loop calls :func:`add_train_step` instead, which leaves them on the device."""
     totals = StepTotals()
     add_train_step(totals, model, lhs_table, rhs_table, batch, optimizer, generator=generator, negatives=negatives,

@@ -1,6 +1,6 @@
 """Which training step a run takes, decided once before it starts (:class:`StepChoice`).
 
-Two heads score a batch (:class:`~pbgtrain.model.negative_blocks.Head`): the score matrices
+Two heads score a batch (:class:`~pbgtrain.model.negative_scores.Head`): the score matrices
 written out (every loss and comparator) and the softmax loss as attention
 (:mod:`pbgtrain.model.attention`: the softmax loss with a dot product of prepared vectors, dot or
 cos). A step is run eagerly or replayed (:mod:`pbgtrain.model.runner`): captured once per batch

@@ -1,7 +1,7 @@
-"""The plan of a run, pure and seeded: what is trained when, before any tensor is touched.
+"""Deprecated: :mod:`pbgtrain.schedule` before it was renamed ("plan" named other things too). Importing
+``pbgtrain.plan``, ``pbgtrain.plan.batching`` or ``pbgtrain.plan.buckets`` gives the new modules, with a
+warning, for one release."""
 
-- :mod:`~pbgtrain.plan.batching`: the iteration plan (epoch → edge path → edge chunk), the
-  chunk's held-out share, shuffling and batches.
-- :mod:`~pbgtrain.plan.buckets`: bucket order, the partition layout of a bucket, which
-  partitions to swap, and the scheduler that hands buckets out.
-"""
+from pbgio.deprecation import renamed_module
+
+renamed_module(__name__, "pbgtrain.schedule", submodules=("batching", "buckets"))

@@ -60,7 +60,9 @@ def top_k(
 
     Give exactly one of ``lhs`` and ``rhs``. Every entity of the other side's type is scored
     (all partitions); with ``filter_paths``, those forming a known edge with the query are left
-    out; with ``exclude_self``, the query entity itself (when it is of the candidates' type).
+    out (a relative filter path is relative to the config's folder, like its ``edge_paths``, and
+    ``./PATH`` to the current directory: :meth:`pbgio.layout.Layout.argument_path`, the rule of every
+    command); with ``exclude_self``, the query entity itself (when it is of the candidates' type).
     Without ``version``, the committed version, read whole even while ``pbgtrain fit`` commits
     newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
     With ``index``, the candidate type's index proposes ``candidates`` rows, scored exactly
@@ -131,7 +133,7 @@ class Predictor:
         query_type, cand_type = relation.types(side)
         query = locate_entities(layout.entity_path, query_type, layout.config.num_partitions(query_type),
                                 [query_name])[query_name]
-        filters = [storage.resolve(p) for p in filter_paths]
+        filters = [layout.argument_path(str(p)) for p in filter_paths]
         known = known_candidates(layout, filters, relation.rel_id, side, query_type, query, cand_type)
         self_excluded = exclude_self and query_type == cand_type
         already = known.get(query.partition, np.empty(0, np.int64))
@@ -244,7 +246,7 @@ def rank_triple(
     cfg = layout.config
     lhs_pos = locate_entities(layout.entity_path, relation.lhs, cfg.num_partitions(relation.lhs), [lhs])[lhs]
     rhs_pos = locate_entities(layout.entity_path, relation.rhs, cfg.num_partitions(relation.rhs), [rhs])[rhs]
-    filters = [storage.resolve(p) for p in filter_paths]
+    filters = [layout.argument_path(str(p)) for p in filter_paths]
 
     def rank(version: int) -> TripleRank:
         reader = _reader(opened.at(version), device)

@@ -21,8 +21,8 @@ from pbgio.storage import AnyPath
 from pbgio.topk import BlockScores, PartitionScan, rows_per_block, scan_partitions
 from pbgtrain.checkpoint_reader import CheckpointReader
 from pbgtrain.model import EntityTable, score_candidates
-from pbgtrain.plan.buckets import PartitionLayout, all_buckets
 from pbgtrain.predict.results import PredictError, Side
+from pbgtrain.schedule.buckets import PartitionSides, all_buckets
 
 ROW_BUDGET = 1 << 24
 """Candidate rows × dimension scored at once (a block: 64 MiB of float32 per copy)."""
@@ -90,7 +90,7 @@ def known_candidates(layout: Layout, filter_paths: list[AnyPath], rel_id: int, s
     in the filter edge paths: every bucket holding the query's partition on its side is read."""
     if not filter_paths:
         return {}
-    partitions = PartitionLayout.from_config(layout.config)
+    partitions = PartitionSides.from_config(layout.config)
     query_side: Side = "lhs" if side == "rhs" else "rhs"
     found: dict[int, list[np.ndarray]] = {}
     for directory in filter_paths:

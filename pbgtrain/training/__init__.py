@@ -14,5 +14,5 @@
   partition traffic).
 - :mod:`~pbgtrain.training.device`: device, precision and threads.
 
-The plan they follow (iterations, buckets, batches) is :mod:`pbgtrain.plan`.
+The plan they follow (iterations, buckets, batches) is :mod:`pbgtrain.schedule`.
 """

@@ -37,9 +37,9 @@ from pbgio.config import ConfigSchema
 from pbgtrain.checkpointing import StatsLine, TrainingCheckpoint
 from pbgtrain.metrics import RankingMetrics
 from pbgtrain.model import StepStats
-from pbgtrain.plan.batching import IterationStep
-from pbgtrain.plan.buckets import BucketScheduler, PartitionKey, PartitionLayout, SingleMachineScheduler
 from pbgtrain.progress import Reporter, make_reporter
+from pbgtrain.schedule.batching import IterationStep
+from pbgtrain.schedule.buckets import BucketScheduler, PartitionKey, PartitionSides, SingleMachineScheduler
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Coordinator(Protocol):
     def placement(self) -> Placement:
         """Where this process sits in its run."""
 
-    def scheduler(self, config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+    def scheduler(self, config: ConfigSchema, layout: PartitionSides, counts: Mapping[PartitionKey, int],
                   seed: int) -> BucketScheduler:
         """The scheduler of this process's buckets (and of the partitions written into each version)."""
 
@@ -116,7 +116,7 @@ class LocalCoordinator:
 
     placement = Placement()  # hogwild_delay has no effect on one machine, as in the original
 
-    def scheduler(self, config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+    def scheduler(self, config: ConfigSchema, layout: PartitionSides, counts: Mapping[PartitionKey, int],
                   seed: int) -> BucketScheduler:
         return SingleMachineScheduler.from_config(config, seed=seed)
 

@@ -19,8 +19,8 @@ from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.spec.edges import chunk_bounds
 from pbgio.storage import AnyPath, LocalCache
-from pbgtrain.plan.batching import IterationStep
-from pbgtrain.plan.buckets import Bucket, PartitionKey, bucket_limits
+from pbgtrain.schedule.batching import IterationStep
+from pbgtrain.schedule.buckets import Bucket, PartitionKey, bucket_limits
 from pbgtrain.training.residency import Prefetcher
 
 

@@ -1,7 +1,7 @@
 """``pbgtrain fit``'s options, parsed once: :func:`resolve_fit` turns a layout and the options
-as given (:class:`FitOptions`: strings, numbers, names) into a :class:`FitPlan` (a
-``torch.device``, a precision, the checked entity types to freeze, the operator initialisation,
-the checked validation options with absolute paths) or raises one
+as given (:class:`FitOptions`: strings, numbers, names) into a :class:`FitPlan` (those options,
+checked, its validation paths absolute, and what they decide: a ``torch.device``, a precision,
+the operator initialisation, the step) or raises one
 :class:`~pbgio.errors.UsageError` naming the option. The command line and :func:`pbgtrain.train.fit`
 both go through it, so a bad option gives the same line either way (the command line exits 2);
 the trainer and the fit loop take the plan and check nothing again.
@@ -9,7 +9,7 @@ the trainer and the fit loop take the plan and check nothing again.
 >>> from pbgio.example import example_config
 >>> from pbgio.layout import Layout
 >>> plan = resolve_fit(Layout.load(example_config()), FitOptions(frozen_types=frozenset({"item"})))
->>> plan.device, plan.precision, sorted(plan.frozen_types), plan.operator_init.value
+>>> plan.device, plan.precision, sorted(plan.options.frozen_types), plan.operator_init.value
 (device(type='cpu'), 'fp32', ['item'], 'random')
 >>> resolve_fit(Layout.load(example_config()), FitOptions(frozen_types=frozenset({"items"})))
 Traceback (most recent call last):
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Any
 
 import torch
 
+from pbgio.deprecation import warn_renamed
 from pbgio.errors import MissingArtifactError, UsageError
 from pbgio.layout import Layout
 from pbgtrain.choices import PRECISION_CHOICES, OperatorInit, Precision, StepKind
@@ -50,7 +51,7 @@ from pbgtrain.training.device import resolve_device, resolve_precision
 
 @dataclass(frozen=True)
 class ValidationOptions:
-    """What ``--valid`` and its companions ask for (:mod:`pbgtrain.validation`).
+    """What ``--valid`` and its companions ask for (:mod:`pbgtrain.early_stopping`).
 
     ``edge_path`` and ``filter_paths`` are as written on the command line (relative to the config's
     folder, ``./`` for the current directory); ``filter_paths`` empty means the config's
@@ -75,7 +76,7 @@ class FitOptions:
 
     device: str | None = None
     seed: int = 0
-    validate: bool = True
+    check_layout: bool = True  # validate the layout (pbgio.validate) before training; --no-validate: not
     interactive: bool = False
     max_seconds: float | None = None
     max_iterations: int | None = None
@@ -84,41 +85,35 @@ class FitOptions:
     precision: str | None = None  # fp32, tf32, bf16 or auto (default: bf16 with half_precision on a GPU, else fp32)
     partition_memory: float | None = None  # GiB of swapped-out partitions kept in memory (None: automatic)
     read_ahead_partitions: bool | None = None  # read the next bucket's partitions in the background (None: on a GPU)
-    compile: bool = False  # fuse the score-matrix step's elementwise passes with torch.compile (pbgtrain.model.fused)
+    compile: bool = False  # fuse the score-matrix passes with torch.compile (pbgtrain.model.score_kernels)
     static_shapes: bool = False  # pad every batch to batch_size (EdgeBatch.pad): one shape per run
     step: str = StepKind.auto.value  # --step: auto, scores or attention (StepKind; pbgtrain.model.step_choice)
     capture: bool | None = None  # --capture/--no-capture: replay the step (None: on a GPU with the attention step)
     remote_cache: float = 8.0  # GiB of local copies of remote edge buckets (re-read every epoch)
     frozen_types: frozenset[str] = frozenset()  # --freeze: entity types whose embeddings stay as loaded
-    validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (pbgtrain.validation)
+    validation: ValidationOptions | None = None  # --valid: evaluate, keep the best, stop early (early_stopping)
     operator_init: str = OperatorInit.random.value  # --operator-init (OperatorInit; identity: the original's)
     relation_prediction: float = 0.0  # --relation-prediction: weight of the relation loss (0: off)
+    validate: InitVar[bool | None] = None  # check_layout's name before a release, kept for one, with a warning
+
+    def __post_init__(self, validate: bool | None) -> None:
+        if validate is not None:
+            warn_renamed("FitOptions(validate=...)", "FitOptions(check_layout=...)", callers_to_skip=2)
+            object.__setattr__(self, "check_layout", validate)
 
 
 @dataclass(frozen=True)
 class FitPlan:
-    """The checked options of a run and its layout (:func:`resolve_fit`)."""
+    """The checked options of a run and its layout (:func:`resolve_fit`): every option is read
+    from ``options``; the plan's other fields are what :func:`resolve_fit` decides from them."""
 
     layout: Layout
-    device: torch.device  # as asked; a bare ``cuda`` is indexed by the run's placement
-    precision: Precision
-    frozen_types: frozenset[str]
-    operator_init: OperatorInit
-    validation: ValidationOptions | None  # paths absolute, values checked
-    relation_prediction: float = 0.0
-    precision_note: str = ""  # the precision and why, the run's first line (a warning when it will be slow)
-    seed: int = 0
-    validate: bool = True
-    interactive: bool = False
-    max_seconds: float | None = None
-    max_iterations: int | None = None
-    rank: int | None = None
-    peer_timeout: float | None = None
-    partition_memory: float | None = None
-    read_ahead_partitions: bool | None = None
-    step: StepChoice = field(default_factory=StepChoice)  # the step: head, passes, replay; its note a line of the run
-    static_shapes: bool = False
-    remote_cache: float = 8.0
+    options: FitOptions  # as given, checked; validation's paths absolute, frozen_types a frozenset
+    device: torch.device  # options.device; a bare ``cuda`` is indexed by the run's placement
+    precision: Precision  # options.precision for this device and config
+    precision_note: str  # the precision and why, the run's first line (a warning when it will be slow)
+    operator_init: OperatorInit  # options.operator_init
+    step: StepChoice  # options.step, capture and compile: head, passes, replay; its note a line of the run
 
 
 def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
@@ -143,14 +138,9 @@ def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
         raise UsageError(f"--relation-prediction: {problem}")
     step = resolve_step(_plain(options.step), options.capture, options.compile, cfg, device,
                         lambda: _largest_partition(layout))
-    return FitPlan(layout, device, precision, frozenset(options.frozen_types), OperatorInit(operator_init),
-                   None if options.validation is None else _checked_validation(layout, options.validation),
-                   seed=options.seed, validate=options.validate, interactive=options.interactive,
-                   max_seconds=options.max_seconds, max_iterations=options.max_iterations, rank=options.rank,
-                   peer_timeout=options.peer_timeout, partition_memory=options.partition_memory,
-                   read_ahead_partitions=options.read_ahead_partitions, step=step,
-                   static_shapes=options.static_shapes, remote_cache=options.remote_cache,
-                   relation_prediction=options.relation_prediction, precision_note=precision_note)
+    validation = None if options.validation is None else _checked_validation(layout, options.validation)
+    checked = replace(options, frozen_types=frozenset(options.frozen_types), validation=validation)
+    return FitPlan(layout, checked, device, precision, precision_note, OperatorInit(operator_init), step)
 
 
 def _largest_partition(layout: Layout) -> int:

@@ -12,10 +12,10 @@ from typing import Any
 
 from pbgio.spec.stats import EXTRA_KEY
 from pbgtrain.checkpointing import iteration_keys
-from pbgtrain.metrics import SIDES, RankingAccumulator, RankingMetrics
-from pbgtrain.model import MASKED_SCORE, EntityTable, StepStats
-from pbgtrain.plan.batching import IterationStep
-from pbgtrain.plan.buckets import Bucket
+from pbgtrain.metrics import RankingAccumulator, RankingMetrics
+from pbgtrain.model import EntityTable, StepStats
+from pbgtrain.schedule.batching import IterationStep
+from pbgtrain.schedule.buckets import Bucket
 
 
 @dataclass
@@ -43,14 +43,6 @@ class IterationRecord:
 def format_metrics(metrics: dict[str, float]) -> str:
     keys = [k for k in ("mrr", "r1", "r10", "auc", "loss") if k in metrics]
     return " ".join(f"{k} {metrics[k]:.4f}" for k in keys)
-
-
-def add_negative_scores(acc: RankingAccumulator, scores: Any) -> None:
-    """Rank each side's positives against its negatives; masked slots (self pairs, padding) excluded."""
-    for side in SIDES:
-        pos, neg = (scores.lhs_pos, scores.lhs_neg) if side == "lhs" else (scores.rhs_pos, scores.rhs_neg)
-        if neg.shape[1]:
-            acc.add(side, pos, neg, exclude=neg <= MASKED_SCORE)
 
 
 def held_out_metrics(accumulators: list[RankingAccumulator]) -> RankingMetrics | None:

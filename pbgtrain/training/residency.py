@@ -35,8 +35,8 @@ import torch
 from pbgio.config import ConfigSchema
 from pbgtrain.checkpointing import TrainingCheckpoint
 from pbgtrain.model import EntityTable, release_freed_memory
-from pbgtrain.plan.batching import IterationStep
-from pbgtrain.plan.buckets import Bucket, BucketScheduler, PartitionKey, PartitionLayout, plan_swap
+from pbgtrain.schedule.batching import IterationStep
+from pbgtrain.schedule.buckets import Bucket, BucketScheduler, PartitionKey, PartitionSides, plan_swap
 from pbgtrain.training.records import MovementStats
 
 GIB = 1 << 30
@@ -136,7 +136,7 @@ def to_device(table: EntityTable, device: torch.device) -> EntityTable:
                        entity_type=table.entity_type, partition=table.partition)
 
 
-def bucket_bytes(config: ConfigSchema, layout: PartitionLayout, counts: Mapping[PartitionKey, int]) -> int:
+def bucket_bytes(config: ConfigSchema, layout: PartitionSides, counts: Mapping[PartitionKey, int]) -> int:
     """Device bytes of the most a bucket holds: the largest partition of each type on each side,
     and the unpartitioned tables."""
     def largest(etype: str) -> int:
@@ -159,7 +159,7 @@ class PartitionStore:
     and loaded is counted in ``movement``.
     """
 
-    def __init__(self, checkpoint: TrainingCheckpoint, layout: PartitionLayout, counts: Mapping[PartitionKey, int],
+    def __init__(self, checkpoint: TrainingCheckpoint, layout: PartitionSides, counts: Mapping[PartitionKey, int],
                  device: torch.device, scheduler: BucketScheduler, prefetcher: Prefetcher, movement: MovementStats, *,
                  budget_bytes: int, read_ahead: bool) -> None:
         self.ckpt = checkpoint

@@ -37,9 +37,9 @@ from pbgtrain.model import BucketEdges, EmbeddingModel, StepStats
 from pbgtrain.model.model import make_relation_optimizer
 from pbgtrain.model.precision import precision_scope
 from pbgtrain.model.runner import make_runner
-from pbgtrain.plan.batching import ChunkKey, IterationStep, PreparedChunk, prepare_chunk, stable_seed
-from pbgtrain.plan.buckets import Bucket, PartitionLayout, Wait, all_buckets
 from pbgtrain.progress import Reporter
+from pbgtrain.schedule.batching import ChunkKey, IterationStep, PreparedChunk, prepare_chunk, stable_seed
+from pbgtrain.schedule.buckets import Bucket, PartitionSides, Wait, all_buckets
 from pbgtrain.training.coordinator import Coordinator, LocalCoordinator, Outcome, TrainerHandle
 from pbgtrain.training.device import local_device
 from pbgtrain.training.edge_chunks import EdgeChunks
@@ -64,7 +64,7 @@ class Trainer:
     def __init__(self, plan: FitPlan, coordinator: Coordinator | None = None,
                  bucket_cache: LocalCache | None = None) -> None:
         self.plan = plan
-        layout = plan.layout
+        layout, options = plan.layout, plan.options
         self.cfg = cfg = layout.config
         self.coordinator = coordinator = coordinator or LocalCoordinator()
         placement = coordinator.placement
@@ -72,37 +72,38 @@ class Trainer:
         self.counts = {(etype, part): read_entity_count(layout.entity_path, etype, part)
                        for etype, entity in cfg.entities.items() for part in range(entity.num_partitions)}
         num_dynamic = read_dynamic_rel_count(layout.entity_path) if cfg.dynamic_relations else None
-        self.frozen = plan.frozen_types
+        self.frozen = options.frozen_types
         self.model = EmbeddingModel.from_config(cfg, num_dynamic, frozen=self.frozen,
-                                                relation_prediction=plan.relation_prediction)
+                                                relation_prediction=options.relation_prediction)
         if plan.operator_init is OperatorInit.random:  # before the restore: what a checkpoint holds replaces it
-            self.model.draw_operators(cfg.init_scale, stable_seed("operators", plan.seed))
+            self.model.draw_operators(cfg.init_scale, stable_seed("operators", options.seed))
         self.model = self.model.to(self.device)
         self.optimizer = make_relation_optimizer(self.model)
         self.config_lrs = (self.model.spec.lr, self.model.spec.relation_lr)
-        partitions = PartitionLayout.from_config(cfg)
-        self.scheduler = coordinator.scheduler(cfg, partitions, self.counts, plan.seed)
-        self.ckpt = TrainingCheckpoint(layout.checkpoint_path, cfg, init_path=layout.init_path, seed=plan.seed,
+        partitions = PartitionSides.from_config(cfg)
+        self.scheduler = coordinator.scheduler(cfg, partitions, self.counts, options.seed)
+        self.ckpt = TrainingCheckpoint(layout.checkpoint_path, cfg, init_path=layout.init_path, seed=options.seed,
                                        device=self.device, counts=self.counts, written=self.scheduler.written)
         self.ckpt.restore_model(self.model, self.optimizer, self.model.spec.relation_lr)
         self.generator = torch.Generator(device=self.device)
         # the step, chosen once (plan.step): the trainer gives it each batch and reads its sums
         self.runner = make_runner(plan.step, self.model, self.optimizer, self.device, cfg.batch_size,
-                                  generator=self.generator, static_shapes=plan.static_shapes)
+                                  generator=self.generator, static_shapes=options.static_shapes)
         self.movement = MovementStats()
         self.update_lock = threading.Lock()  # held while a step updates the shared state (a distributed run syncs it)
         self.prefetcher = Prefetcher()  # reads ahead what the scheduler says comes next (its thread starts then)
         self.edges = EdgeChunks(layout, self.counts, self.model.spec.num_dynamic_rels,
-                                bucket_cache or LocalCache(int(plan.remote_cache * GIB)), self.prefetcher)
+                                bucket_cache or LocalCache(int(options.remote_cache * GIB)), self.prefetcher)
         # Swapped-out partitions stay in memory within the budget when the placement allows it (a
         # single process; in a distributed run another trainer may need them at once).
         budget = default_budget(self.device, bucket_bytes(cfg, partitions, self.counts)) \
-            if plan.partition_memory is None else int(plan.partition_memory * GIB)
+            if options.partition_memory is None else int(options.partition_memory * GIB)
         self.partitions = PartitionStore(
             self.ckpt, partitions, self.counts, self.device, self.scheduler, self.prefetcher, self.movement,
             budget_bytes=budget if placement.keeps_partitions else 0,
-            read_ahead=self.device.type == "cuda" if plan.read_ahead_partitions is None else plan.read_ahead_partitions)
-        self.held_out = HeldOutRanking(self.model, cfg, self.counts.values(), plan.seed)
+            read_ahead=self.device.type == "cuda" if options.read_ahead_partitions is None
+            else options.read_ahead_partitions)
+        self.held_out = HeldOutRanking(self.model, cfg, self.counts.values(), options.seed)
 
     def scale_learning_rates(self, scale: float) -> None:
         """Train on at ``scale`` × the config's ``lr`` and ``relation_lr`` from now on (``--lr-decay``)."""
@@ -121,7 +122,7 @@ class Trainer:
     def train_bucket(self, step: IterationStep, bucket: Bucket,
                      reporter: Reporter) -> tuple[StepStats, RankingAccumulator | None, RankingAccumulator | None]:
         """Train ``bucket``'s chunk of ``step``: its held-out edges ranked before and after."""
-        cfg, seed = self.cfg, self.plan.seed
+        cfg, seed = self.cfg, self.plan.options.seed
         edges_np = self.edges.read(step, bucket)
         edges = BucketEdges.from_bucket(edges_np, self.device, str(self.edges.path(step, bucket)))
         key = ChunkKey(step.edge_path_idx, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
@@ -210,8 +211,8 @@ class Trainer:
                                "trained_from": wall_started, "trained_until": time.time()}
             if self.frozen:  # the checkpoint does not record --freeze; the learning curve does
                 line[EXTRA_KEY]["frozen_types"] = sorted(self.frozen)
-            if self.plan.relation_prediction:  # nor --relation-prediction
-                line[EXTRA_KEY]["relation_prediction"] = self.plan.relation_prediction
+            if self.plan.options.relation_prediction:  # nor --relation-prediction
+                line[EXTRA_KEY]["relation_prediction"] = self.plan.options.relation_prediction
             lines.append(line)
             reporter.bucket_done(f"  bucket {bucket}: {bucket_stats.count:,} edges in "
                                  f"{time.perf_counter() - bucket_started:.2f} s, loss "

@@ -179,8 +179,8 @@ def test_original_resumes_a_validation_driven_run(original: Original, tmp_path: 
     original trains one more epoch from the checkpoint, best/ survives it intact, the directory
     validates, and pbgtrain resumes the validation where it was."""
     from pbgtrain.config import load_run_config
+    from pbgtrain.early_stopping import ValidationOptions
     from pbgtrain.train import FitOptions, fit
-    from pbgtrain.validation import ValidationOptions
     from pbgtrain.validation_log import validation_records
 
     cell = next(c for c in CELLS if c.name == "partitioned")

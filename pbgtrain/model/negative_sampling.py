@@ -1,4 +1,4 @@
-"""Negative sampling plans, uniform samples and the masks of ignored scores.
+"""Which negatives a batch takes (:class:`BatchNegatives`), uniform samples and the masks of ignored scores.
 
 Positives are split in chunks of ``min(num_batch_negs, B)``. Each positive's batch negatives
 are the other positives of its chunk on the corrupted side; its own slot and the padding of the
@@ -7,8 +7,8 @@ partition table. ``num_batch_negs = 0`` uses uniform negatives only (chunks of
 ``min(num_uniform_negs, B)``); a relation with ``all_negs`` scores every entity of the
 partition, its positive masked.
 
->>> plan = plan_negatives(RelationSpec("r", "a", "a"), NegativeSampling(2, 3), num_pos=5)
->>> plan.lhs, plan.chunk_size, plan.num_chunks
+>>> negs = batch_negatives(RelationSpec("r", "a", "a"), NegativeSampling(2, 3), num_pos=5)
+>>> negs.lhs, negs.chunk_size, negs.num_chunks
 (<NegativeMode.BATCH_UNIFORM: 'batch_uniform'>, 2, 3)
 """
 
@@ -38,7 +38,7 @@ class NegativeMode(enum.Enum):
 
 
 @dataclass(frozen=True)
-class NegativePlan:
+class BatchNegatives:
     """Negatives of one batch: the mode of each side, the chunking and the uniform sample size."""
 
     lhs: NegativeMode
@@ -62,14 +62,14 @@ class NegativePlan:
         return self.num_uniform * (1 if self.share_uniform else self.num_chunks)
 
 
-def plan_negatives(relation: RelationSpec, negatives: NegativeSampling, num_pos: int) -> NegativePlan:
+def batch_negatives(relation: RelationSpec, negatives: NegativeSampling, num_pos: int) -> BatchNegatives:
     if relation.all_negs:
         mode, chunk = NegativeMode.ALL, num_pos
     elif negatives.num_batch_negs == 0:
         mode, chunk = NegativeMode.UNIFORM, min(negatives.num_uniform_negs, num_pos)
     else:
         mode, chunk = NegativeMode.BATCH_UNIFORM, min(negatives.num_batch_negs, num_pos)
-    return NegativePlan(
+    return BatchNegatives(
         lhs=NegativeMode.NONE if negatives.disable_lhs_negs else mode,
         rhs=NegativeMode.NONE if negatives.disable_rhs_negs else mode,
         chunk_size=max(chunk, 1),

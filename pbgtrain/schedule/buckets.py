@@ -30,7 +30,7 @@ other trainer holds one of its partitions, preferring the bucket that moves the 
 
 Only the partitions that change between buckets are swapped; unpartitioned types stay:
 
->>> layout = PartitionLayout(lhs_types=frozenset({"user"}), rhs_types=frozenset({"user", "item"}),
+>>> layout = PartitionSides(lhs_types=frozenset({"user"}), rhs_types=frozenset({"user", "item"}),
 ...                          unpartitioned=frozenset({"tag"}))
 >>> swap = plan_swap([("user", 0), ("item", 1), ("user", 1), ("tag", 0)], Bucket(0, 0), layout)
 >>> swap.evict, swap.load, swap.keep
@@ -318,7 +318,7 @@ def run_pass(scheduler: BucketScheduler, pass_idx: int) -> Iterator[Bucket]:
 
 
 def choose_bucket(order: Sequence[Bucket], done: Iterable[Bucket], locks: Mapping[PartitionKey, int], rank: int,
-                  layout: PartitionLayout, rows: Mapping[str, int],
+                  layout: PartitionSides, rows: Mapping[str, int],
                   initialized: Iterable[PartitionKey] | None = None) -> Bucket | None:
     """The bucket trainer ``rank`` should train next, or None when none may be taken now.
 
@@ -329,7 +329,7 @@ def choose_bucket(order: Sequence[Bucket], done: Iterable[Bucket], locks: Mappin
     from the partitions ``rank`` holds moves the fewest rows (``rows``: average rows of a
     partition per entity type) wins, ties going to the earliest in the pass ``order``.
 
-    >>> layout = PartitionLayout(frozenset({"n"}), frozenset({"n"}))
+    >>> layout = PartitionSides(frozenset({"n"}), frozenset({"n"}))
     >>> order = all_buckets(2, 2)
     >>> choose_bucket(order, [Bucket(0, 0)], {("n", 0): 0}, 1, layout, {"n": 10}) is None  # all need n/0…
     False
@@ -362,7 +362,7 @@ def choose_bucket(order: Sequence[Bucket], done: Iterable[Bucket], locks: Mappin
 
 
 @dataclass(frozen=True)
-class PartitionLayout:
+class PartitionSides:
     """Which entity types follow the bucket's lhs / rhs partition, and which are always resident.
 
     A partitioned type on the lhs of some relation needs partition ``l`` of bucket ``(l, r)``;
@@ -375,7 +375,7 @@ class PartitionLayout:
     unpartitioned: frozenset[str] = frozenset()
 
     @classmethod
-    def from_config(cls, config: ConfigSchema) -> PartitionLayout:
+    def from_config(cls, config: ConfigSchema) -> PartitionSides:
         def partitioned(side: str) -> frozenset[str]:
             return frozenset(getattr(r, side) for r in config.relations
                              if config.num_partitions(getattr(r, side)) > 1)
@@ -410,7 +410,7 @@ class PartitionSwap:
         return bool(self.evict or self.load)
 
 
-def plan_swap(resident: Iterable[PartitionKey], bucket: Bucket | None, layout: PartitionLayout) -> PartitionSwap:
+def plan_swap(resident: Iterable[PartitionKey], bucket: Bucket | None, layout: PartitionSides) -> PartitionSwap:
     """The partitions to evict and load so that exactly ``bucket``'s partitions are resident.
 
     ``resident`` may include unpartitioned types; they are neither evicted nor listed.
@@ -422,7 +422,7 @@ def plan_swap(resident: Iterable[PartitionKey], bucket: Bucket | None, layout: P
                          keep=tuple(sorted(held & needed)))
 
 
-def swap_sequence(order: Sequence[Bucket], layout: PartitionLayout,
+def swap_sequence(order: Sequence[Bucket], layout: PartitionSides,
                   resident: Iterable[PartitionKey] = ()) -> list[PartitionSwap]:
     """The swaps of a whole pass, starting from ``resident``."""
     held = set(resident)

@@ -10,7 +10,7 @@ scored alone has a leading axis of size 1.
 The blocks, for S sides of B positives, chunks of ``chunk`` (the last padded with zero rows):
 
 - batch negatives [S, B, chunk]: each positive against the positives of its chunk, its own
-  score and the padding columns set to :data:`~pbgtrain.model.negatives.MASKED_SCORE`;
+  score and the padding columns set to :data:`~pbgtrain.model.negative_sampling.MASKED_SCORE`;
 - uniform negatives [S, B, U]: against U candidates shared by the batch, or against each
   chunk's own U (``share_uniform_negs`` false); when each chunk has its own, or the shared ones
   are no more than a chunk, they are the batch negatives' block's last columns instead
@@ -22,7 +22,7 @@ to the blocks' gradients, which are zeroed at the masked scores first: a masked 
 constant.
 
 >>> from pbgtrain.model.comparators import make_comparator
->>> from pbgtrain.model.negatives import NegativeMode
+>>> from pbgtrain.model.negative_sampling import NegativeMode
 >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 >>> shape = BlockShape(NegativeMode.BATCH_UNIFORM, chunk=2, num_pos=3, uniform="none")
 >>> (batch,) = negative_blocks(make_comparator("dot"), shape, [q], [q], [], masked=-9.0)
@@ -42,11 +42,11 @@ import torch
 from torch import Tensor
 
 from pbgtrain.model.comparators import Comparator
-from pbgtrain.model.fused import EAGER, Kernels
-from pbgtrain.model.kernels import records
+from pbgtrain.model.complex_ops import records
 from pbgtrain.model.losses import LossFunction
-from pbgtrain.model.negatives import MASKED_SCORE, NegativeMode
+from pbgtrain.model.negative_sampling import MASKED_SCORE, NegativeMode
 from pbgtrain.model.precision import autocast_state, full_precision
+from pbgtrain.model.score_kernels import EAGER, Kernels
 
 UniformLayout = Literal["none", "shared", "per_chunk", "all"]
 
@@ -331,7 +331,7 @@ def head_inputs(shape: BlockShape, queries: Sequence[Tensor], positives: Sequenc
 class ScoreMatrixHead:
     """The score blocks written out, the loss's gradient in them (:meth:`LossFunction.value_and_grad`)
     and the comparator's adjoints: every loss and comparator. ``kernels``: the elementwise passes,
-    eager or compiled (:mod:`pbgtrain.model.fused`)."""
+    eager or compiled (:mod:`pbgtrain.model.score_kernels`)."""
 
     def __init__(self, kernels: Kernels = EAGER) -> None:
         self.kernels = kernels

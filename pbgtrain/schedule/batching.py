@@ -1,4 +1,4 @@
-"""Batch preparation (as the original chunks it): the iteration plan, the held-out edges, the batches.
+"""Batch preparation (as the original chunks it): the iteration schedule, the held-out edges, the batches.
 
 Training walks epochs → edge paths → edge chunks; each (epoch, path, chunk) is one
 *iteration*, and iteration index ``N`` commits checkpoint version ``N + 1``. Within an
@@ -15,8 +15,8 @@ iteration every bucket's chunk is prepared the same way:
 Everything works on int64 index tensors into the chunk's edge arrays; the caller gathers
 ``lhs``/``rhs``/``rel``/``weight`` with them.
 
->>> plan = IterationPlan(num_epochs=2, edge_paths=("data/train",), num_edge_chunks=2)
->>> [str(step) for step in plan.steps(committed_version=1)]
+>>> schedule = IterationSchedule(num_epochs=2, edge_paths=("data/train",), num_edge_chunks=2)
+>>> [str(step) for step in schedule.steps(committed_version=1)]
 ['epoch 1/2, chunk 2/2 of data/train', 'epoch 2/2, chunk 1/2 of data/train', 'epoch 2/2, chunk 2/2 of data/train']
 >>> rel = torch.tensor([0, 1, 1, 0, 1, 1, 1])
 >>> batches = grouped_batches(torch.arange(7), rel, batch_size=2, generator=torch.Generator().manual_seed(0))
@@ -54,7 +54,7 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-# --------------------------------------------------------------------------- iteration plan
+# --------------------------------------------------------------------------- iteration schedule
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def resolve_num_edge_chunks(num_edge_chunks: int | None, first_bucket_sizes: Ite
 
 
 @dataclass(frozen=True)
-class IterationPlan:
+class IterationSchedule:
     """Epochs → edge paths → edge chunks, chunk varying fastest (the original's order)."""
 
     num_epochs: int
@@ -127,8 +127,8 @@ class IterationPlan:
                              f"{self.num_epochs}, {list(self.edge_paths)}, {self.num_edge_chunks}")
 
     @classmethod
-    def from_config(cls, config: ConfigSchema, first_bucket_sizes: Iterable[int] = ()) -> IterationPlan:
-        """The plan of ``config``; ``first_bucket_sizes`` (|edges_0_0| per edge path) are needed
+    def from_config(cls, config: ConfigSchema, first_bucket_sizes: Iterable[int] = ()) -> IterationSchedule:
+        """The schedule of ``config``; ``first_bucket_sizes`` (|edges_0_0| per edge path) are needed
         only when ``num_edge_chunks`` is null."""
         chunks = resolve_num_edge_chunks(config.num_edge_chunks, first_bucket_sizes, config.max_edges_per_chunk)
         return cls(config.num_epochs, tuple(config.edge_paths), chunks)
@@ -138,7 +138,7 @@ class IterationPlan:
 
     def step(self, index: int) -> IterationStep:
         if not 0 <= index < len(self):
-            raise IndexError(f"iteration {index} is outside the plan of {len(self)} iterations")
+            raise IndexError(f"iteration {index} is outside the schedule of {len(self)} iterations")
         rest, chunk = divmod(index, self.num_edge_chunks)
         epoch, path_idx = divmod(rest, len(self.edge_paths))
         return IterationStep(index=index, epoch_idx=epoch, num_epochs=self.num_epochs, edge_path_idx=path_idx,

@@ -8,7 +8,7 @@ a few. The eager functions here (:func:`softmax_forward`, :func:`softmax_backwar
 :func:`violators`) are the reference (:data:`EAGER`): the compiled ones (:func:`compiled_kernels`)
 are the same functions handed to ``torch.compile``, and a test checks they agree. Compiling costs
 tens of seconds once per process (shapes are compiled as dynamic). A step's head holds the kernels
-it runs (:class:`~pbgtrain.model.negative_blocks.ScoreMatrixHead`); nothing is switched process-wide.
+it runs (:class:`~pbgtrain.model.negative_scores.ScoreMatrixHead`); nothing is switched process-wide.
 
 >>> EAGER.name
 'eager'
@@ -34,7 +34,7 @@ class Kernels:
 
 def softmax_forward(pos: Tensor, blocks: list[Tensor]) -> tuple[Tensor, Tensor, list[Tensor]]:
     """``(gap, total, exps)``: exps = exp(block − rowmax), total their row sums, gap =
-    logsumexp(blocks) − pos (the eager reference of the fused kernel, :mod:`pbgtrain.model.fused`)."""
+    logsumexp(blocks) − pos (the eager reference of the fused kernel, :mod:`pbgtrain.model.score_kernels`)."""
     top = blocks[0].amax(-1)
     for b in blocks[1:]:
         top = torch.maximum(top, b.amax(-1))
