@@ -512,6 +512,18 @@ def _values(f: Any, name: str) -> Any:
     return f[name][...]
 
 
+def _picked_values(rng: random.Random, f: Any, accept: Callable[[Any], bool] = lambda ds: True
+                   ) -> tuple[str, Any] | None:
+    """An existing dataset, picked as every mutator picks (:func:`_pick`), that ``accept`` takes,
+    with all its values (:func:`_values`); None when the pick is not in the file, is refused, or
+    claims too many elements to read whole."""
+    name = _pick(rng, f, existing=1.0)
+    if name not in f or not accept(f[name]):
+        return None
+    values = _values(f, name)
+    return None if values is None else (name, values)
+
+
 def h5_huge(rng: random.Random, f: Any) -> None:
     """A dataset claiming a huge size with (almost) nothing written."""
     import numpy as np
@@ -539,12 +551,10 @@ def h5_dtype(rng: random.Random, f: Any) -> None:
     """A dataset rewritten with another dtype (same values where they convert)."""
     import numpy as np
 
-    name = _pick(rng, f, existing=1.0)
-    if name not in f:
+    picked = _picked_values(rng, f)
+    if picked is None:
         return
-    values = _values(f, name)
-    if values is None:
-        return
+    name, values = picked
     dtype: Any = rng.choice([np.int32, np.uint64, np.float32, np.float64, np.bool_, ">i8", ">f4", np.int8,
                         "S8", np.dtype([("a", np.int64), ("b", np.float32)]), np.complex64, np.float16])
     _delete(f, name)
@@ -559,12 +569,10 @@ def h5_shape(rng: random.Random, f: Any) -> None:
     """A dataset reshaped: scalar, 2-D, empty, one element more or less."""
     import numpy as np
 
-    name = _pick(rng, f, existing=1.0)
-    if name not in f:
+    picked = _picked_values(rng, f)
+    if picked is None:
         return
-    values = _values(f, name)
-    if values is None:
-        return
+    name, values = picked
     flat = values.reshape(-1)
     choice = rng.randrange(6)
     new: Any
@@ -588,15 +596,11 @@ def h5_values(rng: random.Random, f: Any) -> None:
     """Hostile values in a dataset: negative, huge, NaN, unsorted offsets."""
     import numpy as np
 
-    name = _pick(rng, f, existing=1.0)
-    if name not in f:
+    picked = _picked_values(rng, f, lambda ds: bool(ds.shape) and ds.size > 0 and ds.dtype.kind in "iuf")
+    if picked is None:
         return
+    name, values = picked
     ds = f[name]
-    if not ds.shape or ds.size == 0 or ds.dtype.kind not in "iuf":
-        return
-    values = _values(f, name)
-    if values is None:
-        return
     flat = values.reshape(-1)
     i = rng.randrange(flat.size)
     if ds.dtype.kind == "f":
@@ -654,12 +658,10 @@ def h5_links(rng: random.Random, f: Any) -> None:
 
 def h5_filters(rng: random.Random, f: Any) -> None:
     """A dataset rewritten compressed, checksummed, or with a corrupt-prone layout."""
-    name = _pick(rng, f, existing=1.0)
-    if name not in f or not f[name].shape:
+    picked = _picked_values(rng, f, lambda ds: bool(ds.shape))
+    if picked is None:
         return
-    values = _values(f, name)
-    if values is None:
-        return
+    name, values = picked
     _delete(f, name)
     choice = rng.randrange(4)
     chunks = tuple(max(1, min(8, n)) for n in values.shape) if values.size else None
@@ -706,12 +708,10 @@ def h5_storage(rng: random.Random, f: Any) -> None:
     import h5py
     import numpy as np
 
-    name = _pick(rng, f, existing=1.0)
-    if name not in f or not isinstance(f[name], h5py.Dataset) or not f[name].shape:
+    picked = _picked_values(rng, f, lambda ds: isinstance(ds, h5py.Dataset) and bool(ds.shape))
+    if picked is None:
         return
-    values = _values(f, name)
-    if values is None:
-        return
+    name, values = picked
     _delete(f, name)
     choice = rng.randrange(4)
     if choice == 0 and values.nbytes < 60_000:
