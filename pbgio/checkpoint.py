@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.checks import checkpoint as checks
 from pbgio.checks import entities as counts
 from pbgio.checks import hdf5 as checks_hdf5
@@ -42,6 +42,7 @@ from pbgio.checks import optimizer as optimizer_checks
 from pbgio.checks import raise_first
 from pbgio.deprecation import renamed_names
 from pbgio.errors import CheckpointInUseError, CorruptFileError, FormatError, Issue, MissingArtifactError
+from pbgio.formats import files
 from pbgio.formats.h5 import (
     InMemoryRows,
     attr_int,
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
 
 Float32Array = NDArray[np.float32]
 T = TypeVar("T")
+STATS_LIMIT = 256 << 20
+"""Bytes of ``training_stats.json`` read whole (a line per bucket and iteration: a long run writes a few MB)."""
 MAX_READ_ATTEMPTS = 100
 """Times :func:`read_committed` starts over on a newer version before it gives up."""
 
@@ -174,7 +177,7 @@ class CheckpointDir:
     def read_version(self) -> int:
         """The committed version; a missing or empty version file means 0."""
         try:
-            text = self.version_path.read_text(encoding="utf-8")
+            text = files.read_text(self.version_path, "checkpoint version file")
         except FileNotFoundError:
             return 0
         except (OSError, UnicodeDecodeError) as exc:
@@ -292,23 +295,33 @@ class CheckpointDir:
             check_format_version(f, path)
             return FileMetadata(attr_str(f, CONFIG_JSON_ATTR), IterationInfo.from_handle(f))
 
+    def foreign_entries(self) -> list[str]:
+        """The names in this directory when it holds entries and none is a checkpoint's
+        (:func:`pbgio.spec.naming.is_checkpoint_entry`): a directory of someone's other files, which a
+        trainer must not write into (nor, later, delete from); empty for a checkpoint, an empty or
+        missing directory, and remote storage."""
+        if storage.is_remote(self.path) or not self.path.is_dir():
+            return []
+        names = sorted(p.name for p in self.path.iterdir())
+        return [] if any(naming.is_checkpoint_entry(n) for n in names) else names
+
     # ---- the shared-storage probe of a distributed run
     def write_probe(self, token: str) -> None:
         """Leave ``token`` where every trainer of a distributed run must be able to read it."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        atomic.make_dirs(self.path, "checkpoint directory")
         atomic.write_text(self.path / naming.SHARED_PROBE, token)
 
     def read_probe(self) -> str | None:
         """The probe's token, or None when this machine does not see it."""
         path = self.path / naming.SHARED_PROBE
-        return path.read_text(encoding="utf-8") if path.is_file() else None
+        return files.read_text(path, "shared-storage probe") if path.is_file() else None
 
     def remove_probe(self) -> None:
-        (self.path / naming.SHARED_PROBE).unlink(missing_ok=True)
+        atomic.remove_file(self.path / naming.SHARED_PROBE, "shared-storage probe")
 
     # ---- config and stats
     def write_config(self, config: ConfigSchema | str) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        atomic.make_dirs(self.path, "checkpoint directory")
         text = config if isinstance(config, str) else config.to_json()
         atomic.write_text(self.path / naming.CONFIG_JSON, text)
 
@@ -321,14 +334,15 @@ class CheckpointDir:
         return load_config(path)
 
     def append_stats(self, records: Iterable[Mapping[str, Any]]) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        atomic.make_dirs(self.path, "checkpoint directory")
         path = self.path / naming.TRAINING_STATS
         if storage.is_remote(path):  # object stores cannot append: rewrite the object whole
             old = storage.remote_call(path, "training stats", lambda: path.read_text(encoding="utf-8")
                                       if path.exists() else "")
             atomic.write_text(path, old + "".join(json.dumps(record) + "\n" for record in records))
             return
-        with path.open("a", encoding="utf-8") as out:  # one write: readers see whole lines
+        fd = atomic.open_append(path, "training stats file")  # never through a link a layout shipped
+        with os.fdopen(fd, "a", encoding="utf-8") as out:  # one write: readers see whole lines
             out.write("".join(json.dumps(record) + "\n" for record in records))
             out.flush()
             os.fsync(out.fileno())
@@ -339,10 +353,11 @@ class CheckpointDir:
         if not path.is_file():
             return []
         records = []
+        data = files.read_bytes(path, "training stats file", limit=STATS_LIMIT)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            bad = path.read_bytes()[:exc.start].count(b"\n")
+            bad = data[:exc.start].count(b"\n")
             raise FormatError(checks.stats_format(
                 str(path), bad, f"expected UTF-8 text, found invalid bytes ({exc.reason})")) from None
         for index, line in enumerate(text.splitlines()):
@@ -409,16 +424,15 @@ def _h5_writer(path: AnyPath, metadata: FileMetadata | None) -> Iterator[Any]:
     import h5py
 
     metadata = metadata or FileMetadata()
-    with atomic.atomic_target(path) as tmp:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with h5py.File(tmp, "w") as f:
-            write_format_version(f)
-            if metadata.config_json is not None:
-                f.attrs[CONFIG_JSON_ATTR] = metadata.config_json
-            if metadata.iteration is not None:
-                for key, value in metadata.iteration.to_attrs().items():
-                    f.attrs[key] = value
-            yield f
+    atomic.make_dirs(path.parent, "checkpoint directory")
+    with atomic.atomic_target(path) as tmp, h5py.File(tmp, "w") as f:
+        write_format_version(f)
+        if metadata.config_json is not None:
+            f.attrs[CONFIG_JSON_ATTR] = metadata.config_json
+        if metadata.iteration is not None:
+            for key, value in metadata.iteration.to_attrs().items():
+                f.attrs[key] = value
+        yield f
 
 
 def _write_blob(f: Any, blob: bytes | None) -> None:
@@ -545,7 +559,7 @@ def remove_superseded(ckpt: CheckpointDir, committed: int) -> None:
     for version in ckpt.versions_on_disk():
         if version < committed and version not in keep:
             for path in ckpt.files_of_version(version):
-                path.unlink(missing_ok=True)
+                atomic.remove_file(path, "superseded checkpoint file")
 
 
 def remove_uncommitted(ckpt: CheckpointDir) -> list[AnyPath]:
@@ -559,7 +573,7 @@ def remove_uncommitted(ckpt: CheckpointDir) -> list[AnyPath]:
     for version in ckpt.versions_on_disk():
         if version > committed:
             for path in ckpt.files_of_version(version):
-                path.unlink(missing_ok=True)
+                atomic.remove_file(path, "uncommitted checkpoint file")
                 removed.append(path)
     return removed
 
@@ -567,11 +581,12 @@ def remove_uncommitted(ckpt: CheckpointDir) -> list[AnyPath]:
 def _snapshot(ckpt: CheckpointDir, version: int, epoch: int) -> None:
     """``epoch_{k}/``: absolute links to version's files and a real version file."""
     snap = ckpt.path / naming.snapshot_dir(epoch)
-    snap.mkdir(exist_ok=True)
+    atomic.real_dir(snap, "snapshot directory")  # never a link a layout shipped: it would receive the files
     for path in ckpt.files_of_version(version):
         link = snap / path.name
         if storage.is_remote(path) and storage.is_remote(link):  # no links on object stores: a copy
             storage.remote_call(link, "snapshot", functools.partial(path.fs.copy, path.path, link.path))
         elif not storage.is_remote(path) and not link.is_symlink():
+            confinement.check_write(str(link), "snapshot link")
             link.symlink_to(path.resolve())
     atomic.write_text(snap / naming.CHECKPOINT_VERSION, format_count(version))

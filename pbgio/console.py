@@ -4,9 +4,11 @@ pbgio: ``pbgio`` and ``pbgtrain`` use it).
 Exit codes: 0 done (``pbgio validate``: valid, warnings allowed), :data:`EXIT_FAILED` invalid
 data or a failed command, :data:`EXIT_USAGE` a usage error, :data:`EXIT_INTERRUPTED` Ctrl-C.
 Messages, errors and progress go to stderr; results to stdout; :func:`exit_codes` maps a
-command's errors to its exit code and prints its notices; :func:`redact` hides the secrets a URL
-carries in every message. Imports only the standard library at import time: rich
-(and typer, pbgio.errors) are imported when used, so ``--help`` and small commands start fast.
+command's errors to its exit code and prints its notices (an exception of a storage library
+too: one redacted line, never a traceback); :func:`redact` hides the secrets a URL carries in
+every message, :func:`printable` escapes the control characters of names (docs/security.md).
+Imports only the standard library at import time: rich (and typer, pbgio.errors) are imported
+when used, so ``--help`` and small commands start fast.
 
 >>> EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED
 (1, 2, 130)
@@ -15,30 +17,20 @@ carries in every message. Imports only the standard library at import time: rich
 from __future__ import annotations
 
 import contextlib
-import re
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
+
+from pbgio.safe_text import REDACTED, printable, redact, redact_foreign, secrets_in
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-_USERINFO_RE = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]+://)[^/\s@'\"]+@")
-_SECRET_PARAM_RE = re.compile(
-    r"(?P<key>[?&](?:sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|token|"
-    r"access_token|secret|password|key|sas)=)[^&\s'\"]*", re.IGNORECASE)
 
-
-def redact(text: str) -> str:
-    """``text`` with the user info of URLs and secret query parameters replaced by ``***``: every
-    message that may name a URL goes through it.
-
-    >>> redact("s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/graph")
-    's3://***@bucket/graph'
-    """
-    text = _USERINFO_RE.sub(lambda m: f"{m['scheme']}***@", text)
-    return _SECRET_PARAM_RE.sub(lambda m: f"{m['key']}***", text)
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_USAGE", "REDACTED", "console", "exit_codes", "print_error",
+           "printable", "redact", "redact_foreign", "secrets_in", "stderr_console", "widen_help_off_terminal"]
 
 
 UNWRAPPED_WIDTH = 100_000
@@ -61,18 +53,32 @@ def widen_help_off_terminal() -> None:
         os.environ["TERMINAL_WIDTH"] = str(HELP_WIDTH_OFF_TERMINAL)
 
 
-def console(*, stderr: bool = False) -> Any:
-    """A rich console (no syntax highlighting of paths and numbers). On a terminal, text wraps
-    at its width; elsewhere nothing is wrapped, so a log or a pipe gets whole lines (rich would
-    otherwise wrap at 80 columns, mid-word in table titles)."""
+def console(*, stderr: bool = False, markup: bool = True) -> Any:
+    """A rich console (no syntax highlighting of paths and numbers, no emoji codes). On a terminal,
+    text wraps at its width; elsewhere nothing is wrapped, so a log or a pipe gets whole lines (rich
+    would otherwise wrap at 80 columns, mid-word in table titles). Every string it prints (a message,
+    a table's cells and titles) goes through :func:`redact` and :func:`printable` (newlines and tabs
+    kept): no secret of a URL and no control character of a name reaches the terminal, whoever
+    built the string. With ``markup=False``, ``[…]`` in the text is shown as it is (names)."""
     import sys
-
-    from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     terminal = stream.isatty()
-    return Console(stderr=stderr, highlight=False, width=None if terminal else UNWRAPPED_WIDTH,
-                   soft_wrap=not terminal)
+    return _safe_console_class()(stderr=stderr, highlight=False, emoji=False, markup=markup,
+                                 width=None if terminal else UNWRAPPED_WIDTH, soft_wrap=not terminal)
+
+
+@functools.cache
+def _safe_console_class() -> type:
+    """rich's Console, whose strings go through :func:`redact` and :func:`printable` before they
+    are rendered (rich imported when the first console is made)."""
+    from rich.console import Console
+
+    class SafeConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(printable(redact(text), keep="\n\t"), **kwargs)
+
+    return SafeConsole
 
 
 def stderr_console() -> Any:
@@ -81,10 +87,12 @@ def stderr_console() -> Any:
 
 
 def print_error(message: str) -> None:
-    """``error: message`` on stderr, the message printed as is (no rich markup)."""
-    from rich.markup import escape
+    """``error: message`` on stderr, the message printed as is (no rich markup), its URLs redacted
+    (:func:`redact`) and its control characters escaped (:func:`printable`; its lines kept)."""
+    from rich.text import Text
 
-    stderr_console().print(f"[bold red]error:[/] {escape(redact(message))}", soft_wrap=True)
+    shown = printable(redact(message), keep="\n")
+    stderr_console().print(Text.assemble(("error:", "bold red"), f" {shown}"), soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -96,8 +104,12 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
     :class:`~pbgio.errors.UsageError` exit :data:`EXIT_USAGE`; any other
     :class:`~pbgio.errors.PbgioError` exits :data:`EXIT_FAILED`, its message followed by ``note``
     (e.g. " (nothing was written)"); Ctrl-C exits :data:`EXIT_INTERRUPTED` after ``on_interrupt``
-    (by default the line "interrupted"). What the work says as a :class:`~pbgio.errors.Notice`
-    (a checkpoint read with its own settings …) is printed once, as ``note: …`` on stderr.
+    (by default the line "interrupted"). An exception raised inside a storage library
+    (:func:`storage_library_of`: botocore's ``ParamValidationError`` …) that no reader
+    turned into a :class:`~pbgio.storage.StorageError` exits :data:`EXIT_FAILED` with one line,
+    its secrets hidden (:func:`redact_foreign`), never a traceback. What the work says as a
+    :class:`~pbgio.errors.Notice` (a checkpoint read with its own settings …) is printed once, as
+    ``note: …`` on stderr.
     """
     import sys
     import warnings
@@ -128,7 +140,10 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         from pbgio.errors import describe_os_failure
 
         where = f"{exc.filename}: " if exc.filename else ""
-        print_error(f"{where}{describe_os_failure(exc)}{note}")
+        text = f"{where}{describe_os_failure(exc)}"
+        if storage_library_of(exc) is not None:
+            text = redact_foreign(text, _command_line_secrets())
+        print_error(f"{text}{note}")
         _exit_at_once(EXIT_FAILED)
     except KeyboardInterrupt:
         if on_interrupt is None:
@@ -136,8 +151,61 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         else:
             on_interrupt()
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Exception as exc:  # the last line of defence: a storage library's own exception, unwrapped
+        library = storage_library_of(exc)
+        if library is None:
+            raise
+        print_error(f"{library}: {redact_foreign(_one_line(exc), _command_line_secrets())}{note}")
+        raise typer.Exit(EXIT_FAILED) from None
     finally:
         sys.unraisablehook, sys.excepthook = previous_hooks
+
+
+STORAGE_LIBRARIES = frozenset({"botocore", "aiobotocore", "boto3", "s3fs", "gcsfs", "adlfs", "fsspec", "upath",
+                               "pathlib_abc", "aiohttp", "requests", "urllib3", "google", "azure"})
+"""The top-level packages of storage clients: an exception they raise (a class of theirs, or raised
+in their code) is a storage failure, reported in one line (:func:`exit_codes`)."""
+
+
+def storage_library_of(exc: BaseException) -> str | None:
+    """The storage library (of :data:`STORAGE_LIBRARIES`) that ``exc`` comes from: the package that
+    defines its class, or the one whose code raised it; None when it is no storage library's.
+
+    >>> storage_library_of(ValueError("x")), storage_library_of(type("E", (Exception,),
+    ...     {"__module__": "botocore.exceptions"})())
+    (None, 'botocore')
+    """
+    def library(module: object) -> str | None:
+        top = module.partition(".")[0] if isinstance(module, str) else None
+        return top if top in STORAGE_LIBRARIES else None
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return library(type(exc).__module__) or (library(tb.tb_frame.f_globals.get("__name__")) if tb else None)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` on one line (botocore's messages span several)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _command_line_secrets() -> list[str]:
+    """The secrets of the URLs on the command line being run (its arguments and options), which a
+    storage library may quote without their URL (:func:`secrets_in`)."""
+    import sys
+
+    import click
+
+    words = list(sys.argv)
+    context = click.get_current_context(silent=True)
+    while context is not None:
+        for value in context.params.values():
+            values = value if isinstance(value, list | tuple) else [value]
+            words += [str(v) for v in values if isinstance(v, str)]
+        context = context.parent
+    return secrets_in(" ".join(words))
 
 
 def _notices_on_stderr(previous: Callable[..., None]) -> Callable[..., None]:
@@ -151,12 +219,10 @@ def _notices_on_stderr(previous: Callable[..., None]) -> Callable[..., None]:
         if not issubclass(category, Notice):
             previous(message, category, *args, **kwargs)
             return
-        from rich.markup import escape
-
         text = f"{category.label}: {message}"
         if text not in shown:
             shown.add(text)
-            stderr_console().print(escape(text), soft_wrap=True)
+            stderr_console().print(text, soft_wrap=True, markup=False)
 
     return show
 

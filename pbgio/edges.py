@@ -34,7 +34,7 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.checks import edges as checks
 from pbgio.checks import raise_first
 from pbgio.formats.h5 import BlockReader, check_format_version, check_written, open_h5, write_format_version
@@ -336,8 +336,12 @@ class BucketWriter:
             self._file = None
 
     def _open(self, chunk: int) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp.unlink(missing_ok=True)
+        if self._stage is None:  # local: never into, or through, a link of the layout
+            atomic.make_dirs(self.path.parent, "edge directory")
+            confinement.check_write(str(self.path), "edge bucket")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.create_new(self._tmp)
         self._file = h5py.File(self._tmp, "w")
         self._started = True
         f = self._file

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -22,16 +23,23 @@ from typing import IO
 from pbgio.checks import entities as checks
 from pbgio.checks.entities import CountFile, NamesFile
 from pbgio.errors import FormatError, Issue, MissingArtifactError
+from pbgio.formats import files
 from pbgio.spec import naming
 from pbgio.spec.entities import NAMES_JSON_INDENT, format_count
-from pbgio.storage import AnyPath, atomic, link_problem
+from pbgio.storage import AnyPath, atomic, is_remote, link_problem
 
 
 def _read_text(path: AnyPath, what: str, kind: CountFile) -> str:
+    """A count file's text, read through :func:`pbgio.formats.files.read_text`: a regular file whose
+    links stay inside the layout, at most :data:`~pbgio.formats.files.TEXT_LIMIT` bytes (a link to
+    ``/dev/zero`` or a FIFO is refused at once, never read until memory runs out or forever)."""
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MissingArtifactError(str(path), what) from None
+        return files.read_text(path, what)
+    except MissingArtifactError:
+        found = link_problem(path)
+        if found is None:
+            raise MissingArtifactError(str(path), what) from None
+        raise FormatError(checks.text_unreadable(kind, str(path), found)) from None
     except (OSError, UnicodeDecodeError) as exc:
         found = link_problem(path) if isinstance(exc, OSError) else None
         raise FormatError(checks.text_unreadable(kind, str(path), found or exc)) from None
@@ -238,11 +246,16 @@ def iter_name_list(path: AnyPath, what: str, kind: NamesFile) -> Iterator[list[s
     def fail(message: str, element: int | None) -> FormatError:
         return FormatError(checks.names_format(kind, str(path), message, element))
 
-    def opened() -> IO[str]:
+    def opened() -> IO[str]:  # a regular file inside the layout: a FIFO or a device is refused, never read
         try:
-            return path.open("r", encoding="utf-8", newline="")
-        except FileNotFoundError:
-            raise MissingArtifactError(str(path), what) from None
+            if is_remote(path):
+                return path.open("r", encoding="utf-8", newline="")
+            return io.TextIOWrapper(files.open_input(path, what), encoding="utf-8", newline="")
+        except MissingArtifactError:
+            found = link_problem(path)
+            if found is None:
+                raise MissingArtifactError(str(path), what) from None
+            raise fail(f"expected a readable file, found {found}", None) from None
         except OSError as exc:
             raise fail(f"expected a readable file, found {link_problem(path) or exc}", None) from None
 
@@ -277,7 +290,7 @@ def read_entity_count(entity_path: AnyPath, entity_type: str, part: int) -> int:
 
 
 def write_entity_count(entity_path: AnyPath, entity_type: str, part: int, count: int) -> None:
-    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(entity_path, "entity directory")
     atomic.write_text(entity_path / naming.entity_count_file(entity_type, part), format_count(count))
 
 
@@ -323,7 +336,7 @@ def write_name_list(path: AnyPath, names: Iterable[str]) -> None:
 
 
 def write_entity_names(entity_path: AnyPath, entity_type: str, part: int, names: Iterable[str]) -> None:
-    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(entity_path, "entity directory")
     write_name_list(entity_path / naming.entity_names_file(entity_type, part), names)
 
 
@@ -332,7 +345,7 @@ def read_dynamic_rel_count(entity_path: AnyPath) -> int:
 
 
 def write_dynamic_rel_count(entity_path: AnyPath, count: int) -> None:
-    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(entity_path, "entity directory")
     atomic.write_text(entity_path / naming.DYNAMIC_REL_COUNT, format_count(count))
 
 
@@ -341,5 +354,5 @@ def read_relation_names(entity_path: AnyPath) -> list[str]:
 
 
 def write_relation_names(entity_path: AnyPath, names: Iterable[str]) -> None:
-    entity_path.mkdir(parents=True, exist_ok=True)
+    atomic.make_dirs(entity_path, "entity directory")
     write_name_list(entity_path / naming.DYNAMIC_REL_NAMES, names)

@@ -179,6 +179,39 @@ class UsageError(PbgioError, ValueError):
     command lines print it and exit 2; called from Python, the same message is raised."""
 
 
+class UnsafeWriteError(PbgioError):
+    """A write pbg refuses because of where it would land: outside the folders the command may write,
+    or through a symbolic link that a layout holds (:func:`pbgio.confinement.check_write`), or onto
+    something that is not a regular file (a lock file that is a link or a FIFO …). Nothing was written.
+
+    >>> print(UnsafeWriteError("/data/model/.pbg-lock", "the lock file is a symbolic link"))
+    /data/model/.pbg-lock: refused to write: the lock file is a symbolic link
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        from pbgio.safe_text import redact
+
+        self.path = path
+        self.reason = reason
+        super().__init__(redact(f"{path}: refused to write: {reason}"))
+
+
+class RemoteRefusedError(UsageError):
+    """A URL of remote storage that the command line did not name and the user did not allow
+    (:func:`pbgio.confinement.url_refusal`): nothing was sent to it.
+
+    >>> print(RemoteRefusedError("http://u:p@evil.example/x", "not named"))
+    http://***@evil.example/x: refused to contact: not named
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        from pbgio.safe_text import redact
+
+        self.url = redact(url)
+        self.reason = reason
+        super().__init__(f"{self.url}: refused to contact: {reason}")
+
+
 class CheckpointInUseError(PbgioError):
     """A checkpoint directory another process is writing (``pbgtrain fit`` holds its lock).
 

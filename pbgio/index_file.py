@@ -39,6 +39,7 @@ from pbgio.checks import raise_first
 from pbgio.checks.checkpoint import param_missing
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, Issue, PbgioError
+from pbgio.formats import faiss_claims
 from pbgio.formats.h5 import (
     attr_str,
     check_format_version,
@@ -166,14 +167,13 @@ def write_index_file(path: AnyPath, meta: IndexMeta, write: PayloadWriter) -> tu
     import h5py
 
     size = _payload_size(write)
-    with atomic.atomic_target(path) as tmp:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with h5py.File(tmp, "w") as f:
-            write_format_version(f)
-            sink = _DatasetSink(f.create_dataset(PAYLOAD_DATASET, shape=(size,), dtype=np.uint8), path)
-            write(sink)
-            stamped = IndexMeta(**{**asdict(meta), "payload_sha256": sink.finish()})
-            f.attrs[META_ATTR] = stamped.to_json()
+    atomic.make_dirs(path.parent, "index directory")
+    with atomic.atomic_target(path) as tmp, h5py.File(tmp, "w") as f:
+        write_format_version(f)
+        sink = _DatasetSink(f.create_dataset(PAYLOAD_DATASET, shape=(size,), dtype=np.uint8), path)
+        write(sink)
+        stamped = IndexMeta(**{**asdict(meta), "payload_sha256": sink.finish()})
+        f.attrs[META_ATTR] = stamped.to_json()
     return stamped, size
 
 
@@ -250,10 +250,29 @@ def read_index_meta(path: AnyPath) -> IndexMeta:
     return meta
 
 
+def payload_claims_issue(file: str | None, meta: IndexMeta, ds: Any) -> Issue | None:
+    """``index-damaged`` unless the payload (``ds``, a 1-D uint8 dataset or array) is an index of a
+    type pbg builds whose header and size fields claim no more than its bytes hold, and agree with
+    ``meta`` (kind, rows, dimension, nlist): :mod:`pbgio.formats.faiss_claims`, which reads those
+    fields only (a few reads), never the whole payload. The library allocates what a header
+    claims before it reads the bytes: a payload must pass this before the library sees it."""
+    def read(start: int, count: int) -> bytes:
+        return np.asarray(ds[start:start + count], dtype=np.uint8).tobytes()
+
+    try:
+        claims = faiss_claims.payload_claims(read, int(ds.shape[0]))
+    except faiss_claims.ClaimError as exc:
+        return checks.unloadable(file, f"{exc}; refused before {meta.library} reads it")
+    problem = faiss_claims.disagreement(claims, kind=meta.kind, rows=meta.rows, dimension=meta.dimension,
+                                        nlist=meta.params.get("nlist"))
+    return None if problem is None else checks.unloadable(file, problem)
+
+
 def load_index_payload(path: AnyPath, meta: IndexMeta, view: Callable[[Payload], T],
                        stream: Callable[[Callable[[int], bytes]], T]) -> T:
-    """The index of ``path``'s payload, once the payload matches the recorded digest
-    (``index-damaged``; hashed a block at a time).
+    """The index of ``path``'s payload, once the payload matches the recorded digest and its
+    header claims no more than it holds and agrees with ``meta`` (``index-damaged``; hashed a
+    block at a time; the header read a field at a time: :func:`payload_claims_issue`).
 
     Where the payload is one run of plain bytes in a local file (as :func:`write_index_file`
     writes it; :func:`pbgio.formats.h5.mapped_rows`), ``view(payload)`` gets it as a read-only
@@ -265,6 +284,8 @@ def load_index_payload(path: AnyPath, meta: IndexMeta, view: Callable[[Payload],
         ds = f[PAYLOAD_DATASET]
         check_written(ds, path)
         issue = checks.damaged(str(path), asdict(meta), dataset_digest(ds), ds.shape[0])
+        if issue is None:
+            issue = payload_claims_issue(str(path), meta, ds)
         if issue is not None:
             raise FormatError(issue)
         mapped = mapped_rows(ds, path)

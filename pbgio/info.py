@@ -15,9 +15,10 @@ from typing import Any
 
 from pbgio import storage, training_memory
 from pbgio.checkpoint import CheckpointDir
+from pbgio.checks.files import UNREADABLE_BY_DESIGN
 from pbgio.edges import bucket_length, iter_buckets
 from pbgio.entities import read_dynamic_rel_count, read_entity_count, read_relation_names
-from pbgio.errors import MissingArtifactError, PbgioError
+from pbgio.errors import FormatError, MissingArtifactError, PbgioError
 from pbgio.layout import Layout, find_config
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
@@ -36,28 +37,55 @@ def summarize(location: AnyPath | str, *, base: AnyPath | None = None, overrides
     return _summarize_config(Layout.load(config_path, base=base, overrides=overrides))
 
 
+COUNTS_LISTED_MISSING = 5
+"""Partitions without a count file that a type's ``counts`` lists beyond as many as have one: a
+config's ``num_partitions`` (10**7 …) is compared with the files found, never walked; the rest is a
+number, ``count_files_missing``."""
+
 def _safe(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
+    except FormatError as exc:
+        if exc.issue.rule in UNREADABLE_BY_DESIGN:  # refused, the file named (docs/security.md)
+            raise
+        return None
     except (PbgioError, OSError):
         return None
 
 
+def _count_files(entity_path: AnyPath) -> dict[str, set[int]]:
+    """The partitions of each type that have a count file in ``entity_path``, from one listing."""
+    found: dict[str, set[int]] = {}
+    for file in _safe(storage.children, entity_path) or []:
+        parsed = naming.parse_entity_count_file(file.name)
+        if parsed:
+            found.setdefault(parsed[0], set()).add(parsed[1])
+    return found
+
+
+def _entity_summary(layout: Layout, name: str, found: set[int]) -> dict[str, Any]:
+    """A type's summary: its counts by partition, the first partitions only when most count files
+    are missing (``count_files_missing`` says how many)."""
+    cfg, entity_path = layout.config, layout.entity_path
+    partitions = cfg.entities[name].num_partitions
+    listed = min(partitions, len(found) + COUNTS_LISTED_MISSING)
+    summary: dict[str, Any] = {
+        "num_partitions": partitions, "featurized": cfg.entities[name].featurized,
+        "dimension": cfg.entity_dimension(name),
+        "counts": [_safe(read_entity_count, entity_path, name, p) if p in found else None for p in range(listed)]}
+    if listed < partitions:
+        summary["count_files_missing"] = partitions - sum(1 for p in found if p < partitions)
+    return summary
+
+
 def _summarize_config(layout: Layout) -> dict[str, Any]:
     cfg, entity_path = layout.config, layout.entity_path
+    found = _count_files(entity_path)
     summary: dict[str, Any] = {
         "config": layout.source,
         "dimension": cfg.dimension,
         "dynamic_relations": cfg.dynamic_relations,
-        "entities": {
-            name: {
-                "num_partitions": e.num_partitions,
-                "featurized": e.featurized,
-                "dimension": cfg.entity_dimension(name),
-                "counts": [_safe(read_entity_count, entity_path, name, p) for p in range(e.num_partitions)],
-            }
-            for name, e in cfg.entities.items()
-        },
+        "entities": {name: _entity_summary(layout, name, found.get(name, set())) for name in cfg.entities},
         "relations": [{"name": r.name, "lhs": r.lhs, "rhs": r.rhs, "operator": r.operator}
                       for r in cfg.relations],
     }

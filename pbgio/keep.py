@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.checkpoint import CheckpointDir
 from pbgio.spec import naming
 from pbgio.spec.entities import format_count
@@ -43,7 +43,7 @@ def keep_version(ckpt: CheckpointDir, version: int, name: str = naming.BEST_DIR)
         raise ValueError(f"version {version} has no files left in {storage.display(ckpt.path)}; "
                          "keep a version right after it is committed")
     kept = ckpt.path / name
-    kept.mkdir(parents=True, exist_ok=True)
+    atomic.real_dir(kept, f"kept version's directory {name}/")  # a link there would receive (and lose) files
     config = ckpt.path / naming.CONFIG_JSON
     for path in [*files, *([config] if config.is_file() else [])]:
         _link_or_copy(path, kept / path.name)
@@ -51,19 +51,20 @@ def keep_version(ckpt: CheckpointDir, version: int, name: str = naming.BEST_DIR)
     for stale in CheckpointDir(kept).versions_on_disk():
         if stale != version:
             for path in CheckpointDir(kept).files_of_version(stale):
-                path.unlink(missing_ok=True)
+                atomic.remove_file(path, "file of the version kept before")
     return kept
 
 
 def _link_or_copy(source: AnyPath, target: AnyPath) -> None:
     """``target`` holds ``source``'s bytes: a hard link where possible (replacing what was there)."""
     if not storage.is_remote(source) and not storage.is_remote(target):
+        confinement.check_write(target, "kept version's file")
         try:
             if target.exists() and os.path.samefile(source, target):
                 return
             staged = target.with_name(target.name + ".link-tmp")
             staged.unlink(missing_ok=True)
-            os.link(source, staged)
+            os.link(source, staged, follow_symlinks=False)  # a link a layout shipped stays a link
             os.replace(staged, target)
             return
         except OSError:  # another file system, or one without hard links: copy

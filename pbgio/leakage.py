@@ -47,30 +47,66 @@ def _part(layout: Layout, entity_type: str, bucket_part: int) -> int:
     return bucket_part if layout.config.num_partitions(entity_type) > 1 else 0
 
 
+DENSE_MAX = 1 << 30
+"""Entities of a partition held as one bool each (1 GiB at most); a count file claiming more (10^15: legal
+by the format, and a few bytes) is held as the sorted ids the training edges name, bounded by the edges."""
+
+
+class _Named:
+    """The entities of one partition that training edges name: a bool per entity, or (a count above
+    :data:`DENSE_MAX`) the sorted distinct ids named, never an allocation sized by the count alone.
+
+    >>> named = _Named(10**15)
+    >>> named.mark(np.array([7, 10**15 - 1, 7]))
+    >>> named.known(np.array([7, 8, 10**15 - 1])).tolist()
+    [True, False, True]
+    """
+
+    def __init__(self, count: int) -> None:
+        self.dense = np.zeros(count, dtype=bool) if count <= DENSE_MAX else None
+        self.ids = np.empty(0, dtype=np.int64)
+        self.pending: list[np.ndarray] = []
+
+    def mark(self, ids: np.ndarray) -> None:
+        if self.dense is not None:
+            self.dense[ids] = True
+        else:
+            self.pending.append(np.unique(ids))
+
+    def known(self, ids: np.ndarray) -> np.ndarray:
+        if self.dense is not None:
+            found: np.ndarray = self.dense[ids]
+            return found
+        if self.pending:
+            self.ids, self.pending = np.unique(np.concatenate([self.ids, *self.pending])), []
+        at = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
+        return self.ids[at] == ids if len(self.ids) else np.zeros(len(ids), dtype=bool)
+
+
 def untrained_edges(layout: Layout, trained: list[AnyPath], evaluated: list[AnyPath]) -> tuple[int, int]:
     """(edges of ``evaluated`` with an entity that no edge of ``trained`` names, edges of ``evaluated``)."""
-    named: dict[tuple[str, int], np.ndarray] = {}
+    named: dict[tuple[str, int], _Named] = {}
 
-    def seen(entity_type: str, part: int) -> np.ndarray:
+    def seen(entity_type: str, part: int) -> _Named:
         key = (entity_type, part)
         if key not in named:
-            named[key] = np.zeros(read_entity_count(layout.entity_path, entity_type, part), dtype=bool)
+            named[key] = _Named(read_entity_count(layout.entity_path, entity_type, part))
         return named[key]
 
     for directory in trained:
         for i, j in _buckets(layout):
             edges = read_bucket(directory / naming.bucket_file(i, j))
             for at, lhs_type, rhs_type in _sides(layout, edges.rel):
-                seen(lhs_type, _part(layout, lhs_type, i))[edges.lhs[at]] = True
-                seen(rhs_type, _part(layout, rhs_type, j))[edges.rhs[at]] = True
+                seen(lhs_type, _part(layout, lhs_type, i)).mark(edges.lhs[at])
+                seen(rhs_type, _part(layout, rhs_type, j)).mark(edges.rhs[at])
     untrained = total = 0
     for directory in evaluated:
         for i, j in _buckets(layout):
             edges = read_bucket(directory / naming.bucket_file(i, j))
             total += len(edges)
             for at, lhs_type, rhs_type in _sides(layout, edges.rel):
-                known = seen(lhs_type, _part(layout, lhs_type, i))[edges.lhs[at]] & \
-                    seen(rhs_type, _part(layout, rhs_type, j))[edges.rhs[at]]
+                known = seen(lhs_type, _part(layout, lhs_type, i)).known(edges.lhs[at]) & \
+                    seen(rhs_type, _part(layout, rhs_type, j)).known(edges.rhs[at])
                 untrained += int((~known).sum())
     return untrained, total
 

@@ -9,9 +9,10 @@ directory. Imports only typer (the command lines import it anyway).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 RELATIVE_TO_CONFIG = " Relative to the config's folder, like its edge_paths (./PATH: the current directory)."
 """Said of every path option that names a part of the layout."""
@@ -35,3 +36,44 @@ DeviceOption = Annotated[str | None, typer.Option(
     "--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda when the config sets num_gpus=1, else cpu).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
+
+
+class ConfinedGroup(TyperGroup):
+    """The commands of a pbg app (``typer.Typer(cls=ConfinedGroup)``): each runs in a
+    :func:`pbgio.confinement.scope` that holds the paths of its own command line (every argument and
+    option value, read and written where the command writes them), so that it reaches those and the
+    folders of the layout it loads, nothing else (docs/security.md)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        from pbgio import confinement
+
+        tokens = getattr(ctx, "_protected_args", None)
+        if tokens is None:  # click before 8.2
+            tokens = ctx.protected_args
+        tokens = [*tokens, *ctx.args]
+        with confinement.scope():
+            for token in tokens[1:]:  # the first names the command
+                for named in command_line_paths(token):
+                    confinement.admit(named, write=True)
+            return super().invoke(ctx)
+
+
+def command_line_paths(token: str) -> list[str]:
+    """The paths a command-line token may name: the token itself, or the value of ``--option=VALUE``
+    and of ``KEY=VALUE`` (``-p checkpoint_path=…``); none for an option's name or ``-`` (stdin).
+
+    >>> command_line_paths("--output=emb.tsv"), command_line_paths("-o"), command_line_paths("edges/test")
+    (['emb.tsv'], [], ['edges/test'])
+    >>> command_line_paths("entity_path=s3://KEY:SECRET@bucket/x")
+    ['s3://KEY:SECRET@bucket/x']
+    """
+    if token in ("", "-"):
+        return []
+    if token.startswith("-"):
+        found = [token.split("=", 1)[1]] if "=" in token else []
+    elif "=" in token:  # KEY=VALUE: the value (the whole token too, a file name may hold '=', unless a URL follows)
+        value = token.split("=", 1)[1]
+        found = [value] if "://" in value else [token, value]
+    else:
+        found = [token]
+    return [t for t in found if t and "\x00" not in t]

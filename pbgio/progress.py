@@ -46,7 +46,8 @@ class RichProgress(Progress):
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        # descriptions name files (an input's, a layout's): plain text, their control characters escaped
+        self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), console=console or Console(stderr=True),
                                   transient=True)
         self._task: Any = None
@@ -61,12 +62,16 @@ class RichProgress(Progress):
         self._progress.stop()
 
     def start(self, description: str, total: float | None = None) -> None:
+        from pbgio.console import printable
+
         self.stop()
-        self._task = self._progress.add_task(description, total=total)
+        self._task = self._progress.add_task(printable(description), total=total)
 
     def describe(self, description: str) -> None:
+        from pbgio.console import printable
+
         if self._task is not None:
-            self._progress.update(self._task, description=description)
+            self._progress.update(self._task, description=printable(description))
 
     def advance(self, amount: float = 1) -> None:
         if self._task is not None:

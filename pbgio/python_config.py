@@ -2,8 +2,9 @@
 
 Users of the original PyTorch-BigGraph write their config as a ``config.py`` whose
 ``get_torchbiggraph_config()`` returns the config dict. Loading one **executes the file**:
-:func:`run_python_config` runs it in a child Python process (``sys.executable``, the file's
-directory first on ``sys.path`` as for a script, the current directory unchanged), calls the
+:func:`run_python_config` runs it in a child Python process (``sys.executable`` started isolated,
+:data:`CHILD_FLAGS`: nothing of the current directory or of ``PYTHON*`` variables is imported; the
+file's directory first on ``sys.path`` as for a script; the current directory unchanged), calls the
 function, and brings the dict back as JSON through a temporary file, so whatever the config
 prints cannot corrupt it (its output is passed on to ``echo``, by default stderr). Values
 that are not plain JSON are read as the original's schema reads them: an enum member
@@ -34,6 +35,10 @@ and ``init_path`` against the current directory; pbgio and pbgtrain resolve thos
 config against the JSON file's directory. :func:`rebase_paths` rewrites them for a JSON file
 written elsewhere so they still name the same directories.
 
+Running a file is said first, as a :class:`~pbgio.errors.Notice` (``note: running the Python config
+…``, :func:`running_notice`): the commands run a ``.py`` config only when the user names it on the
+command line, never one found in a layout (a convert source, a checkpoint: those are read as data).
+
 Every failure is a :class:`~pbgio.errors.ConfigError` naming the file: ``config-unreadable``
 for the file itself (missing, a syntax error, no ``get_torchbiggraph_config``, the function
 raising or returning something other than a dict, a timeout), ``config-schema`` for a value
@@ -48,13 +53,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pbgio.checks.config import schema_issue, unreadable
 from pbgio.config import ConfigSchema, snake_case_keys
-from pbgio.errors import ConfigError
+from pbgio.errors import ConfigError, Notice
 
 CONFIG_FUNCTION = "get_torchbiggraph_config"
 """The function a config file defines; it returns the config dict."""
@@ -64,6 +70,12 @@ OLD_CONFIG_FUNCTIONS = ("get_torchbiggraph_conf", "get_conf")
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds the file may take to run and return its config."""
+
+CHILD_FLAGS = ("-I", "-B", "-u")
+"""How the child Python starts: isolated (``-I``: no current directory or user site-packages on
+``sys.path``, no ``PYTHON*`` environment variable honoured: a ``json.py`` in the current directory or a
+``PYTHONPATH`` never runs), writing no bytecode (``-B``), unbuffered (``-u``, so that what the file printed
+before a timeout is shown)."""
 
 PATH_KEYS = ("entity_path", "edge_paths", "checkpoint_path", "init_path")
 """Keys holding paths, which the original resolves against the current directory."""
@@ -88,14 +100,17 @@ def echo_to_stderr(text: str) -> None:
 
 # --------------------------------------------------------------------------- running the file
 
-# Runs in the child process: stdlib imports first (before the config's directory can shadow
-# them), then the file as a module (not as __main__), then the function; the answer goes to
-# the result file as {"config": ...} or {"error": {...}}.
+# Runs in the child process, started isolated (``python -I``: neither the current directory nor the
+# user's site-packages on sys.path, no PYTHON* variable read), so nothing of the current directory
+# runs. Every module the runner uses is imported first; only then is the config's own folder put
+# first on sys.path (for the config's imports, as for a script); then the file runs as a module
+# (not as __main__), then the function; the answer goes to the result file as {"config": ...} or
+# {"error": {...}}.
 _RUNNER = r"""
-import enum, json, os, sys, traceback, types
+import enum, json, json.decoder, json.encoder, linecache, os, sys, tokenize, traceback, types
 
 config_path, result_path, function, *old_names = sys.argv[1:]
-sys.path[0] = os.path.dirname(os.path.realpath(config_path))
+sys.path.insert(0, os.path.dirname(os.path.realpath(config_path)))
 
 
 def answer(obj):
@@ -243,12 +258,12 @@ def _run_file(path: Path, timeout: float, echo: Echo | None) -> dict[str, Any]:
     source = str(path)
     with tempfile.TemporaryDirectory(prefix="pbg-pyconfig-") as tmp:
         result, out, err = Path(tmp) / "result.json", Path(tmp) / "stdout", Path(tmp) / "stderr"
-        args = [sys.executable, "-B", "-c", _RUNNER, str(path.absolute()), str(result),
+        args = [sys.executable, *CHILD_FLAGS, "-c", _RUNNER, str(path.absolute()), str(result),
                 CONFIG_FUNCTION, *OLD_CONFIG_FUNCTIONS]
         timed_out = False
         with out.open("wb") as fout, err.open("wb") as ferr:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                                    start_new_session=True)
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -329,7 +344,18 @@ def run_python_config(path: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
         raise _unreadable(source, "expected a Python config file, found nothing at this path")
     if path.is_dir():
         raise _unreadable(source, "expected a Python config file, found a directory")
+    warnings.warn(Notice(running_notice(source)), stacklevel=2)
     return snake_case_keys(_run_file(path, timeout, echo))
+
+
+def running_notice(source: str) -> str:
+    """What a command says first when it runs the Python config ``source`` (printed ``note: …``): pbg
+    runs a ``.py`` config only when the user names it, never one it finds in a layout.
+
+    >>> running_notice("configs/fb15k.py")
+    'running the Python config configs/fb15k.py: its code runs with your permissions'
+    """
+    return f"running the Python config {source}: its code runs with your permissions"
 
 
 # --------------------------------------------------------------------------- relative paths

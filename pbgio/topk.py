@@ -39,6 +39,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from pbgio.console import printable
+
 
 class TopK:
     """The ``k`` best scored rows seen so far, best first."""
@@ -190,15 +192,18 @@ class RankedEntity:
 
 
 def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """Columns aligned with two spaces between them; the columns numbered in ``right`` are
-    right-aligned (numbers). A plain-text result table for stdout (``--json`` is for machines).
+    r"""Columns aligned with two spaces between them; the columns numbered in ``right`` are
+    right-aligned (numbers). A plain-text result table for stdout (``--json`` is for machines):
+    control characters in a cell (a name read from a file) are shown escaped
+    (:func:`pbgio.console.printable`), never written to the terminal.
 
-    >>> print(text_table(["rank", "name", "score"], [["1", "ann", "0.5"], ["10", "bob", "-12.25"]], right=[0, 2]))
-    rank  name   score
-       1  ann      0.5
-      10  bob   -12.25
+    >>> print(text_table(["rank", "name", "score"], [["1", "ann", "0.5"], ["10", "b\x1b]0;t\x07", "-12.25"]],
+    ...                  right=[0, 2]))
+    rank  name            score
+       1  ann               0.5
+      10  b\x1b]0;t\x07  -12.25
     """
-    lines = [list(header), *(list(row) for row in rows)]
+    lines = [list(header), *([printable(cell) for cell in row] for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()

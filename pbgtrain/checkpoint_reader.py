@@ -22,6 +22,7 @@ from pbgio.checkpoint import TableRows
 from pbgio.entities import read_dynamic_rel_count, read_entity_count
 from pbgio.errors import MissingArtifactError
 from pbgio.layout import CheckpointVersion
+from pbgio.training_memory import check_parameters
 from pbgtrain.checkpointing import load_model_params
 from pbgtrain.model import EmbeddingModel, EntityTable
 from pbgtrain.schedule.buckets import PartitionKey
@@ -64,6 +65,7 @@ class CheckpointReader:
         self.device = device
         cfg = opened.config
         num_dynamic = read_dynamic_rel_count(opened.entity_path) if cfg.dynamic_relations else None
+        check_parameters(cfg, num_dynamic, opened.layout.source)  # too large for memory: refused, not allocated
         self.model = EmbeddingModel.from_config(cfg, num_dynamic).to(device)
         state = self.dir.read_model(self.version)
         load_model_params(self.model, state.params, str(self.dir.model_path(self.version)))

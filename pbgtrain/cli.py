@@ -4,6 +4,9 @@ Exit codes: 0 done, 1 failed (invalid data or config, unreadable checkpoint), 2 
 error, 130 interrupted (the last committed checkpoint is intact; rerun ``fit`` to resume).
 Results go to stdout (``--json`` for machines); progress and messages go to stderr.
 Heavy modules (torch) are imported inside the commands so ``--help`` is instant.
+
+Why this module is long: it declares the options of five commands, each with its help text; the
+body of each command is a few lines that call its library.
 """
 
 from __future__ import annotations
@@ -15,8 +18,17 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, widen_help_off_terminal
-from pbgio.options import RELATIVE_TO_CONFIG, AsJson, BaseOption, ConfigArg, NoProgress, Overrides, VersionOption
+from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, printable, widen_help_off_terminal
+from pbgio.options import (
+    RELATIVE_TO_CONFIG,
+    AsJson,
+    BaseOption,
+    ConfigArg,
+    ConfinedGroup,
+    NoProgress,
+    Overrides,
+    VersionOption,
+)
 from pbgio.options import DeviceOption as Device
 from pbgio.progress import progress_wanted
 from pbgtrain.choices import OperatorInit, PrecisionChoice, StepKind
@@ -25,6 +37,7 @@ app = typer.Typer(
     name="pbgtrain",
     help="Train and evaluate PyTorch-BigGraph embeddings on files handled by pbgio.",
     no_args_is_help=True,
+    cls=ConfinedGroup,
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
@@ -220,6 +233,7 @@ def evaluate(
     no_progress: NoProgress = False,
 ) -> None:
     """Evaluate a checkpoint: MRR, MR, Hits@1/3/10/50, AUC, each side and averaged, with the protocol."""
+    from pbgio import storage
     from pbgio.errors import MissingArtifactError
     from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint, trained_on
 
@@ -232,17 +246,17 @@ def evaluate(
                           per_relation=per_relation)
     with exit_codes(on_interrupt=lambda: None):
         opened = layout.open_checkpoint(version, model=True)  # a missing checkpoint stops here, before warnings
-        for path in trained_on(opened, options.edge_paths):
+        for path in map(printable, trained_on(opened, options.edge_paths)):
             typer.echo(f"warning: {path}: the model trained on these edges (the checkpoint's config.json), so these "
                        "are not held-out figures (evaluate a split it did not train on, with --edges)", err=True)
         result = evaluate_checkpoint(opened, options)
         untrained = _untrained(opened, options.edge_paths)
     if as_json:
         typer.echo(json.dumps(result.to_dict() | {"untrained_edges": untrained}, indent=2))
-    else:
-        typer.echo(result.summary())
+    else:  # the edge paths of a layout, shown: their secrets redacted, their control characters escaped
+        typer.echo(printable(storage.display(result.summary())))
         if untrained["count"]:
-            typer.echo(_untrained_line(untrained))
+            typer.echo(printable(storage.display(_untrained_line(untrained))))
     if result.per_relation is not None and not as_json:
         _print_per_relation(result.per_relation)
 
@@ -275,7 +289,7 @@ def _print_per_relation(per_relation: dict[str, Any]) -> None:
     for name, m in per_relation.items():
         table.add_row(name, f"{m.count:,}", f"{m.mrr:.4f}", f"{m.mr:.2f}", f"{m.hits.get(1, float('nan')):.4f}",
                       f"{m.hits.get(10, float('nan')):.4f}")
-    console().print(table)
+    console(markup=False).print(table)  # relation names are data: "[/]" is a name, not markup
 
 
 @app.command()
@@ -465,10 +479,12 @@ def report(
     changes and the early stop. A kept version (-p checkpoint_path=model/best, or epoch_K) is
     drawn with its run, the version marked. Needs matplotlib: pip install 'pbg\\[report]'.
     """
-    from pbgio import storage
+    from pbgio import confinement, storage
     from pbgtrain.report import load_report, require_matplotlib, write_report
 
     layout = _load(config, param, base)
+    for named in filter(None, (output, html)):  # this command's outputs, its default (in the current directory) too
+        confinement.admit(named, write=True)
     targets = [storage.resolve(output), *([] if html is None else [storage.resolve(html)])]
     with exit_codes(on_interrupt=lambda: None):
         require_matplotlib()

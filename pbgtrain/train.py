@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import torch
 
-from pbgio import interrupts, storage, training_memory
+from pbgio import confinement, interrupts, storage, training_memory
 from pbgio.checkpoint import CheckpointDir, remove_superseded, remove_uncommitted
 from pbgio.config import semantic_issues
 from pbgio.edges import bucket_length
@@ -213,6 +213,7 @@ def fit(layout: Layout, options: FitOptions | None = None) -> FitResult:
     :mod:`pbgtrain.distributed`.
     """
     plan = resolve_fit(layout, options or FitOptions())
+    training_memory.check_fits(layout, device_type=plan.device.type)  # before anything sized by the layout
     with joined(layout.config, rank=plan.options.rank, peer_timeout=plan.options.peer_timeout) as coordinator:
         return _fit(plan, coordinator)
 
@@ -234,6 +235,14 @@ def _fit(plan: FitPlan, coordinator: Coordinator) -> FitResult:
         storage.display(layout.checkpoint_path), layout.checkpoint_path_found(), "checkpoint_path")
     if occupied is not None:
         raise ConfigError(layout.source, [occupied])
+    if not storage.is_remote(layout.checkpoint_path):  # where it writes, said before anything is written
+        confinement.check_write(layout.checkpoint_path, "checkpoint_path directory", directory=True)
+    foreign = CheckpointDir(layout.checkpoint_path).foreign_entries()
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f", … ({len(foreign)} in all)" if len(foreign) > 5 else "")
+        raise UsageError(f"checkpoint_path {storage.display(layout.checkpoint_path)}: a directory of other files "
+                         f"({shown}), not a pbg checkpoint; fit writes only into a new or empty directory or a "
+                         "checkpoint: choose another checkpoint_path")
     with storage.CheckpointLock(layout.checkpoint_path, command="pbgtrain fit") as lock:
         return _fit_locked(plan, coordinator, lock.check)
 
@@ -363,10 +372,15 @@ def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter
 
 
 def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:
-    """Once per run: on a CPU the memory it holds (:mod:`pbgio.training_memory`), the device and
-    precision, then what runs differently from what the config may suggest."""
+    """Once per run: the checkpoint directory it writes (links resolved), on a CPU the memory it holds
+    (:mod:`pbgio.training_memory`), the device and precision, then what runs differently from what the
+    config may suggest."""
     cfg = trainer.cfg
     threads = torch.get_num_threads()
+    checkpoint = trainer.plan.layout.checkpoint_path
+    version = CheckpointDir(checkpoint).read_version()
+    reporter.log(f"checkpoint: {storage.display(storage.absolute(checkpoint))} "
+                 f"({f'resuming version {version}' if version else 'new'})")
     if trainer.device.type == "cpu":
         reporter.log(f"memory: {training_memory.summary(trainer.plan.layout)['line']}")
     reporter.log(f"training on {trainer.device} ({threads} thread{'s' if threads != 1 else ''}), "

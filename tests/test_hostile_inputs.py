@@ -11,12 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import signal
 import subprocess
 import sys
 import textwrap
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from pbgio.importers.plan import ImportSetupError
 from pbgio.info import summarize
 from pbgio.spec import naming
 from pbgio.validate import validate_path
+from tests.deadline import deadline as _deadline
 from tests.profiles import examples
 
 REPO = Path(__file__).resolve().parents[1]
@@ -440,21 +440,6 @@ def test_paths_with_spaces_and_non_ascii_characters_go_through_import_validate_f
 # --------------------------------------------------------------------------- 4. symbolic link loops
 
 
-@contextlib.contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
-    """Fail instead of hanging."""
-    def expire(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"still running after {seconds} s: a loop was followed")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _error_of(call: Callable[[], Any]) -> str | None:
     """The message of the pbgio error ``call`` raises (anything else fails the test), or None."""
     try:
@@ -489,8 +474,9 @@ def _self_link(path: Path) -> None:
 
 
 def _links_up(root: Path) -> None:
-    """Directory links to a parent (and a pair of links to each other) beside the layout's files."""
-    for link, target in (("edges/train/up", ".."), ("data/here", "."), ("model/root", "../.."), ("model/a", "b"),
+    """Directory links to a parent inside the layout (and a pair of links to each other) beside the layout's
+    files. (A link to a folder above the layout leads out of it: ``layout-link-outside``, docs/security.md.)"""
+    for link, target in (("edges/train/up", ".."), ("data/here", "."), ("model/root", ".."), ("model/a", "b"),
                          ("model/b", "a")):
         (root / link).symlink_to(target)
 

@@ -169,7 +169,7 @@ def test_a_damaged_or_foreign_index_is_refused(tmp_path: Path) -> None:
         f["index"] = np.frombuffer(b"not a faiss index at all", np.uint8)
         meta["payload_sha256"] = hashlib.sha256(b"not a faiss index at all").hexdigest()
         f.attrs[META_ATTR] = json.dumps(meta)
-    with pytest.raises(FormatError, match=r"found bytes it cannot read.*\[index-damaged\]"):
+    with pytest.raises(FormatError, match=r"expected a FAISS index type pbg builds.*found 'not '.*\[index-damaged\]"):
         open_index(config, "user")
     with h5py.File(path, "r+") as f:
         f.attrs[META_ATTR] = json.dumps({"entity_type": "user"})

@@ -95,11 +95,12 @@ def test_precision_auto_takes_bf16_where_the_cpu_computes_it_and_bf16_elsewhere_
     assert resolve_precision("fp32", cfg, cpu) == ("fp32", "precision fp32")
 
 
-def test_the_run_says_its_memory_then_its_device_and_precision_first(tmp_path: Path) -> None:
+def test_the_run_says_its_checkpoint_memory_then_its_device_and_precision_first(tmp_path: Path) -> None:
     config = _planted(tmp_path, num_epochs=1)
     result = pbgtrain("fit", str(config), "--precision", "auto", "--no-progress", "-p", "workers=1")
     assert result.returncode == 0, result.stderr
-    memory, first = result.stderr.splitlines()[:2]  # what the run reports goes to stderr, its summary to stdout
+    where, memory, first = result.stderr.splitlines()[:3]  # what the run reports goes to stderr, its summary to stdout
+    assert where == f"checkpoint: {(config.parent / 'checkpoint').resolve()} (new)", where  # links resolved
     assert memory.startswith("memory: training holds ≈ ") and "partition" in memory, memory
     assert first.startswith("training on cpu (1 thread), precision ") and "--precision auto" in first, first
 

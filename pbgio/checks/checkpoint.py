@@ -37,10 +37,15 @@ Shape = tuple[int, ...]
 # --------------------------------------------------------------------------- the directory
 
 
-def file_missing(file: str | None, version: int) -> Issue:
-    """``checkpoint-file-missing``: a file of the committed ``version`` is absent."""
+def file_missing(file: str | None, version: int, *, total: int = 1) -> Issue:
+    """``checkpoint-file-missing``: a file of the committed ``version`` is absent (with ``total`` > 1:
+    the first of ``total`` absent files, one issue for them all)."""
+    if total <= 1:
+        return rule("checkpoint-file-missing").issue(
+            file, None, f"expected this file of committed version {version}, found none")
     return rule("checkpoint-file-missing").issue(
-        file, None, f"expected this file of committed version {version}, found none")
+        file, None, f"expected this file of committed version {version}, found none (and {total - 1:,} more "
+                    f"missing)", count=total)
 
 
 def config_missing(file: str | None, version: int) -> Issue | None:
@@ -59,10 +64,10 @@ def stale_files(file: str | None, version: int, stale: int, count: int) -> Issue
 
 
 def snapshot_broken(file: str | None, *, dangling: object = None, version: int | None = None,
-                    missing: Sequence[str] = ()) -> Issue | None:
+                    missing: Sequence[str] = (), total: int | None = None) -> Issue | None:
     """``checkpoint-snapshot-broken`` of an ``epoch_{k}/`` (or ``best/``) snapshot: a link ``dangling`` to a
     missing target; a version file naming ``version`` 0 or absent (None); ``missing`` files of
-    its version."""
+    its version (the first few of ``total``, when given)."""
     if dangling is not None:
         message = f"expected the link to resolve, found it points to missing {dangling}"
     elif version is None or version == 0:
@@ -70,7 +75,7 @@ def snapshot_broken(file: str | None, *, dangling: object = None, version: int |
                    f"{'none' if version is None else 'version 0'}")
     elif missing:
         message = (f"expected this file of preserved version {version} in the snapshot, found none"
-                   + (f" (and {len(missing) - 1} more missing)" if len(missing) > 1 else ""))
+                   + (f" (and {(total or len(missing)) - 1:,} more missing)" if (total or len(missing)) > 1 else ""))
     else:
         return None
     return rule("checkpoint-snapshot-broken").issue(file, None, message)

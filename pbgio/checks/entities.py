@@ -66,10 +66,24 @@ def names_format(kind: NamesFile, file: str | None, message: str, element: int |
     return rule(_format_rule(kind)).issue(file, None, message, rows=rows, count=None if element is None else 1)
 
 
-def count_missing(file: str | None, entity_type: str, part: int) -> Issue:
-    """``entity-count-missing``: the count file of a type and partition of the config is absent."""
+def count_missing(file: str | None, entity_type: str, part: int, *, first: Sequence[int] = (),
+                  total: int = 1) -> Issue:
+    """``entity-count-missing``: the count file of a type and partition of the config is absent; with
+    ``total`` > 1, one issue for the ``total`` count files of the type that are absent, ``first`` (the
+    first few partitions, ``part`` the first of them) listed and ``total`` its count.
+
+    >>> print(count_missing("entity_count_u_3.txt", "u", 3, first=(3, 4, 7), total=9_999_997))
+    entity_count_u_3.txt: expected the entity counts of 'u' partitions 3, 4, 7 and 9,999,994 more \
+(9,999,997 count files missing), found no file [entity-count-missing]
+    """
+    if total <= 1:
+        return rule("entity-count-missing").issue(
+            file, None, f"expected the entity count of {entity_type!r} partition {part}, found no file")
+    shown = list(first) or [part]
+    more = f" and {total - len(shown):,} more" if total > len(shown) else ""
     return rule("entity-count-missing").issue(
-        file, None, f"expected the entity count of {entity_type!r} partition {part}, found no file")
+        file, None, f"expected the entity counts of {entity_type!r} partitions {', '.join(map(str, shown))}{more} "
+                    f"({total:,} count files missing), found no file", count=total)
 
 
 def count_extra(file: str | None, entity_type: str, part: int, cfg: ConfigSchema) -> Issue | None:

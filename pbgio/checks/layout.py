@@ -6,6 +6,8 @@ edges/edges_0_1.h5: expected bucket (0, 1) of the 1x2 grid, found no file [edge-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pbgio.errors import Issue
 from pbgio.spec.rules import rule
 
@@ -54,10 +56,24 @@ def legacy_layout(file: str | None, directory: str | None = None, found: str = "
         f"`pbgio convert --from legacy {directory} DST`)")
 
 
-def edge_file_missing(file: str | None, bucket: tuple[int, int], grid: tuple[int, int]) -> Issue:
-    """``edge-file-missing``: ``bucket`` (lhs, rhs) of the partition ``grid`` has no file."""
+def edge_file_missing(file: str | None, bucket: tuple[int, int], grid: tuple[int, int], *,
+                      first: Sequence[tuple[int, int]] = (), total: int = 1) -> Issue:
+    """``edge-file-missing``: ``bucket`` (lhs, rhs) of the partition ``grid`` has no file; with ``total``
+    > 1, one issue for the ``total`` buckets of an edge path that have none, ``first`` (the first few,
+    ``bucket`` the first of them) listed and ``total`` its count.
+
+    >>> print(edge_file_missing("edges_0_2.h5", (0, 2), (1000, 1000), first=((0, 2), (0, 3)), total=999_998))
+    edges_0_2.h5: expected buckets (0, 2), (0, 3) and 999,996 more of the 1000x1000 grid (999,998 bucket files \
+missing), found no file [edge-file-missing]
+    """
+    if total <= 1:
+        return rule("edge-file-missing").issue(
+            file, None, f"expected bucket ({bucket[0]}, {bucket[1]}) of the {grid[0]}x{grid[1]} grid, found no file")
+    shown = list(first) or [bucket]
+    more = f" and {total - len(shown):,} more" if total > len(shown) else ""
     return rule("edge-file-missing").issue(
-        file, None, f"expected bucket ({bucket[0]}, {bucket[1]}) of the {grid[0]}x{grid[1]} grid, found no file")
+        file, None, f"expected buckets {', '.join(f'({lhs}, {rhs})' for lhs, rhs in shown)}{more} of the "
+                    f"{grid[0]}x{grid[1]} grid ({total:,} bucket files missing), found no file", count=total)
 
 
 def edge_file_extra(file: str | None, bucket: tuple[int, int], grid: tuple[int, int]) -> Issue | None:

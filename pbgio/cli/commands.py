@@ -15,14 +15,31 @@ from typing import Annotated, Any
 
 import typer
 
-from pbgio.console import EXIT_INTERRUPTED, EXIT_USAGE, exit_codes, print_error, stderr_console, widen_help_off_terminal
-from pbgio.options import AsJson, BaseOption, CheckpointOption, ConfigArg, NoProgress, Overrides, VersionOption
+from pbgio.console import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    exit_codes,
+    print_error,
+    stderr_console,
+    widen_help_off_terminal,
+)
+from pbgio.options import (
+    AsJson,
+    BaseOption,
+    CheckpointOption,
+    ConfigArg,
+    ConfinedGroup,
+    NoProgress,
+    Overrides,
+    VersionOption,
+)
 from pbgio.progress import progress_wanted
 
 app = typer.Typer(
     name="pbgio",
     help="Read, write and validate PyTorch-BigGraph files.",
     no_args_is_help=True,
+    cls=ConfinedGroup,
     pretty_exceptions_show_locals=False,
     add_completion=False,
 )
@@ -62,7 +79,21 @@ def validate(
     no_progress: NoProgress = False,
     max_issues: Annotated[int, typer.Option(help="Issues shown in the human report.")] = 50,
 ) -> None:
-    """Check every rule of the format; report all problems (exit 0 valid, 1 invalid)."""
+    """Check every rule of the format; report all problems (exit 0 valid, 1 invalid).
+
+    What it guarantees: every file is read as the format says (counts, names, buckets, checkpoints,
+    indexes) and every rule of docs/format/rules.md is checked; a layout from someone else is judged
+    as a stranger's: links leading out of it, files that are not regular files, HDF5 links and
+    storage in other files, sizes beyond their bounds, paths outside the config's folder and URLs of
+    storage you did not name are reported, and none of them is followed, read or contacted while
+    validating. It runs no code (a .py config is run only because you named it, isolated, and says
+    so). A layout that validates can be given to every pbg command: they read and write only inside
+    it (docs/security.md).
+
+    What it does not guarantee: that the data is what its author says (edges and embeddings can be
+    poisoned or mislabelled), that the model is any good, or that the files stay as validated
+    (someone who can change them while a command runs is outside the threat model).
+    """
     from rich.markup import escape
 
     from pbgio import storage
@@ -90,16 +121,18 @@ def validate(
 
 
 def _validate_with_progress(path: str, base: Any, overrides: list[str]) -> Any:
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
+    from pbgio.console import printable
     from pbgio.validate import validate_path
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(),
                   TimeElapsedColumn(), console=stderr_console(), transient=True) as progress:
         task = progress.add_task("validating", total=None)
 
-        def on_bucket(name: str, size: int) -> None:
-            progress.update(task, description=f"checking {name}", advance=size)
+        def on_bucket(name: str, size: int) -> None:  # a path of the layout's: text, never markup
+            progress.update(task, description=escape(printable(f"checking {name}")), advance=size)
 
         return validate_path(path, base=base, on_bucket=on_bucket, overrides=overrides)
 
@@ -131,8 +164,6 @@ SHOWN_NAMES = 10
 def _print_dynamic_relations(summary: dict[str, Any], console: Any) -> None:
     """The dynamic relation types (all, or the first and the command that lists them all), then
     the config's relation as what it is with dynamic relations: the template of their operators."""
-    from rich.markup import escape
-
     from pbgio.names import names_command
 
     names = summary.get("dynamic_rel_names") or []
@@ -140,26 +171,29 @@ def _print_dynamic_relations(summary: dict[str, Any], console: Any) -> None:
     shown = ", ".join(names[:SHOWN_NAMES]) + (
         f", … ({len(names) - SHOWN_NAMES:,} more: {names_command(None, summary['config'])}, or pbgio info --json)"
         if len(names) > SHOWN_NAMES else "")
-    console.print(escape(f"dynamic relation types: {'unreadable' if count is None else f'{count:,}'}"
-                         + (f": {shown}" if names else "")), soft_wrap=True)
+    console.print(f"dynamic relation types: {'unreadable' if count is None else f'{count:,}'}"
+                  + (f": {shown}" if names else ""), soft_wrap=True)
     for r in summary["relations"]:
-        console.print(escape(f"operator template: {r['name']!r} ({r['lhs']} → {r['rhs']}, {r['operator']}) gives "
-                             f"each dynamic relation type its operators; it is not a relation of the graph"),
-                      soft_wrap=True)
+        console.print(f"operator template: {r['name']!r} ({r['lhs']} → {r['rhs']}, {r['operator']}) gives "
+                      f"each dynamic relation type its operators; it is not a relation of the graph", soft_wrap=True)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
+    """The human summary of ``pbgio info``: names and paths shown as they are (no rich markup: a
+    relation named ``[/]`` is a name), their control characters escaped (the console's)."""
     from rich.table import Table
 
     from pbgio.console import console as make_console
 
-    console = make_console()
+    console = make_console(markup=False)
     if "config" in summary:
         console.print(f"config {summary['config']}: dimension {summary['dimension']}, "
                       f"{'dynamic' if summary['dynamic_relations'] else 'static'} relations")
         types = Table("entity type", "partitions", "featurized", "dimension", "counts", title="entities")
         for name, e in summary["entities"].items():
             counts = ", ".join("missing" if c is None else f"{c:,}" for c in e["counts"])
+            if e.get("count_files_missing"):  # partitions past those listed: a number, not a list
+                counts += f", … ({e['count_files_missing']:,} count files missing in all)"
             types.add_row(name, str(e["num_partitions"]), str(e["featurized"]), str(e["dimension"]), counts)
         console.print(types)
         if summary["dynamic_relations"]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pbgio.console import exit_codes, stderr_console
+from pbgio.console import exit_codes, printable, redact, stderr_console
 from pbgio.options import AsJson, NoProgress
 from pbgio.progress import progress_wanted
 
@@ -61,6 +61,7 @@ def convert(
     """Migrate a legacy (.pt era) layout to the current one; the result validates clean.
 
     With --json, the plan (and the result) go to stdout as JSON."""
+    from pbgio import confinement
     from pbgio.errors import MissingArtifactError
     from pbgio.legacy.migrate import DestinationError, migrate, plan_migration
 
@@ -70,6 +71,8 @@ def convert(
              "yellow")
     with exit_codes(usage=(MissingArtifactError, DestinationError),
                     on_interrupt=lambda: _say(f"interrupted; {dst} was not written")):
+        confinement.admit(src)  # read: the layout the user handed over, nothing outside it
+        confinement.admit(dst, write=True)
         plan = plan_migration(src, trust_pickle=trust_pickle)
         if dry_run:
             result = migrate(src, dst, dry_run=True, trust_pickle=trust_pickle, force=force, plan=plan)
@@ -82,6 +85,7 @@ def convert(
 
 def _migrate_with_progress(src: Path, dst: Path, plan: MigrationPlan, *, trust_pickle: bool,
                            force: bool) -> MigrationResult:
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
     from pbgio.legacy.migrate import migrate
@@ -90,8 +94,8 @@ def _migrate_with_progress(src: Path, dst: Path, plan: MigrationPlan, *, trust_p
                   console=stderr_console(), transient=True) as progress:
         task = progress.add_task("converting", total=plan.total_bytes)
 
-        def on_progress(description: str, n: int) -> None:
-            progress.update(task, description=description, advance=n)
+        def on_progress(description: str, n: int) -> None:  # names files of the layout's: text, never markup
+            progress.update(task, description=escape(printable(description)), advance=n)
 
         return migrate(src, dst, trust_pickle=trust_pickle, force=force, progress=on_progress, plan=plan)
 
@@ -102,8 +106,8 @@ def _report(result: MigrationResult, plan: MigrationPlan, as_json: bool) -> None
         data.update(dst=str(result.dst), written=result.written,
                     validation=[r.to_dict() for r in result.reports])
         typer.echo(json.dumps(data, indent=2))
-    elif not result.written:
-        typer.echo(plan.render(result.dst))
+    elif not result.written:  # the plan names the layout's files and config values: shown escaped
+        typer.echo(printable(redact(plan.render(result.dst)), keep="\n"))
     if not result.written:
         _say(f"dry run: nothing written; {len(plan.steps)} files would be written to {result.dst}")
         return

@@ -179,7 +179,8 @@ def embed(
 
             with output_file(Path(output), overwrite) as tmp, tmp.open("wb") as out:
                 write_bag_tsv(out, vectors)
-            stderr_console().print(f"embedded {len(parsed):,} bags of {entity_type!r} into {output}", soft_wrap=True)
+            stderr_console().print(f"embedded {len(parsed):,} bags of {entity_type!r} into {output}", soft_wrap=True,
+                                   markup=False)
 
 
 def _offsets(features: list[str], file: str, line: int) -> list[int]:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pbgio.console import EXIT_FAILED, exit_codes, print_error, stderr_console
+from pbgio.console import EXIT_FAILED, exit_codes, print_error, printable, stderr_console
 from pbgio.options import BaseOption, ConfigArg, Overrides
 
 LINES_PER_WRITE = 4096
@@ -29,7 +29,8 @@ def names(
     base: BaseOption = None,
 ) -> None:
     """List the names that contain PATTERN, one a line: an entity type's (from its names files,
-    streamed) or the relations'. Exit 1 when none does."""
+    streamed) or the relations'. Exit 1 when none does. Control characters in a name are shown
+    escaped (as \\x1b, \\n …): a name is data, never terminal control."""
     from rich.markup import escape
 
     from pbgio.errors import MissingArtifactError
@@ -44,11 +45,11 @@ def names(
         for name in iter_name_matches(found.chunks, pattern):
             batch.append(name)
             if len(batch) == LINES_PER_WRITE:
-                typer.echo("\n".join(batch))
+                typer.echo(_lines(batch))
                 count += len(batch)
                 batch = []
         if batch:
-            typer.echo("\n".join(batch))
+            typer.echo(_lines(batch))
             count += len(batch)
         close = [] if count or not pattern else close_names_in(found.chunks(), pattern)
     what = f"{found.what} names"
@@ -59,3 +60,18 @@ def names(
         raise typer.Exit(EXIT_FAILED)
     which = f" contain {pattern!r}" if pattern else ""
     stderr_console().print(escape(f"{count:,} {what}{which}"), soft_wrap=True)
+
+
+def _lines(names: list[str]) -> str:
+    r"""``names`` one a line, each :func:`~pbgio.console.printable` (a name holding a line break
+    stays on its line).
+
+    >>> print(_lines(["dog", "\x1b]0;title\x07", "two\nlines"]))
+    dog
+    \x1b]0;title\x07
+    two\nlines
+    """
+    text = "\n".join(names)
+    if printable(text, keep="\n") is text and text.count("\n") == len(names) - 1:
+        return text  # nothing to escape (the usual case: one pass over the batch)
+    return "\n".join(printable(name) for name in names)

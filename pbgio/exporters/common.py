@@ -89,6 +89,6 @@ def output_file(path: Path, overwrite: bool) -> Iterator[Path]:
     inside :func:`pbgio.storage.atomic.together`, when the whole export does)."""
     check_free(path, overwrite)
     with atomic.write_failures(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.make_dirs(path.parent)
     with atomic.atomic_target(path) as tmp:
         yield tmp

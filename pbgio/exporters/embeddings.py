@@ -311,6 +311,11 @@ def _write_npy(path: Path, names_path: Path, source: CheckpointVersion, entity_t
     cfg = source.config
     total = sum(read_entity_count(source.entity_path, entity_type, p)
                 for p in range(cfg.num_partitions(entity_type)))
+    stored = sum(source.checkpoint.embeddings_shape(entity_type, p, source.version)[0]
+                 for p in range(cfg.num_partitions(entity_type)))
+    if stored != total:  # the file is sized from the counts: never beyond the rows there are to write
+        raise ExportError(f"expected {total:,} rows for {entity_type!r} (entity counts), found {stored:,} in the "
+                          f"checkpoint's embeddings (version {source.version})")
     check_free(names_path, overwrite)
     shape = (total, cfg.entity_dimension(entity_type))
     with output_file(path, overwrite) as tmp:

@@ -16,6 +16,10 @@ against the bytes actually present, so a payload that claims a huge tensor alloc
 >>> ref = payload.value["sum"]
 >>> ref.dtype, ref.shape, payload.array(ref).tolist()
 ('float32', (2,), [0.5, 2.0])
+
+The members of a zip container are read as torch's own reader finds them (:func:`torch_zip`), so
+that pbgio and ``torch.load`` see the same records; :mod:`pbgio.formats.torch_claims` bounds the
+storages a pickle declares before the legacy loader hands a file to ``torch.load``.
 """
 
 from __future__ import annotations
@@ -302,19 +306,15 @@ def read_payload(source: bytes | IO[bytes]) -> TorchPayload:
 
 
 def _read_zip(stream: IO[bytes]) -> TorchPayload:
+    container = torch_zip(stream)
+    archive = container.archive
+    pickled = container.record("data.pkl")
+    if pickled is None:
+        raise PayloadError(f"expected {container.prefix}/data.pkl in the zip container, found none")
     try:
-        archive = zipfile.ZipFile(stream)
-        members = {info.filename: info for info in archive.infolist()}
-    except _ZIP_ERRORS as exc:
-        raise PayloadError(f"the zip container is unreadable ({exc})") from None
-    pickles = [name for name in members if name == "data.pkl" or name.endswith("/data.pkl")]
-    if len(pickles) != 1:
-        raise PayloadError(f"expected one data.pkl in the zip container, found {len(pickles)}")
-    prefix = pickles[0][: -len("data.pkl")]
-    try:
-        with archive.open(pickles[0]) as member:
+        with archive.open(pickled) as member:
             value, storages = _unpickle(member, legacy=False)
-        order = members.get(f"{prefix}byteorder")
+        order = container.record("byteorder")
         little = archive.read(order).decode("ascii", "replace") != "big" if order is not None else True
     except PayloadError:
         raise
@@ -322,15 +322,14 @@ def _read_zip(stream: IO[bytes]) -> TorchPayload:
         raise PayloadError(f"the zip container is unreadable ({exc})") from None
     locations: dict[str, tuple[str | int, np.dtype[Any]]] = {}
     for key, ref in storages.items():
-        name = f"{prefix}data/{key}"
         dtype = _numpy_dtype(ref.dtype, little)
-        info = members.get(name)
+        info = container.record(f"data/{key}")
         if info is None:
-            raise PayloadError(f"storage {key!r} has no member {name} in the zip container")
+            raise PayloadError(f"storage {key!r} has no member {container.prefix}/data/{key} in the zip container")
         if info.file_size != ref.numel * dtype.itemsize:
             raise PayloadError(f"storage {key!r} claims {ref.numel} {ref.dtype} elements "
                                f"({ref.numel * dtype.itemsize} bytes), its member holds {info.file_size}")
-        locations[key] = (name, dtype)
+        locations[key] = (info.filename, dtype)
     return TorchPayload(value, "zip", stream, locations, archive)
 
 
@@ -363,3 +362,105 @@ def _read_legacy(source: IO[bytes]) -> TorchPayload:
         locations[key] = (start, dtype)
         stream.seek(start + numel * dtype.itemsize)
     return TorchPayload(value, "legacy", stream, locations)
+
+
+# --------------------------------------------------------------------------- what torch's reader reads
+
+DEFLATE_MAX_RATIO = 1032
+"""Bytes a deflate stream gives back per byte, at most (a 258-byte match costs at least two bits)."""
+_STORED, _DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
+_ENCRYPTED = 0x1
+_UTF8_NAME = 0x800
+
+
+@dataclass(frozen=True)
+class TorchZip:
+    """A ``torch.save`` zip container as torch's reader (miniz, in ``PyTorchStreamReader``) sees it.
+
+    torch names the records it reads (``data.pkl``, ``byteorder``, ``data/{key}``, ``version`` …)
+    relative to the folder of the archive's first member, and finds each one by
+    ``mz_zip_reader_locate_file`` without ``MZ_ZIP_FLAG_CASE_SENSITIVE``: its name is matched
+    ASCII-case-insensitively. Python's :mod:`zipfile` matches names exactly, so a reader that looks
+    members up there may read another member than torch loads (``archive/data.pkl`` beside
+    ``archive/DATA.PKL``). :func:`torch_zip` refuses every archive where the two could differ;
+    :meth:`record` then names the one member torch reads.
+    """
+
+    archive: zipfile.ZipFile
+    prefix: str
+    records: dict[bytes, zipfile.ZipInfo]
+
+    def record(self, name: str) -> zipfile.ZipInfo | None:
+        """The member torch reads for the record ``name`` (``data.pkl``, ``data/0``), or None."""
+        return self.records.get(name.encode("utf-8").lower())
+
+
+def _raw_name(info: zipfile.ZipInfo) -> bytes:
+    """A member's name as the archive stores it (miniz compares these bytes)."""
+    return info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8_NAME else "cp437")
+
+
+def torch_zip(stream: IO[bytes]) -> TorchZip:
+    """The zip container in ``stream`` with its members as torch's reader finds them, every one bounded
+    by what the file can hold; :class:`PayloadError` for an archive torch and :mod:`zipfile` could read
+    differently or that claims more than it holds:
+
+    - the central directory lies where the end record says (no data before the archive, which
+      zipfile skips and miniz does not); every name is stored whole (no NUL) under the folder of the
+      first member, as torch requires; no two names are one name to torch (ASCII case folded);
+    - each member is stored or deflated, not encrypted (what miniz reads), within the file, and
+      declares at most the file's size uncompressed, and at most :data:`DEFLATE_MAX_RATIO` bytes a
+      deflated byte: torch allocates a record's declared size before it inflates it.
+    """
+    size = stream.seek(0, io.SEEK_END)
+    stream.seek(0)
+    try:
+        archive = zipfile.ZipFile(stream)
+        infos = archive.infolist()
+        end_record = getattr(zipfile, "_EndRecData", None)
+        declared = end_record(stream) if end_record is not None else None
+    except _ZIP_ERRORS as exc:
+        raise PayloadError(f"the zip container is unreadable ({exc})") from None
+    if declared is not None and archive.start_dir != declared[6]:  # _ECD_OFFSET
+        raise PayloadError(f"expected the zip's central directory at byte {declared[6]:,}, as its end record "
+                           f"says, found it at {archive.start_dir:,} (bytes before the archive, which torch's "
+                           "reader does not skip)")
+    if not infos:
+        raise PayloadError("expected a zip container with members, found none")
+    first = _raw_name(infos[0])
+    if b"/" not in first:
+        raise PayloadError(f"expected the first member in a folder (torch reads the folder's records), found "
+                           f"{infos[0].filename!r}")
+    prefix = first.split(b"/", 1)[0] + b"/"
+    records: dict[bytes, zipfile.ZipInfo] = {}
+    for info in infos:
+        _check_member(info, prefix, size)
+        key = _raw_name(info)[len(prefix):].lower()
+        other = records.setdefault(key, info)
+        if other is not info:
+            raise PayloadError(f"the members {other.filename!r} and {info.filename!r} are one record to torch's "
+                               "reader, which matches names ignoring ASCII case: which of them torch loads "
+                               "depends on the archive's order")
+    return TorchZip(archive, prefix[:-1].decode("utf-8", "replace"), records)
+
+
+def _check_member(info: zipfile.ZipInfo, prefix: bytes, size: int) -> None:
+    name = info.filename
+    if info.orig_filename != name:
+        raise PayloadError(f"the member {info.orig_filename!r} has a name zipfile cuts short (a NUL in it)")
+    if not _raw_name(info).startswith(prefix):
+        raise PayloadError(f"expected every member under {prefix.decode('utf-8', 'replace')} like the first, "
+                           f"found {name!r}")
+    if info.flag_bits & _ENCRYPTED or info.compress_type not in (_STORED, _DEFLATED):
+        raise PayloadError(f"the member {name!r} is encrypted or compressed with method {info.compress_type}; "
+                           "torch's reader reads stored and deflated members only")
+    if info.header_offset + info.compress_size > size:
+        raise PayloadError(f"the member {name!r} claims {info.compress_size:,} bytes from byte "
+                           f"{info.header_offset:,}, past the end of the file's {size:,} bytes")
+    if info.file_size > size:
+        raise PayloadError(f"the member {name!r} declares {info.file_size:,} bytes uncompressed, more than the "
+                           f"file's {size:,} bytes (torch allocates a record whole before inflating it)")
+    bound = info.compress_size * (DEFLATE_MAX_RATIO if info.compress_type == _DEFLATED else 1)
+    if info.file_size > bound:
+        raise PayloadError(f"the member {name!r} declares {info.file_size:,} bytes uncompressed from "
+                           f"{info.compress_size:,} stored bytes, more than they can hold (at most {bound:,})")

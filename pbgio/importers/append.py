@@ -299,9 +299,9 @@ def _check_layout(layout: Layout, entity_dir: Path, edge_dirs: list[Path], recei
     """Refuse a layout that does not exist (no entity counts) or does not validate. An edge path
     receiving edges may be missing or hold no bucket (it is created); any other is checked whole."""
     cfg = layout.config
-    counts = [entity_dir / naming.entity_count_file(t, p) for t, e in cfg.entities.items()
-              for p in range(e.num_partitions)]
-    if not entity_dir.is_dir() or not any(c.is_file() for c in counts):
+    counts = [key for file in layout_files(entity_dir)  # listed once: num_partitions is not walked
+              if (key := naming.parse_entity_count_file(file.name)) is not None]
+    if not any(t in cfg.entities and p < cfg.entities[t].num_partitions for t, p in counts):
         raise MissingArtifactError(str(entity_dir), "layout to append to (the entity counts and names of "
                                    "entity_path; create it with pbgio import first)")
     present = [i for i, d in enumerate(edge_dirs)

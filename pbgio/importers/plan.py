@@ -42,6 +42,11 @@ class ImportSetupError(PbgioError, ValueError):
     """The config, the options and the inputs cannot make an import (before any row is read)."""
 
 
+MAX_BUCKETS = 1 << 20
+"""The most buckets an import writes into an edge path (1,024 partitions a side): a config from someone else
+cannot make it create files without end (docs/security.md). The largest graphs trained with PBG used tens."""
+
+
 @dataclass(frozen=True)
 class ImportPlan:
     config: ConfigSchema
@@ -67,6 +72,11 @@ class ImportPlan:
             if entity.featurized and entity.num_partitions != 1:
                 raise ImportSetupError(f"expected featurized entity type {name!r} to have 1 partition (the "
                                        f"features of a bag must share one), found {entity.num_partitions}")
+        lhs_parts, rhs_parts = config.bucket_grid()
+        if lhs_parts * rhs_parts > MAX_BUCKETS:  # every bucket is a file, empty ones too: bounded before any is made
+            raise ImportSetupError(f"num_partitions: expected a partition grid of at most {MAX_BUCKETS:,} buckets "
+                                   f"an edge path, found {lhs_parts:,} x {rhs_parts:,} = {lhs_parts * rhs_parts:,} "
+                                   "(every bucket is a file, empty ones too)")
         return plan
 
     @property

@@ -49,7 +49,7 @@ from types import TracebackType
 import numpy as np
 from numpy.typing import NDArray
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.edges import BucketWriter, EdgeBucket, FeatureLists, bucket_length, read_bucket
 from pbgio.errors import OutputError, PbgioError
 from pbgio.importers.mapping import EdgeBatch
@@ -108,7 +108,9 @@ class RemoteTargets:
         self.local: dict[str, tuple[AnyPath, Path]] = {}
         for target in targets:
             if storage.is_remote(target) and str(target) not in self.local:
-                self.local[str(target)] = (target, Path(tempfile.mkdtemp(prefix="pbg-import-")) / "out")
+                stand_in = Path(tempfile.mkdtemp(prefix="pbg-import-")) / "out"
+                confinement.admit(stand_in.parent, write=True)  # the command's own stand-in, uploaded at the end
+                self.local[str(target)] = (target, stand_in)
 
     def stand_in(self, target: AnyPath) -> Path:
         """The local directory written in place of ``target`` (``target`` itself when local)."""
@@ -166,7 +168,11 @@ class Staging:
 
     def check(self) -> None:
         """Clean up after killed imports into the same directories (:func:`remove_stale_staging`),
-        then refuse directories that hold a layout already, unless overwriting."""
+        then refuse directories that hold a layout already, unless overwriting. In a command, each
+        directory must be one it may write, reached without a link of the layout
+        (:func:`pbgio.confinement.check_write`)."""
+        for target in self.targets:
+            confinement.check_write(target, "import output directory", directory=True)
         remove_stale_staging(self.targets)
         if self.overwrite or self.append:
             return

@@ -155,7 +155,9 @@ def write(index: Any, sink: Callable[[bytes], object]) -> None:
 
 def read(next_bytes: Callable[[int], bytes]) -> Any:
     """The index whose serialized bytes ``next_bytes(n)`` gives in order, read a block at a time:
-    memory holds all of it."""
+    memory holds all of it. FAISS sizes each vector by the count its header declares before it
+    reads the vector: give it only a payload whose claims were bounded by its bytes
+    (:func:`pbgio.index_file.load_index_payload` checks them first: :mod:`pbgio.formats.faiss_claims`)."""
     faiss = faiss_module()
     return faiss.read_index(faiss.PyCallbackIOReader(next_bytes, READ_BLOCK))
 
@@ -166,7 +168,8 @@ def view(payload: NDArray[np.uint8]) -> Any:
     search reads the pages it touches, memory never holds the whole index. The index keeps
     ``payload`` referenced (FAISS's ``referenced_objects``), so the map lives as long as it; it
     answers searches, and takes no rows. FAISS before 1.9 has no zero-copy reader: there the index
-    is read whole from ``payload``, as from a remote file."""
+    is read whole from ``payload``, as from a remote file. As for :func:`read`, ``payload``'s claims
+    must have been bounded by its bytes first."""
     faiss = faiss_module()
     if not hasattr(faiss, "ZeroCopyIOReader"):
         return read(byte_reader(payload))

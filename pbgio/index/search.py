@@ -110,6 +110,11 @@ class EmbeddingIndex:
         if queries.shape[1] != self.meta.dimension:
             raise IndexSearchError(f"expected queries of dimension {self.meta.dimension}, found {queries.shape[1]}")
         ids = library.search(self._index, library.prepare(queries, self.metric), count, self.meta.kind, self.params)
+        total = int(self._starts[-1])
+        if ids.size and int(ids.max()) >= total:  # an id stored in a list that names no row: a tampered payload
+            raise FormatError(checks.unloadable(
+                str(self.path), f"expected row ids below the index's {total:,} rows, found {int(ids.max()):,} "
+                                "among the ids its lists store; rebuild it with pbgio index build"))
         found = ids >= 0
         parts = np.where(found, np.searchsorted(self._starts, ids, side="right") - 1, -1)
         offsets = np.where(found, ids - self._starts[np.maximum(parts, 0)], -1)

@@ -40,17 +40,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.checkpoint import CheckpointDir
 from pbgio.checks.checkpoint import config_mismatch
+from pbgio.checks.files import link_outside
 from pbgio.config import ConfigSchema, parse_config, read_config_json
-from pbgio.errors import ConfigError, MissingArtifactError, PbgioError, StoredSettingsNote
+from pbgio.errors import ConfigError, FormatError, MissingArtifactError, PbgioError, StoredSettingsNote
 from pbgio.layout.overrides import config_from_python, override_config_dict
 from pbgio.layout.paths import infer_base, is_here
 from pbgio.python_config import is_python_config
@@ -90,13 +92,15 @@ class Layout:
         if isinstance(location, ConfigSchema):
             config = location if not overrides else parse_config(
                 override_config_dict(location.to_dict(), overrides, IN_MEMORY), IN_MEMORY)
-            return cls(config, given_base or Path.cwd(), IN_MEMORY, None, tuple(overrides))
+            return cls(config, given_base or Path.cwd(), IN_MEMORY, None, tuple(overrides)).admitted()
+        confinement.admit(location if isinstance(location, str) else str(location))
         path = storage.resolve(location)
+        _check_config_link(path)
         source = storage.display(path)
         if not is_python_config(path.name):
             return cls.from_json(path, read_config_json(path), base=given_base, overrides=overrides)
         config = config_from_python(storage.local_path(str(path)), overrides)
-        return cls(config, given_base or Path.cwd(), source, path, tuple(overrides))
+        return cls(config, given_base or Path.cwd(), source, path, tuple(overrides)).admitted()
 
     @classmethod
     def from_json(cls, location: str | AnyPath, raw: Any, *, base: str | AnyPath | None = None,
@@ -109,7 +113,8 @@ class Layout:
         path = storage.resolve(location)
         source = storage.display(path)
         config = parse_config(override_config_dict(raw, overrides, source) if isinstance(raw, dict) else raw, source)
-        return cls(config, given_base or infer_base(path, config.checkpoint_path), source, path, tuple(overrides))
+        return cls(config, given_base or infer_base(path, config.checkpoint_path), source, path,
+                   tuple(overrides)).admitted()
 
     @classmethod
     def of(cls, config: Layout | ConfigSchema | str | AnyPath, *, base: str | AnyPath | None = None) -> Layout:
@@ -121,6 +126,49 @@ class Layout:
                 raise ValueError("give base with a config file or schema, not with a Layout (it has its base)")
             return config
         return cls.load(config, base=base)
+
+    def admitted(self) -> Layout:
+        """This layout, its folders admitted to the command's :func:`pbgio.confinement.scope` (nothing
+        happens outside one): the config's folder for reading and writing; each directory the
+        config names outside it for reading (it shows them; the validator warns,
+        ``layout-path-outside``); a path set by a ``-p`` override for reading and writing (the
+        user named it). A URL the config names is not admitted: only storage the command line
+        names is contacted (:func:`pbgio.confinement.url_refusal`)."""
+        if confinement.active() is None:
+            return self
+        if not storage.is_remote(self.base):
+            confinement.admit(str(self.base), write=True)
+        overridden = {o.split("=", 1)[0].strip() for o in self.overrides if "=" in o}
+        for key, values in self.config_paths().items():
+            named = key in overridden
+            for value in values:
+                if confinement.split_url(value) is not None:
+                    if named:
+                        confinement.admit(value)
+                    continue
+                path = self.path(value)  # local, or relative to a remote config: its own storage, admitted
+                if storage.is_remote(path):
+                    continue
+                if named or not self.inside(path):
+                    confinement.admit(str(path), write=named)
+        return self
+
+    def config_paths(self) -> dict[str, list[str]]:
+        """The locations the config names, by key (``entity_path``, ``edge_paths``, ``checkpoint_path``,
+        ``init_path``), as written."""
+        cfg = self.config
+        found = {"entity_path": [cfg.entity_path], "edge_paths": list(cfg.edge_paths),
+                 "checkpoint_path": [cfg.checkpoint_path]}
+        if cfg.init_path is not None:
+            found["init_path"] = [cfg.init_path]
+        return found
+
+    def inside(self, path: AnyPath) -> bool:
+        """Whether local ``path`` lies inside the config's folder, as named (``..`` resolved, links not)."""
+        if storage.is_remote(path) or storage.is_remote(self.base):
+            return False
+        base, named = os.path.abspath(self.base), os.path.abspath(path)
+        return named == base or named.startswith(base.rstrip(os.sep) + os.sep)
 
     @property
     def file_name(self) -> str | None:
@@ -165,9 +213,9 @@ class Layout:
         >>> layout.argument_path("./edges/test") == Path.cwd() / "edges" / "test"
         True
         """
-        if is_here(text):
-            return storage.absolute(storage.resolve(text))
-        return storage.absolute(self.path(text))
+        path = storage.absolute(storage.resolve(text)) if is_here(text) else storage.absolute(self.path(text))
+        confinement.admit(text if storage.is_remote(path) else str(path))
+        return path
 
     def existing_dir(self, text: str, option: str) -> AnyPath:
         """:meth:`argument_path` of a directory that must exist; a missing one is a
@@ -193,6 +241,7 @@ class Layout:
         if location is None:
             return self
         located = str(self.argument_path(str(location)))
+        confinement.admit(located, write=True)
         return dataclasses.replace(self, config=self.config.model_copy(update={"checkpoint_path": located}))
 
     # ---- the checkpoint
@@ -304,6 +353,19 @@ def open_checkpoint(config: CheckpointVersion | Layout | ConfigSchema | str | An
         return config if version is None else config.at(version)
     layout = Layout.of(config, base=base).with_checkpoint(checkpoint)
     return layout.open_checkpoint(version, model=model)
+
+
+def _check_config_link(path: AnyPath) -> None:
+    """Refuse a local config file that is a symbolic link out of the folder it was named in (its
+    folder becomes the layout's, so a layout could hand over another project's config and folder),
+    inside a :func:`pbgio.confinement.scope`, unless links may be followed."""
+    scope = confinement.active()
+    if scope is None or scope.follow_links or storage.is_remote(path):
+        return
+    named = os.path.abspath(path)
+    real, folder = os.path.realpath(named), os.path.realpath(os.path.dirname(named))
+    if os.path.dirname(real) != folder and os.path.exists(real):
+        raise FormatError(link_outside(storage.display(path), real))
 
 
 def plan_of(edge_paths: Sequence[str]) -> list[str]:

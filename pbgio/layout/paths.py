@@ -36,6 +36,8 @@ def infer_base(config_path: AnyPath, checkpoint_path: str) -> AnyPath:
     """The folder the relative paths of the config at ``config_path`` resolve against, given its
     ``checkpoint_path`` (see the module doc)."""
     directory: AnyPath = storage.absolute(config_path).parent
+    if storage.scheme_of(checkpoint_path) not in (None, *storage.LOCAL_SCHEMES):
+        return directory  # a URL: resolved (and contacted) only where the command may
     checkpoint = storage.resolve(checkpoint_path)
     if config_path.name == naming.CONFIG_JSON and not storage.is_remote(checkpoint) \
             and not checkpoint.is_absolute():

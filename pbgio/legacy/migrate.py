@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbgio import interrupts
+from pbgio import confinement, interrupts
 from pbgio.errors import OutputError, PbgioError, Report
 from pbgio.legacy.plan import MigrationPlan, MigrationStep
 from pbgio.legacy.planner import plan_migration
@@ -132,6 +132,7 @@ def migrate(src: Path | str, dst: Path | str, *, dry_run: bool = False, trust_pi
     if dry_run:
         return MigrationResult(plan, target, written=False)
     staging = _staging_path(target, "tmp")
+    confinement.admit(staging, write=True)  # DST's staging twin, beside it (a no-op outside a command)
     with atomic.write_failures(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_staging(target)

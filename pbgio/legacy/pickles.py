@@ -3,12 +3,19 @@
 Every legacy artifact is a pickle, and unpickling can call any importable
 function. This loader never does that for an untrusted file:
 
-1. **Scan.** The pickle opcodes are read with :mod:`pickletools` (which parses and
-   never executes) and every global the file names is listed. Any global outside
-   :data:`ALLOWED_GLOBALS`, the few things genuine legacy files contain, is refused
-   with an :class:`~pbgio.errors.UnsafePickleError` naming the file and the global.
-2. **Load.** ``torch.load(weights_only=True, map_location="cpu")``, torch's own
-   restricted unpickler, as a second layer; its refusals become the same error.
+1. **Scan.** The file is opened once, as every input is (:func:`pbgio.formats.files.open_input`:
+   a regular file whose links stay inside the layout; a count file read whole within a size
+   cap). The pickle opcodes are read with :mod:`pickletools` (which parses and never executes)
+   and every global the file names is listed: in a zip, those of the ``data.pkl`` torch's own
+   reader loads (:func:`pbgio.formats.torch_payload.torch_zip`: found ignoring ASCII case, two
+   members it would confuse refused). Any global outside :data:`ALLOWED_GLOBALS`, the few things
+   genuine legacy files contain, is refused with an :class:`~pbgio.errors.UnsafePickleError`
+   naming the file and the global.
+2. **Bound.** What the file declares is bounded by what it holds before anything could
+   allocate it: each zip member's size, each storage a pickle declares
+   (:mod:`pbgio.formats.torch_claims`), each pickle's memo, frames and counted strings.
+3. **Load.** ``torch.load(weights_only=True, map_location="cpu")`` on the same open file, torch's
+   own restricted unpickler, as a second layer; its refusals become the same error.
    A bare pickle (``pickle.dump`` output renamed ``.pt``) goes through a
    :class:`pickle.Unpickler` whose ``find_class`` allows only :data:`BARE_PICKLE_GLOBALS`.
 
@@ -32,7 +39,9 @@ pbgio.errors.UnsafePickleError: ...METADATA_1.pt: refused to unpickle: ... the g
 from __future__ import annotations
 
 import _compat_pickle
+import io
 import lzma
+import os
 import pickle
 import pickletools
 import re
@@ -44,8 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, cast
 
-from pbgio.errors import FormatError, UnsafePickleError
-from pbgio.formats.torch_payload import BoundedReader, PayloadError, check_pickle_claims
+from pbgio.errors import FormatError, MissingArtifactError, UnsafePickleError
+from pbgio.formats import files
+from pbgio.formats.torch_claims import check_legacy_storages, check_zip_storages, storage_claims
+from pbgio.formats.torch_payload import BoundedReader, PayloadError, TorchZip, check_pickle_claims, torch_zip
 from pbgio.legacy.spec import legacy_error
 from pbgio.spec.checkpoint import TORCH_LEGACY_MAGIC, TORCH_ZIP_MAGIC
 
@@ -106,13 +117,23 @@ _MEMO_SLACK = 1 << 16
 
 
 def _globals_in(stream: IO[bytes]) -> list[str]:
-    """Globals named by the pickle at the stream position; stops after its STOP opcode."""
+    """Globals named by the pickle at the stream position; stops after its STOP opcode.
+
+    The walk bounds what an unpickler would allocate before reading it, as
+    :func:`pbgio.formats.torch_payload.check_pickle_claims` does: each counted argument is read (one
+    that claims more than the stream holds fails the walk), a memo slot far past those filled and a
+    frame longer than the bytes left are refused. The stream is a :class:`BoundedReader` or a
+    :class:`io.BytesIO`."""
     found: list[str] = []
     strings: list[str] = []
     memo: dict[int, Any] = {}
     last: Any = None
-    for op, arg, _pos in pickletools.genops(stream):
+    size = stream.size if isinstance(stream, BoundedReader) else len(cast(io.BytesIO, stream).getbuffer())
+    for op, arg, pos in pickletools.genops(stream):
         name = op.name
+        if name == "FRAME" and isinstance(arg, int) and arg > size - stream.tell():
+            raise ValueError(f"the pickle's FRAME at byte {pos} claims {arg:,} bytes, {size - stream.tell():,} "
+                             "are left")
         if name in ("GLOBAL", "INST"):
             module, _, attr = str(arg).partition(" ")
             found.append(_python3_name(module, attr))
@@ -148,47 +169,91 @@ def _python3_name(module: str, name: str) -> str:
     return f"{module}.{name}"
 
 
-def check_pickle(path: Path, *, trust: bool = False) -> PickleInfo:
-    """Scan a file and raise :class:`~pbgio.errors.UnsafePickleError` for a refused global."""
-    info = inspect_pickle(path)
-    if not trust:
-        refused = info.refused()
-        if refused:
-            raise UnsafePickleError(str(path), refused[0], _more(refused))
-    return info
+def check_pickle(path: Path, *, trust: bool = False, limit: int | None = None) -> PickleInfo:
+    """Scan a file (:func:`inspect_pickle`) and raise :class:`~pbgio.errors.UnsafePickleError` for a
+    refused global (before its sizes are checked, unless ``trust``)."""
+    with _open(path, limit) as f:
+        return _inspect(f, path, trust=trust)
 
 
-def inspect_pickle(path: Path) -> PickleInfo:
-    """The container and the globals of a ``.pt`` file; nothing is unpickled."""
+def inspect_pickle(path: Path, *, limit: int | None = None) -> PickleInfo:
+    """The container and the globals of a ``.pt`` file; nothing is unpickled. The file is opened as every
+    input is (:func:`pbgio.formats.files.open_input`: a regular file, its links inside the layout; read
+    whole only within ``limit`` bytes when one is given), and what it declares is bounded by what it
+    holds before anything could allocate it: the members of a zip as torch's reader finds them
+    (:func:`pbgio.formats.torch_payload.torch_zip`), the storages every pickle declares
+    (:mod:`pbgio.formats.torch_claims`), each pickle's own claims
+    (:func:`pbgio.formats.torch_payload.check_pickle_claims`)."""
+    with _open(path, limit) as f:
+        return _inspect(f, path, trust=None)
+
+
+_WHAT = "legacy .pt file"
+
+
+def _open(path: Path, limit: int | None) -> IO[bytes]:
+    """``path`` opened for the scan and the load (one open file for both, so both read the same bytes)."""
     try:
-        with path.open("rb") as raw:
-            f: Any = BoundedReader(raw)  # reads never allocate more than the file holds
-            head = f.read(len(TORCH_LEGACY_MAGIC))
-            container = container_of(head)
-            if container is None:
-                raise legacy_error("legacy-pickle-unreadable", str(path),
-                                   f"expected a torch.save payload or a pickle, found bytes {head[:8]!r}")
-            f.seek(0)
-            if container == "pickle" and _is_legacy_header(f):
-                container = "legacy"  # the old container, written with another pickle protocol
-            f.seek(0)
-            if container == "zip":
-                names = _zip_globals(path)
-            elif container == "legacy":
-                names = []
-                for _ in range(LEGACY_CONTAINER_PICKLES):
-                    names += _globals_in(f)
-            else:
-                names = _globals_in(f)
-    except FileNotFoundError:
-        raise legacy_error("legacy-pickle-unreadable", str(path),
-                           "expected this file, found nothing") from None
+        if limit is None:
+            return files.open_input(path, _WHAT)
+        return io.BytesIO(files.read_bytes(path, _WHAT, limit=limit))
+    except MissingArtifactError:
+        if os.path.lexists(path):
+            raise
+        raise legacy_error("legacy-pickle-unreadable", str(path), "expected this file, found nothing") from None
+
+
+def _inspect(raw: IO[bytes], path: Path, *, trust: bool | None) -> PickleInfo:
+    """:func:`inspect_pickle` on the open file ``raw``; ``trust=False`` refuses a global first."""
+    try:
+        f: Any = BoundedReader(raw)  # reads never allocate more than the file holds
+        head = f.read(len(TORCH_LEGACY_MAGIC))
+        container = container_of(head)
+        if container is None:
+            raise legacy_error("legacy-pickle-unreadable", str(path),
+                               f"expected a torch.save payload or a pickle, found bytes {head[:8]!r}")
+        f.seek(0)
+        if container == "pickle" and _is_legacy_header(f):
+            container = "legacy"  # the old container, written with another pickle protocol
+        f.seek(0)
+        zipped = None
+        if container == "zip":
+            zipped = torch_zip(raw)
+            pickled = _zip_pickle(zipped)
+            names = _globals_in(io.BytesIO(pickled))
+        elif container == "legacy":
+            names = []
+            for _ in range(LEGACY_CONTAINER_PICKLES):
+                names += _globals_in(f)
+        else:
+            names = _globals_in(f)
+        info = PickleInfo(container, tuple(dict.fromkeys(names)))
+        if trust is False:
+            refused = info.refused()
+            if refused:
+                raise UnsafePickleError(str(path), refused[0], _more(refused))
+        if zipped is not None:  # the walks of _globals_in bound every pickle's own claims
+            check_zip_storages(zipped, storage_claims(io.BytesIO(pickled), legacy=False, walked=True))
+        elif container == "legacy":
+            check_legacy_storages(raw, walked=True)
+    except PayloadError as exc:
+        raise legacy_error("legacy-pickle-unreadable", str(path), f"refused before unpickling: {exc}") from None
+    except (FormatError, MissingArtifactError):
+        raise
     except (ValueError, EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError, IndexError,
             NotImplementedError, RuntimeError, OverflowError, zlib.error, lzma.LZMAError, struct.error) as exc:
         # NotImplementedError, RuntimeError: a zip of a version, compression or encryption zipfile lacks
         raise legacy_error("legacy-pickle-unreadable", str(path),
                            f"expected a complete pickle, found an unreadable one ({exc})") from None
-    return PickleInfo(container, tuple(dict.fromkeys(names)))
+    return info
+
+
+def _zip_pickle(zipped: TorchZip) -> bytes:
+    """The bytes of the ``data.pkl`` torch loads (bounded by the file's size: :func:`torch_zip`)."""
+    info = zipped.record("data.pkl")
+    if info is None:
+        raise PayloadError(f"expected {zipped.prefix}/data.pkl in the archive, found none")
+    return zipped.archive.read(info)
 
 
 def _is_legacy_header(f: IO[bytes]) -> bool:
@@ -213,15 +278,6 @@ def _is_legacy_header(f: IO[bytes]) -> bool:
 _INT_OPCODES = ("INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4")
 
 
-def _zip_globals(path: Path) -> list[str]:
-    with zipfile.ZipFile(path) as archive:
-        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
-        if len(pickles) != 1:
-            raise ValueError(f"expected one data.pkl in the archive, found {len(pickles)}")
-        with archive.open(pickles[0]) as member:
-            return _globals_in(member)
-
-
 class _BarePickleUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         qualified = f"{module}.{name}"
@@ -230,45 +286,49 @@ class _BarePickleUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def load_pickle(path: Path, *, trust: bool = False) -> Any:
+def load_pickle(path: Path, *, trust: bool = False, limit: int | None = None) -> Any:
     """Unpickle a legacy ``.pt`` file safely (see the module doc); tensors land on the CPU.
 
-    Raises :class:`~pbgio.errors.UnsafePickleError` for a refused global and a
-    :class:`~pbgio.errors.FormatError` for a file that is no readable pickle.
+    The file is opened once (:func:`inspect_pickle`: a regular file inside the layout, read whole
+    only within ``limit`` bytes when one is given), scanned and bounded, and the same open file is
+    loaded. Raises :class:`~pbgio.errors.UnsafePickleError` for a refused global and a
+    :class:`~pbgio.errors.FormatError` for a file that is no readable pickle or that claims more
+    than it holds.
     """
-    info = check_pickle(path, trust=trust)
-    if info.container == "pickle":
-        return _load_bare(path, trust)
-    import torch
+    with _open(path, limit) as f:
+        info = _inspect(f, path, trust=trust)
+        f.seek(0)
+        if info.container == "pickle":
+            return _load_bare(f, path, trust)
+        import torch
 
-    try:
-        return torch.load(path, map_location="cpu", weights_only=not trust)
-    except pickle.UnpicklingError as exc:
-        if trust:
-            raise _unreadable(path, exc) from None
-        name = _torch_refused_global(str(exc), info.globals)
-        raise UnsafePickleError(str(path), name, None if name else _torch_refusal_reason(str(exc))) from None
-    except (RuntimeError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError,
-            AttributeError, AssertionError, struct.error, UnicodeDecodeError) as exc:
-        # torch.load asserts on some malformed payloads (e.g. "saved_id must be a tuple")
-        raise _unreadable(path, exc) from None
-
-
-def _load_bare(path: Path, trust: bool) -> Any:
-    with path.open("rb") as f:
         try:
-            check_pickle_claims(f)  # a size it claims is allocated before it is read
-        except PayloadError as exc:
-            raise _unreadable(path, exc) from None
-        try:
-            return pickle.load(f) if trust else _BarePickleUnpickler(f).load()
+            return torch.load(f, map_location="cpu", weights_only=not trust)
         except pickle.UnpicklingError as exc:
-            m = re.match(r"refused global (\S+)", str(exc))
-            if m and not trust:
-                raise UnsafePickleError(str(path), m[1]) from None
+            if trust:
+                raise _unreadable(path, exc) from None
+            name = _torch_refused_global(str(exc), info.globals)
+            raise UnsafePickleError(str(path), name, None if name else _torch_refusal_reason(str(exc))) from None
+        except (RuntimeError, ValueError, EOFError, OSError, KeyError, IndexError, TypeError,
+                AttributeError, AssertionError, struct.error, UnicodeDecodeError) as exc:
+            # torch.load asserts on some malformed payloads (e.g. "saved_id must be a tuple")
             raise _unreadable(path, exc) from None
-        except (ValueError, EOFError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
-            raise _unreadable(path, exc) from None
+
+
+def _load_bare(f: IO[bytes], path: Path, trust: bool) -> Any:
+    try:
+        check_pickle_claims(f)  # a size it claims is allocated before it is read
+    except PayloadError as exc:
+        raise _unreadable(path, exc) from None
+    try:
+        return pickle.load(f) if trust else _BarePickleUnpickler(f).load()
+    except pickle.UnpicklingError as exc:
+        m = re.match(r"refused global (\S+)", str(exc))
+        if m and not trust:
+            raise UnsafePickleError(str(path), m[1]) from None
+        raise _unreadable(path, exc) from None
+    except (ValueError, EOFError, KeyError, IndexError, TypeError, AttributeError, OverflowError) as exc:
+        raise _unreadable(path, exc) from None
 
 
 def _more(refused: list[str]) -> str | None:

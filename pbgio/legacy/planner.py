@@ -88,7 +88,7 @@ class _Planner:
         for directory in pickled:
             for path in directory.files():  # every pickle, before anything is unpickled
                 if path.name not in spec.VERSION_FILES:
-                    check_pickle(path, trust=self.trust_pickle)
+                    check_pickle(path, trust=self.trust_pickle, limit=directory.size_limit(path))
         self.run.read()
         config = self.run.config
         dynamic = config.dynamic_relations if config is not None else (

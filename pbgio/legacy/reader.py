@@ -15,6 +15,13 @@ today's types, already 0-based and renamed:
 :class:`LegacyLayout` finds all three under a directory and sums up the
 :class:`LegacyVariant`. Every pickle goes through :func:`pbgio.legacy.pickles.load_pickle`.
 
+A legacy layout is read as one from a stranger (docs/security.md): every file is opened through
+:func:`pbgio.formats.files.open_input` (pickles, the version file; a count within
+:data:`COUNT_LIMIT`) or :func:`pbgio.formats.h5.open_h5` (buckets), so a link out of the layout, a
+FIFO or a device under a legacy name is refused, never followed or skipped; every bucket dataset is
+checked by :func:`pbgio.formats.h5.check_written` (stored in the file, every row it claims written)
+before any of it is read.
+
 Partition numbers given to and returned by these readers are 0-based.
 
 Why this module is long: it holds the three directory readers of the legacy layout, which share
@@ -36,10 +43,11 @@ from pbgio.checkpoint import EmbeddingsState, ModelState
 from pbgio.config import ConfigSchema, parse_config
 from pbgio.edges import EdgeBucket, FeatureLists
 from pbgio.errors import FormatError, MissingArtifactError
-from pbgio.formats.h5 import format_version, open_h5
+from pbgio.formats import files
+from pbgio.formats.h5 import check_written, format_version, open_h5
 from pbgio.legacy import spec
 from pbgio.legacy.pickles import Container, inspect_pickle, load_pickle
-from pbgio.legacy.spec import ConfigMigration, legacy_error, migrate_config_dict
+from pbgio.legacy.spec import ConfigMigration, LegacyDictionary, legacy_error, migrate_config_dict
 from pbgio.legacy.state import (
     MigratedModel,
     migrate_embeddings_optimizer,
@@ -75,6 +83,23 @@ def _as_count(value: Any, path: Path, what: str) -> int:
     return value
 
 
+def _present(path: Path) -> bool:
+    """Whether something stands at ``path`` that is read as the file of its name (:func:`_listed`)."""
+    return (path.is_symlink() or path.exists()) and _listed(path)
+
+
+def _listed(path: Path) -> bool:
+    """Whether a directory entry is read as a file of its name: anything but a real directory. A link, a
+    FIFO or a device under a legacy file's name is read, and refused there
+    (:func:`pbgio.formats.files.open_input`), never skipped in silence."""
+    return path.is_symlink() or not path.is_dir()
+
+
+COUNT_LIMIT = files.TEXT_LIMIT
+"""Bytes of a legacy count file (``entity_count_*.pt``, ``dynamic_rel_count.pt``) read at most: a
+genuine one is about a kilobyte."""
+
+
 def is_int_tensor(value: Any) -> bool:
     from pbgio.legacy.state import is_tensor
 
@@ -82,40 +107,6 @@ def is_int_tensor(value: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- entities
-
-
-@dataclass(frozen=True)
-class LegacyDictionary:
-    """``dict.pt``: names by global 0-based index per entity type, and relation names."""
-
-    entities: dict[str, dict[int, str]]
-    relations: dict[int, str] | None
-
-    @classmethod
-    def from_value(cls, value: Any, path: Path) -> LegacyDictionary:
-        if not (isinstance(value, tuple | list) and len(value) == 2 and isinstance(value[0], Mapping)):
-            raise legacy_error("legacy-structure", str(path),
-                               "expected (entity dictionaries by type, relation dictionary), found "
-                               f"{type(value).__name__}")
-        entities = {str(t): cls._ix_to_word(d, path, f"entity type {t!r}") for t, d in value[0].items()}
-        relations = cls._ix_to_word(value[1], path, "relations") if value[1] is not None else None
-        return cls(entities, relations)
-
-    @staticmethod
-    def _ix_to_word(d: Any, path: Path, what: str) -> dict[int, str]:
-        table = d.get("ix_to_word") if isinstance(d, Mapping) else None
-        if not isinstance(table, Mapping) or not all(
-                isinstance(k, int) and not isinstance(k, bool) and k >= 0 and isinstance(v, str)
-                for k, v in table.items()):
-            raise legacy_error("legacy-structure", str(path),
-                               f"expected an ix_to_word table of int → str for {what}")
-        return dict(table)
-
-    def relation_names(self) -> list[str | None] | None:
-        if self.relations is None:
-            return None
-        size = max(self.relations, default=-1) + 1
-        return [self.relations.get(i) for i in range(size)]
 
 
 class LegacyEntityDir:
@@ -127,7 +118,7 @@ class LegacyEntityDir:
         raw: dict[tuple[str, int], Path] = {}
         for p in sorted(path.iterdir()):
             parsed = spec.parse_entity_count_file(p.name)
-            if parsed and p.is_file():
+            if parsed and _listed(p):
                 raw[parsed] = p
         self.index_base: IndexBase = _base_of([part for _, part in raw], path, "entity count partitions")
         self.count_files = {(t, part - self.index_base): p for (t, part), p in raw.items()}
@@ -140,9 +131,9 @@ class LegacyEntityDir:
                     f"{self.index_base + len(parts) - 1}, found "
                     f"{[p + self.index_base for p in parts]}")
         dyn = path / spec.DYNAMIC_REL_COUNT
-        self.dynamic_rel_count_file = dyn if dyn.is_file() else None
+        self.dynamic_rel_count_file = dyn if _present(dyn) else None
         dictionary = path / spec.DICTIONARY
-        self.dictionary_file = dictionary if dictionary.is_file() else None
+        self.dictionary_file = dictionary if _present(dictionary) else None
         self._dictionary: LegacyDictionary | None = None
 
     def types(self) -> dict[str, int]:
@@ -156,27 +147,32 @@ class LegacyEntityDir:
         return sorted([*self.count_files.values(),
                        *(p for p in (self.dynamic_rel_count_file, self.dictionary_file) if p is not None)])
 
+    def size_limit(self, path: Path) -> int | None:
+        """Bytes of ``path`` read at most: :data:`COUNT_LIMIT` for a count file, None (no cap) for ``dict.pt``."""
+        return None if path == self.dictionary_file else COUNT_LIMIT
+
     def read_entity_count(self, entity_type: str, part: int) -> int:
         path = self.count_files.get((entity_type, part))
         if path is None:
             raise MissingArtifactError(
                 str(self.path / f"entity_count_{entity_type}_{part + self.index_base}.pt"),
                 f"legacy entity count of {entity_type!r} partition {part}")
-        return _as_count(load_pickle(path, trust=self.trust_pickle), path, "the entity count")
+        return _as_count(load_pickle(path, trust=self.trust_pickle, limit=COUNT_LIMIT), path, "the entity count")
 
     def read_dynamic_rel_count(self) -> int:
         if self.dynamic_rel_count_file is None:
             raise MissingArtifactError(str(self.path / spec.DYNAMIC_REL_COUNT),
                                        "legacy dynamic relation count")
         path = self.dynamic_rel_count_file
-        return _as_count(load_pickle(path, trust=self.trust_pickle), path, "the dynamic relation count")
+        return _as_count(load_pickle(path, trust=self.trust_pickle, limit=COUNT_LIMIT), path,
+                         "the dynamic relation count")
 
     def read_dictionary(self) -> LegacyDictionary | None:
         if self.dictionary_file is None:
             return None
         if self._dictionary is None:
             value = load_pickle(self.dictionary_file, trust=self.trust_pickle)
-            self._dictionary = LegacyDictionary.from_value(value, self.dictionary_file)
+            self._dictionary = LegacyDictionary.from_value(value, str(self.dictionary_file))
         return self._dictionary
 
     def read_entity_names(self, entity_type: str, part: int) -> list[str | None] | None:
@@ -211,7 +207,7 @@ class LegacyEdgeDir:
         raw: dict[tuple[int, int], Path] = {}
         for p in sorted(path.iterdir()):
             parsed = spec.parse_bucket_file(p.name)
-            if parsed and p.is_file():
+            if parsed and _listed(p):
                 raw[parsed] = p
         self.index_base: IndexBase = _base_of([i for key in raw for i in key], path, "bucket partitions")
         base = self.index_base
@@ -253,6 +249,7 @@ class LegacyEdgeDir:
             ds = f[name]
             if not hasattr(ds, "dtype") or ds.ndim != 1:
                 raise legacy_error("legacy-bucket", str(path), "expected a one-dimensional dataset", name)
+            check_written(ds, path)  # stored in this file, every row it claims written: before any is read
             if name in KNOWN_BUCKET_DATASETS and name != "weight" and ds.dtype.kind not in "iu":
                 raise legacy_error("legacy-bucket", str(path), f"expected integers, found {ds.dtype}", name)
         for name in ("lhs", "rhs", "weight"):
@@ -340,12 +337,12 @@ class LegacyCheckpointDir:
         self.path = path
         self.trust_pickle = trust_pickle
         self.version_file: Path | None = next(
-            (path / n for n in spec.VERSION_FILES if (path / n).is_file()), None)
+            (path / n for n in spec.VERSION_FILES if _present(path / n)), None)
         self.metadata_files: dict[int, Path] = {}
         bases: set[int] = set()
         raw: list[tuple[str, int, int, Path]] = []
         for p in sorted(path.iterdir()):
-            if not p.is_file():
+            if not _listed(p):
                 continue
             meta = spec.parse_metadata_file(p.name)
             if meta is not None:
@@ -383,8 +380,10 @@ class LegacyCheckpointDir:
             versions = self.versions_on_disk()
             return versions[-1] if versions else 0
         try:
-            text = self.version_file.read_text(encoding="ascii").strip()
+            text = files.read_text(self.version_file, "legacy version file", encoding="ascii").strip()
         except (OSError, UnicodeDecodeError) as exc:
+            if isinstance(exc, MissingArtifactError):
+                raise
             raise legacy_error("legacy-structure", str(self.version_file),
                                f"expected a decimal version, found an unreadable file ({exc})") from None
         if not text:
@@ -397,6 +396,11 @@ class LegacyCheckpointDir:
     def files(self) -> list[Path]:
         return sorted([*self.metadata_files.values(), *self.embeddings_files.values(),
                        *([self.version_file] if self.version_file else [])])
+
+    def size_limit(self, path: Path) -> int | None:
+        """Bytes of ``path`` read at most: None, no cap (checkpoint files are as large as their data)."""
+        del path
+        return None
 
     def embeddings_of_version(self, version: int) -> dict[tuple[str, int], Path]:
         return {(t, part): p for (t, part, v), p in sorted(self.embeddings_files.items()) if v == version}

@@ -113,6 +113,43 @@ def legacy_error(code: str, file: str | None, message: str, dataset: str | None 
     return FormatError(Issue(code, "error", file, dataset, message))
 
 
+# --------------------------------------------------------------------------- dict.pt
+
+
+@dataclass(frozen=True)
+class LegacyDictionary:
+    """``dict.pt``: names by global 0-based index per entity type, and relation names."""
+
+    entities: dict[str, dict[int, str]]
+    relations: dict[int, str] | None
+
+    @classmethod
+    def from_value(cls, value: Any, path: str) -> LegacyDictionary:
+        if not (isinstance(value, tuple | list) and len(value) == 2 and isinstance(value[0], Mapping)):
+            raise legacy_error("legacy-structure", path,
+                               "expected (entity dictionaries by type, relation dictionary), found "
+                               f"{type(value).__name__}")
+        entities = {str(t): cls._ix_to_word(d, path, f"entity type {t!r}") for t, d in value[0].items()}
+        relations = cls._ix_to_word(value[1], path, "relations") if value[1] is not None else None
+        return cls(entities, relations)
+
+    @staticmethod
+    def _ix_to_word(d: Any, path: str, what: str) -> dict[int, str]:
+        table = d.get("ix_to_word") if isinstance(d, Mapping) else None
+        if not isinstance(table, Mapping) or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k >= 0 and isinstance(v, str)
+                for k, v in table.items()):
+            raise legacy_error("legacy-structure", path,
+                               f"expected an ix_to_word table of int → str for {what}")
+        return dict(table)
+
+    def relation_names(self) -> list[str | None] | None:
+        if self.relations is None:
+            return None
+        size = max(self.relations, default=-1) + 1
+        return [self.relations.get(i) for i in range(size)]
+
+
 # --------------------------------------------------------------------------- config renames
 
 Scope = Literal["config", "relation", "entity"]

@@ -123,6 +123,23 @@ def is_snapshot_dir(name: str) -> bool:
     return bool(SNAPSHOT_DIR_RE.match(name)) or name == BEST_DIR
 
 
+def is_checkpoint_entry(name: str) -> bool:
+    """A name pbg writes in a checkpoint directory: the version file, ``config.json``, the training
+    stats, the lock and probe, a version's files, an index, a kept version (``best/``, ``epoch_k/``)
+    or a temporary file of an atomic write. A directory that holds files and none of these is not a
+    checkpoint, and ``pbgtrain fit`` does not write into it.
+
+    >>> [is_checkpoint_entry(n) for n in ("model.v3.h5", ".model.v3.h5.tmp", "best", "notes.txt")]
+    [True, True, True, False]
+    """
+    if is_snapshot_dir(name) or name in (CHECKPOINT_VERSION, CONFIG_JSON, TRAINING_STATS, CHECKPOINT_LOCK,
+                                         SHARED_PROBE):
+        return True
+    if name.startswith(".") and name.endswith(".tmp"):
+        name = name[1:-len(".tmp")]
+    return bool(EMBEDDINGS_RE.match(name) or MODEL_RE.match(name) or INDEX_RE.match(name))
+
+
 def parse_entity_count_file(name: str) -> tuple[str, int] | None:
     m = ENTITY_COUNT_RE.match(name)
     return (m["type"], int(m["part"])) if m else None

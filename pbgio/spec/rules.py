@@ -48,6 +48,26 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
     ("legacy-layout", "error", "layout",
      "The directory is in the current layout, not the legacy .pt layout (migrate it with "
      "`pbgio convert --from legacy SRC DST`)."),
+    ("layout-link-outside", "error", "layout",
+     "Symbolic links inside a layout stay inside it: a file or directory pbg reads resolves under the "
+     "config's folder, a folder the config names or a path of the command line; a link out of it (to "
+     "another project, /etc, a device) is followed only with PBG_FOLLOW_LINKS=1, and a layout is never "
+     "written through a link."),
+    ("file-not-regular", "error", "layout",
+     "Every file pbg reads (counts, names, version files, configs, buckets, checkpoints, legacy .pt "
+     "files) is a regular file: not a FIFO, a device, a socket or a directory (reading one could hang "
+     "or never end)."),
+    ("file-too-large", "error", "layout",
+     "A file pbg reads whole (an entity count, a version file, a config, a legacy count) is within its "
+     "size bound (docs/security.md); larger files are refused before they are read."),
+    ("layout-path-outside", "warning", "config",
+     "The paths a config names lie inside its folder. One outside it (absolute, or leading up with ..) "
+     "is read as named, but it is where a layout from someone else would reach into your files; a "
+     "config writes outside its folder only when you name the path on the command line or set "
+     "PBG_WRITE_OUTSIDE=1."),
+    ("layout-url-refused", "error", "config",
+     "A URL a config names is on storage the command line named (the same scheme and bucket or host), "
+     "or PBG_ALLOW_REMOTE lists it: a layout may not make pbg contact a host or bucket of its choosing."),
     ("entity-type-name-unsafe", "error", "config",
      "An entity type name can be part of the layout's file names and of model dataset names, as "
      "the original needs: not empty, no '/' or NUL (file names), no dot (the original's model "
@@ -150,6 +170,15 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "unwritten chunks, not another format)."),
     ("h5-format-version", "error", "hdf5",
      "The root attribute format_version exists and equals 1."),
+    ("h5-external-link", "error", "hdf5",
+     "An .h5 file reads nothing outside itself: no external link or user-defined link (soft links stay "
+     "inside the file), no dataset with external raw storage, no virtual dataset. Checked as the file "
+     "opens, before any link is followed, naming the link's path and where it points."),
+    ("h5-size-bound", "error", "hdf5",
+     "A filtered (compressed or checksummed) chunked dataset stays within what its file can hold: a chunk "
+     "inflates to at most 64 MiB (MAX_FILTERED_CHUNK_BYTES; unfiltered chunks are not bounded), and the "
+     "bytes the dataset claims are at most its stored bytes x 1032 (DEFLATE_MAX_RATIO, deflate's "
+     "greatest ratio) per compressing filter of its pipeline (shuffle and fletcher32 do not compress)."),
     ("edge-dataset-missing", "error", "edges", "Datasets rel, lhs and rhs exist."),
     ("edge-dataset-dtype", "error", "edges",
      "rel, lhs, rhs, *_offsets and *_data are int64; weight is a float (or, as the original's "
@@ -263,7 +292,10 @@ _CATALOGUE: list[tuple[str, Severity, str, str]] = [
      "The metadata's entity_type, version, metric and kind are those of the file name (an index renamed to "
      "another version, type, metric or kind is not that index)."),
     ("index-damaged", "error", "index",
-     "The payload's SHA-256 is the metadata's payload_sha256 (a damaged file is never loaded)."),
+     "The payload's SHA-256 is the metadata's payload_sha256, and the payload is a FAISS index of the type its "
+     "kind is built as (flat IxFI, ivf IwSq, hnsw IHNf) whose header and size fields claim no more than its bytes "
+     "hold and agree with the metadata's kind, rows, dimension and nlist (a damaged file is never loaded: its "
+     "header is read before the library allocates what it claims)."),
     ("index-stale", "error", "index",
      "The index was built from the tables of its version: partition_rows are the rows of each partition's "
      "embeddings of that version, dimension is the type's, and the fingerprint is that of those embeddings "

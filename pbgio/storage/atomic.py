@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from pbgio.errors import OutputError, PbgioError, os_error_code
+from pbgio import confinement
+from pbgio.errors import OutputError, PbgioError, UnsafeWriteError, os_error_code
 from pbgio.storage import paths
 from pbgio.storage.paths import AnyPath
 
@@ -78,11 +81,12 @@ def atomic_target(path: AnyPath) -> Iterator[Path]:
         with paths.staged(path) as local:
             yield local
         return
+    confinement.check_write(path, "output file")
     tmp = tmp_path_for(path)
     pending = _PENDING.get()
     try:
         with write_failures(path):
-            tmp.unlink(missing_ok=True)
+            create_new(tmp)
             yield tmp
             fsync_path(tmp)
             if pending is not None:
@@ -124,6 +128,89 @@ def together() -> Iterator[None]:
         fsync_dir(folder)
 
 
+def create_new(path: Path) -> None:
+    """Create ``path`` as a new, empty regular file (a leftover of an earlier run, or a symbolic link
+    a layout shipped under that name, is removed first, never followed): the temporary file a writer
+    then opens by name is one this process made."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # removes a link itself, never its target
+    with contextlib.suppress(FileNotFoundError):  # no folder: the writer fails as it would have
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+
+
+def make_dirs(path: AnyPath, what: str = "output directory") -> None:
+    """``path`` and its missing parents made (``mkdir -p``), after
+    :func:`pbgio.confinement.check_write`: in a command, only where it may write and never through
+    a symbolic link of the layout (remote paths were checked when they were resolved)."""
+    if not paths.is_remote(path):
+        confinement.check_write(path, what, directory=True)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def real_dir(path: AnyPath, what: str) -> None:
+    """Make the subdirectory ``path`` (``best/``, ``epoch_3/``, a staging directory: one that pbg
+    itself makes, never a link) if it is missing, and refuse it when something else stands there: a
+    symbolic link (where it leads would receive the files; pbg never writes through a link) or a
+    file. Checked in and out of a command, since pbg never makes these links itself."""
+    if paths.is_remote(path):  # no links on object stores
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    make_dirs(path.parent, what)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir()
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise UnsafeWriteError(str(path), f"the {what} is a symbolic link (to {os.readlink(path)}); pbg never writes "
+                                          "through a link a layout holds: remove it")
+    if not stat.S_ISDIR(mode):
+        raise UnsafeWriteError(str(path), f"expected the {what} to be a directory, found another kind of file")
+
+
+def open_append(path: Path, what: str) -> int:
+    """A descriptor of the regular file ``path`` opened for appending (created if missing), never
+    through a symbolic link (``O_NOFOLLOW``: a link there is refused, not followed) and never a FIFO
+    or device (opened without blocking, then checked)."""
+    confinement.check_write(path, what)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeWriteError(str(path), f"the {what} is a symbolic link (to {_link_target(path)}); pbg never "
+                                              "writes through a link a layout holds: remove it") from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise UnsafeWriteError(str(path), f"expected the {what} to be a regular file, found a FIFO") from None
+        raise
+    check_regular(fd, path, what)
+    return fd
+
+
+def check_regular(fd: int, path: object, what: str) -> None:
+    """Close ``fd`` and raise :class:`UnsafeWriteError` unless it is a regular file."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafeWriteError(str(path), f"expected the {what} to be a regular file, found "
+                                          f"{'a FIFO' if stat.S_ISFIFO(mode) else 'a special file'}")
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def remove_file(path: AnyPath, what: str) -> None:
+    """Delete ``path`` (a link itself, never its target), after :func:`pbgio.confinement.check_write`:
+    in a command, only inside the directories it may write, reached without links."""
+    if paths.is_remote(path):
+        path.unlink(missing_ok=True)
+        return
+    confinement.check_write(path, what)
+    path.unlink(missing_ok=True)
+
+
 def _discard(tmp: Path) -> None:
     with contextlib.suppress(OSError):
         tmp.unlink(missing_ok=True)
@@ -163,7 +250,7 @@ def _walk(root: AnyPath, prefix: str = "") -> Iterator[str]:
 def copy_file(source: AnyPath, target: AnyPath) -> None:
     """Copy one file between any two locations (atomic at the target)."""
     if not paths.is_remote(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(target.parent)
         with atomic_target(target) as tmp:
             if paths.is_remote(source):
                 paths.remote_call(source, "download", lambda: source.fs.get_file(source.path, str(tmp)))

@@ -33,11 +33,13 @@ refused: demo
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import threading
 import time
@@ -45,9 +47,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pbgio.errors import CheckpointInUseError, OutputError
+from pbgio import confinement
+from pbgio.errors import CheckpointInUseError, OutputError, UnsafeWriteError
 from pbgio.spec import naming
-from pbgio.storage import paths
+from pbgio.storage import atomic, paths
 from pbgio.storage.paths import AnyPath
 
 WAIT_SECONDS = 1.0
@@ -58,6 +61,9 @@ LEASE_RENEW_SECONDS = 15.0
 """How often the heartbeat thread renews a remote lease."""
 LEASE_SETTLE_SECONDS = 0.5
 """Pause between writing a remote lease and reading it back to see whether another writer won."""
+
+HOLDER_BYTES = 64 << 10
+"""The most of a lock file read: a holder's JSON is a few hundred bytes."""
 
 _HELD: dict[str, CheckpointLock] = {}
 _HELD_GUARD = threading.Lock()
@@ -184,12 +190,13 @@ class CheckpointLock:
     def _acquire_flock(self, directory: Path) -> None:
         import fcntl
 
-        self._created = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
         file = directory / naming.CHECKPOINT_LOCK
+        confinement.check_write(file, "checkpoint lock file")
+        self._created = not directory.exists()
+        atomic.make_dirs(directory, "checkpoint directory")
         deadline = time.monotonic() + self.wait
         while True:
-            fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = _open_lock_file(file)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -290,6 +297,44 @@ class CheckpointLock:
                 self.path.rmdir()  # only when empty: a run refused before writing anything
 
 
+def _open_lock_file(file: Path) -> int:
+    """The lock file opened for reading and writing (created if missing): a regular file, never
+    through a symbolic link (a link a layout shipped there, to a victim file or to nowhere, is
+    refused: :class:`~pbgio.errors.UnsafeWriteError`), never blocking on a FIFO."""
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeWriteError(paths.display(file), "the checkpoint lock file is a symbolic link (to "
+                                   f"{_link_target(file)}); pbg never writes through a link a layout holds: "
+                                   "remove it") from None
+        if exc.errno == errno.ENXIO:
+            raise UnsafeWriteError(paths.display(file), "expected the checkpoint lock file to be a regular "
+                                                        "file, found a FIFO") from None
+        raise
+    atomic.check_regular(fd, paths.display(file), "checkpoint lock file")
+    return fd
+
+
+def _link_target(file: Path) -> str:
+    try:
+        return os.readlink(file)
+    except OSError:
+        return "?"
+
+
+def _open_to_read(file: Path) -> int | None:
+    """The lock file opened for reading when it is a regular file reached without a link; else None."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
 def holder_of(directory: str | AnyPath) -> Holder | None:
     """Who writes ``directory`` now, if another process does (None: nobody, or this process).
 
@@ -306,9 +351,8 @@ def holder_of(directory: str | AnyPath) -> Holder | None:
         return None if current is None or current.stale(time.time()) else current
     import fcntl
 
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_to_read(file)
+    if fd is None:
         return None
     try:
         try:
@@ -331,10 +375,15 @@ def _read_local_holder(file: Path) -> Holder | None:
     """The holder a local lock file names; a holder that has just locked it may not have written it
     yet, so an empty file is read again for a moment."""
     for _ in range(10):
+        fd = _open_to_read(file)
+        if fd is None:
+            return None
         try:
-            holder = Holder.from_json(file.read_bytes())
+            holder = Holder.from_json(os.read(fd, HOLDER_BYTES))
         except OSError:
             return None
+        finally:
+            os.close(fd)
         if holder is not None:
             return holder
         time.sleep(0.05)

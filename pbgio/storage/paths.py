@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, Union
 
 from typing_extensions import TypeIs
 
+from pbgio import confinement
 from pbgio.console import redact
-from pbgio.errors import MissingArtifactError, PbgioError
+from pbgio.errors import MissingArtifactError, PbgioError, UnsafeWriteError
 from pbgio.storage import retry
 from pbgio.storage.failures import StorageError, UnsupportedStorageError, describe_failure
 from pbgio.storage.retry import DEFAULT_TIMEOUT_SECONDS, TIMEOUT_ENV
@@ -72,6 +73,7 @@ READ_CACHE_BLOCKS = 8
 """Blocks a remote file keeps (least recently used dropped): the memory an open remote file holds
 is at most ``READ_CACHE_BLOCKS * READ_BLOCK_BYTES``. Enough for readers that walk several datasets
 of a bucket side by side to fetch each byte once."""
+_READ_ONLY_WEB = frozenset({"http", "https"})
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "memory", "oci", "oss"})
 
 
@@ -125,6 +127,7 @@ def local_path(location: str | os.PathLike[str], base: Path | None = None) -> Pa
 def remote_path(url: str) -> UPath:
     """The :class:`upath.UPath` of a remote URL, its filesystem configured by :func:`storage_options`."""
     scheme = scheme_of(url) or ""
+    confinement.check_url(url)  # in a command: only storage the user named (docs/security.md)
     try:
         import fsspec
         from upath import UPath
@@ -350,6 +353,7 @@ def staged(path: UPath) -> Iterator[Path]:
     upload to a temporary name and a rename. On failure nothing is uploaded.
     """
     stage = Path(tempfile.mkdtemp(prefix="pbg-stage-"))
+    confinement.admit(stage, write=True)  # the command's own staging: written before it is uploaded
     try:
         local = stage / (path.name or "file")
         yield local
@@ -362,6 +366,9 @@ def upload(local: Path, path: UPath) -> None:
     """Copy ``local`` to remote ``path`` and check that the store holds every byte."""
     size = local.stat().st_size
     fs, target = path.fs, path.path
+    if _protocol(path) in _READ_ONLY_WEB:
+        raise UnsafeWriteError(display(path), "pbg never writes to a web server (http, https): its uploads "
+                                              "would be requests to whatever host a URL names")
 
     def put() -> object:  # the whole object again on a retry: the same bytes under the same name
         if _protocol(path) in _OBJECT_STORES:
@@ -414,6 +421,7 @@ class LocalCache:
     def directory(self) -> Path:
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="pbg-cache-"))
+            confinement.admit(self._dir, write=True)  # the command's own copies: read where the layout's are
         return self._dir
 
     def local(self, path: AnyPath) -> Path:

@@ -159,7 +159,10 @@ def retry_requests(fs: Any) -> None:
             return await policy().call_async(lambda: type(fs)._call_s3(fs, method, *args, **kwargs))
         except Exception as exc:
             if not is_transient(exc):
-                raise  # a missing object, denied access …: the caller's to handle
+                if isinstance(exc, (OSError, PbgioError)):
+                    raise  # a missing object, denied access …: the caller's to handle
+                # botocore's own, never a pbgio error (a bucket name it refuses: ParamValidationError …)
+                raise request_error(method, kwargs, exc, tried=False) from None
             raise request_error(method, kwargs, exc) from None
 
     def isfile(path: str) -> bool:  # fsspec's own answers False to any exception
@@ -181,10 +184,12 @@ _REQUESTS = {"get_object": "read", "head_object": "stat", "list_objects_v2": "li
              "copy_object": "copy", "delete_object": "remove", "delete_objects": "remove", "head_bucket": "stat"}
 
 
-def request_error(method: str, kwargs: dict[str, Any], exc: BaseException) -> Exception:
-    """The :class:`~pbgio.storage.StorageError` of an S3 request that failed for good: it names the
-    object's URL, the operation, and the last failure (any command prints it without a traceback)."""
+def request_error(method: str, kwargs: dict[str, Any], exc: BaseException, *, tried: bool = True) -> Exception:
+    """The :class:`~pbgio.storage.StorageError` of an S3 request that failed for good (``tried``: after
+    the retry policy; else a request the client refused to make): it names the object's URL (its
+    secrets redacted), the operation, and the last failure (any command prints it without a traceback)."""
     key = kwargs.get("Key") or kwargs.get("Prefix") or ""
     url = f"s3://{kwargs.get('Bucket', '')}/{key}".rstrip("/")
     what = _REQUESTS.get(method, method)
-    return StorageError(url, f"{what}: {describe_failure(exc)} (given up after the storage retry policy)")
+    return StorageError(url, f"{what}: {describe_failure(exc)}" + (" (given up after the storage retry policy)"
+                                                                      if tried else ""))

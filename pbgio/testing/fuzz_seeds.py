@@ -194,12 +194,15 @@ def _index_seeds(dest: Path, add: Callable[[str, bytes], None]) -> None:
     from pbgio.index_file import IndexMeta, write_index_file
 
     dest.mkdir(parents=True, exist_ok=True)
-    payloads = [b"", bytes(range(256)) * 3, b"IxF2" + struct.pack("<iq", 4, 9) + bytes(64)]
+    flat_header = b"IxFI" + struct.pack("<iqqqBi", 4, 9, 1 << 20, 1 << 20, 1, 0)  # d 4, 9 rows, inner product
+    payloads = [b"", bytes(range(256)) * 3, b"IxF2" + struct.pack("<iq", 4, 9) + bytes(64),
+                flat_header + struct.pack("<Q", 36) + bytes(144)]  # a header pbg builds: past its claims check
     metas = [IndexMeta("user", 1, "cos", False, 4, [5, 4], "0" * 64, "faiss", "1.15.1", "flat"),
              IndexMeta("user", 3, "dot", True, 8, [7], "f" * 64, "faiss", "1.15.1", "ivf", {"nlist": 2, "nprobe": 1},
                        recall_at_10=0.9, recall_queries=10, recall_candidates=20),
              IndexMeta("user", 2, "cos", False, 2, [1, 0, 3], "a" * 64, "faiss", "1.15.1", "hnsw",
-                       {"m": 8, "ef_search": 16})]
+                       {"m": 8, "ef_search": 16}),
+             IndexMeta("user", 1, "cos", False, 4, [5, 4], "0" * 64, "faiss", "1.15.1", "flat")]
     for i, (payload, meta) in enumerate(zip(payloads, metas, strict=True)):
         path = dest / f"index_user.{meta.metric}.{meta.kind}.v{meta.version}.{i}.h5"
         write_index_file(path, meta, lambda sink, payload=payload: sink(payload))  # type: ignore[misc]

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import json
 import shutil
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,46 @@ PLAIN_BUCKET = (1, 0)
 @mutates("path-missing")
 def _path_missing(root: Path) -> None:
     shutil.rmtree(root / _config(root).edge_paths[0])
+
+
+def _outside(root: Path, name: str) -> Path:
+    """A place beside the layout under ``root``, outside it (the victim of a link out of it)."""
+    return root.parent / f"{root.name}-outside-{name}"
+
+
+@mutates("layout-link-outside")
+def _layout_link_outside(root: Path) -> None:
+    victim = _outside(root, "authorized_keys")
+    victim.write_text("ssh-ed25519 AAAA victim\n", encoding="utf-8")
+    (_ckpt(root) / naming.CHECKPOINT_LOCK).symlink_to(victim)  # fit would write its lock JSON into it
+
+
+@mutates("file-not-regular", also={"entity-names-format"})
+def _file_not_regular(root: Path) -> None:
+    import os
+
+    path = _entities(root) / naming.entity_names_file("item", 0)
+    path.unlink()
+    os.mkfifo(path)  # reading it would wait for a writer forever
+
+
+@mutates("file-too-large", also={"entity-count-format"})
+def _file_too_large(root: Path) -> None:
+    path = _entities(root) / naming.entity_count_file("user", 0)
+    path.write_text("3" + " " * (2 << 20) + "\n", encoding="utf-8")  # a count file of 2 MiB
+
+
+@mutates("layout-path-outside")
+def _layout_path_outside(root: Path) -> None:
+    moved = _outside(root, "entities")
+    shutil.move(str(_entities(root)), moved)
+    _edit_config(root, lambda cfg: cfg.update(entity_path=str(moved)))
+
+
+@mutates("layout-url-refused")
+def _layout_url_refused(root: Path) -> None:
+    # a host of the layout's choosing: validate must not send it a request (port 9, discard)
+    _edit_config(root, lambda cfg: cfg.update(edge_paths=["http://127.0.0.1:9/edges", *cfg["edge_paths"][1:]]))
 
 
 def _edge_dir(root: Path) -> Path:
@@ -452,6 +493,51 @@ def _h5_unreadable(root: Path) -> None:
 def _h5_format_version(root: Path) -> None:
     with _h5(_bucket(root, 0, 1)) as f:
         f.attrs["format_version"] = np.int64(2)
+
+
+@mutates("h5-external-link")
+def _h5_external_link(root: Path) -> None:
+    # A bucket's lhs read from another file: the link is refused as the bucket opens, never followed.
+    with _h5(_bucket(root, 0, 1)) as f:
+        del f["lhs"]
+        f["lhs"] = h5py.ExternalLink(str(_outside(root, "edges.h5")), "/lhs")
+
+
+@mutates("h5-size-bound")
+def _h5_size_bound(root: Path) -> None:
+    # lhs compressed in one chunk that inflates to 2 GiB: each read would inflate it whole.
+    with _h5(_bucket(root, 0, 1)) as f:
+        values = f["lhs"][...]
+        del f["lhs"]
+        ds = f.create_dataset("lhs", shape=values.shape, maxshape=(None,), dtype=values.dtype,
+                              chunks=((2 << 30) // values.dtype.itemsize,), compression="gzip")
+        ds.id.write_direct_chunk((0,), deflated_zeros(values.tobytes(), 2 << 30))
+
+
+DEFLATE_BLOCK = 1 << 20
+"""Bytes of zeros :func:`deflated_zeros` compresses once and repeats."""
+
+
+def deflated_zeros(head: bytes, size: int) -> bytes:
+    """A zlib stream (what HDF5's deflate filter reads) of ``head`` followed by zeros, ``size`` bytes in
+    all (a multiple of :data:`DEFLATE_BLOCK`, ``head`` at most one block), built in milliseconds whatever
+    ``size``: each block of zeros compresses to the same bytes after a full flush, so it is compressed once.
+
+    >>> import zlib
+    >>> data = zlib.decompress(deflated_zeros(b"pbg", 4 << 20))
+    >>> len(data), data[:4], data.count(0)
+    (4194304, b'pbg\\x00', 4194301)
+    """
+    if size % DEFLATE_BLOCK or len(head) > DEFLATE_BLOCK or size < DEFLATE_BLOCK:
+        raise ValueError(f"expected a size in whole blocks of {DEFLATE_BLOCK} bytes and a head of at most one")
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: the zlib header and checksum are added here
+    first = deflate.compress(head + bytes(DEFLATE_BLOCK - len(head))) + deflate.flush(zlib.Z_FULL_FLUSH)
+    zeros = deflate.compress(bytes(DEFLATE_BLOCK)) + deflate.flush(zlib.Z_FULL_FLUSH)
+    checksum = zlib.adler32(head)
+    low, high = checksum & 0xFFFF, checksum >> 16
+    high = (high + (size - len(head)) * low) % 65521  # Adler-32 over zeros: the low sum stays, the high grows
+    return (b"\x78\xda" + first + zeros * (size // DEFLATE_BLOCK - 1) + deflate.flush()
+            + ((high << 16) | low).to_bytes(4, "big"))
 
 
 @mutates("edge-dataset-missing")

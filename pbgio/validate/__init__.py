@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.checks import layout as layout_rules
 from pbgio.checks.config import key_case_issues, semantic_issues
 from pbgio.config import read_config_json
@@ -42,8 +42,9 @@ from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.validate.checkpoint import check_checkpoint_dir, check_checkpoint_file
 from pbgio.validate.context import Context
-from pbgio.validate.edges import check_bucket
+from pbgio.validate.edges import check_bucket, check_edge_path
 from pbgio.validate.entities import check_entity_dir
+from pbgio.validate.files import check_config_paths, check_links
 
 ProgressCallback = Callable[[str, int], None]
 """Called with a description and a byte size before each bucket is checked."""
@@ -54,7 +55,15 @@ LEGACY_SEARCH_DEPTH = 3
 def validate_path(location: AnyPath | str, *, base: AnyPath | None = None,
                   on_bucket: ProgressCallback | None = None, overrides: Sequence[str] = ()) -> Report:
     """Validate whatever ``location`` (a path or URL) is (see the module doc) and return the full
-    report; a config's ``overrides`` (``-p key=value``) apply as every command applies them."""
+    report; a config's ``overrides`` (``-p key=value``) apply as every command applies them.
+
+    Outside a command's :func:`pbgio.confinement.scope`, one is opened for the call, with
+    ``location`` in it: a library call judges links, outside paths and URLs as ``pbgio validate``
+    does (:mod:`pbgio.validate.files`)."""
+    if confinement.active() is None:
+        with confinement.scope():
+            return validate_path(location, base=base, on_bucket=on_bucket, overrides=overrides)
+    confinement.admit(location if isinstance(location, str) else str(location))
     path = storage.resolve(location)
     with storage.remote_errors(path, "path to validate"):
         if not path.exists():
@@ -142,6 +151,11 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
             ctx.add_at(issue, config_path)
     ctx.config = cfg
     ctx.root = storage.absolute(loaded.base)
+    refused = check_config_paths(ctx, loaded, config_path)
+    if refused:  # a URL nobody named, a directory linked out of the layout: read nothing of it
+        return
+    for directory in _layout_dirs(loaded, checkpoints):
+        check_links(ctx, directory)
     entity_path = loaded.entity_path
     if _is_dir(entity_path):
         check_entity_dir(ctx, entity_path)
@@ -154,19 +168,7 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
             ctx.add(layout_rules.path_missing(ctx.display(edge_path),
                                         f"expected an edge_paths directory, found {storage.found_at(edge_path)}"))
             continue
-        present = {naming.parse_bucket_file(p.name): p for p in storage.children(edge_path)}
-        present.pop(None, None)
-        for lhs in range(lhs_parts):
-            for rhs in range(rhs_parts):
-                bucket = edge_path / naming.bucket_file(lhs, rhs)
-                if (lhs, rhs) not in present:
-                    ctx.add(layout_rules.edge_file_missing(ctx.display(bucket), (lhs, rhs), (lhs_parts, rhs_parts)))
-                    continue
-                if on_bucket is not None:
-                    on_bucket(ctx.display(bucket), storage.file_size(bucket))
-                check_bucket(ctx, bucket, lhs, rhs)
-        for key in sorted(k for k in present if k is not None):
-            ctx.add(layout_rules.edge_file_extra(ctx.display(present[key]), key, (lhs_parts, rhs_parts)))
+        check_edge_path(ctx, edge_path, (lhs_parts, rhs_parts), on_bucket)
     if not checkpoints:
         return
     checkpoint_path = loaded.checkpoint_path
@@ -184,6 +186,13 @@ def _validate_layout(ctx: Context, loaded: Layout, config_path: AnyPath,
                                         f"expected the init_path directory, found {storage.found_at(init_path)}"))
 
 
+def _layout_dirs(layout: Layout, checkpoints: bool) -> list[AnyPath]:
+    found = [layout.entity_path, *layout.edge_paths]
+    if checkpoints:
+        found += [layout.checkpoint_path, *([layout.init_path] if layout.init_path is not None else [])]
+    return list(dict.fromkeys(found))
+
+
 def _is_dir(path: AnyPath) -> bool:
     """Whether a config's ``path`` is a directory: False where the system cannot even look it up (a
     name longer than the file system allows), which the path rule then reports (:func:`storage.found_at`)."""
@@ -194,6 +203,7 @@ def _is_dir(path: AnyPath) -> bool:
 
 
 def _validate_dir(ctx: Context, path: AnyPath, on_bucket: ProgressCallback | None) -> None:
+    check_links(ctx, path)
     names = [p.name for p in storage.children(path)]
     kinds = []
     if any(naming.parse_entity_count_file(n) or n == naming.DYNAMIC_REL_COUNT for n in names):

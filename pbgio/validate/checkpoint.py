@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
+import itertools
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import h5py
 import numpy as np
@@ -22,6 +24,7 @@ from pbgio.checks import index as index_rules
 from pbgio.checks import optimizer as optimizer_rules
 from pbgio.config import parse_config
 from pbgio.errors import ConfigError, FormatError, Issue, MissingArtifactError
+from pbgio.formats import files
 from pbgio.formats.h5 import (
     attr_str,
     byte_dataset_file,
@@ -30,7 +33,7 @@ from pbgio.formats.h5 import (
     open_h5,
     read_row_chunks,
 )
-from pbgio.index_file import dataset_digest, meta_problem, stale_issue
+from pbgio.index_file import dataset_digest, meta_problem, payload_claims_issue, stale_issue
 from pbgio.optimizer_state import read_state
 from pbgio.spec import naming
 from pbgio.spec.checkpoint import (
@@ -43,9 +46,10 @@ from pbgio.spec.checkpoint import (
     expected_model_params,
     public_to_private,
 )
+from pbgio.spec.config import ConfigSchema
 from pbgio.spec.index import PAYLOAD_DATASET
 from pbgio.storage import AnyPath
-from pbgio.validate.context import Context, RowCollector
+from pbgio.validate.context import Context, RowCollector, absent
 
 MAX_CHECK_ATTEMPTS = 20
 """Times a checkpoint directory is checked again because a writer committed during the check."""
@@ -106,13 +110,10 @@ def _check_checkpoint_once(ctx: Context, path: AnyPath) -> int | None:
         ctx.add(rules.config_missing(ctx.display(path / naming.CONFIG_JSON), version))
     cfg = ctx.config
     if version > 0:
-        expected = [ckpt.model_path(version)]
-        if cfg is not None:
-            expected += [ckpt.embeddings_path(t, p, version)
-                         for t, e in cfg.entities.items() for p in range(e.num_partitions)]
-        for file in expected:
-            if not file.is_file():
-                ctx.add(rules.file_missing(ctx.display(file), version))
+        listed = {file.name for file in ckpt.files_of_version(version) if file.is_file()}
+        first, total = _absent_files(cfg, version, listed)
+        if total:
+            ctx.add(rules.file_missing(ctx.display(path / first[0]), version, total=total))
     for file in ckpt.files_of_version(version):
         _check_versioned_file(ctx, file, reference)
     kept = ckpt.snapshot_versions() | {0, version}
@@ -133,8 +134,11 @@ def _reference_config(ctx: Context, path: AnyPath) -> dict[str, Any] | None:
     if not config_path.is_file():
         return ctx.config.to_dict() if ctx.config is not None else None
     try:
-        raw = json.loads(config_path.read_text(encoding="utf-8"))
+        raw = json.loads(files.read_text(config_path, "checkpoint config", limit=files.CONFIG_LIMIT))
         stored = parse_config(raw, ctx.display(config_path))
+    except FormatError as exc:  # a link out of the layout, not a regular file, too large
+        ctx.add_error(exc, config_path)
+        return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         ctx.add(config_rules.unreadable(ctx.display(config_path), f"expected a JSON config, found {exc}"))
         return None
@@ -352,13 +356,32 @@ def _check_snapshots(ctx: Context, path: AnyPath) -> None:
         if broken is not None:
             ctx.add(broken)
             continue
-        expected = [naming.model_file(version)]
-        if cfg is not None:
-            expected += [naming.embeddings_file(t, p, version)
-                         for t, e in cfg.entities.items() for p in range(e.num_partitions)]
-        missing = [name for name in expected if not (snap / name).is_symlink() and not (snap / name).exists()]
-        if missing:
-            ctx.add(rules.snapshot_broken(ctx.display(snap / missing[0]), version=version, missing=missing))
+        missing, total = _absent_files(cfg, version, {entry.name for entry in storage.children(snap)})
+        if total:
+            ctx.add(rules.snapshot_broken(ctx.display(snap / missing[0]), version=version, missing=missing,
+                                          total=total))
+
+
+def _absent_files(cfg: ConfigSchema | None, version: int, names: set[str]) -> tuple[list[str], int]:
+    """The first few files of ``version`` (its model, then each partition's embeddings by the config)
+    that ``names`` (a directory's listing) lacks, and how many it lacks: the work follows the files
+    listed, never the config's number of partitions."""
+    model = naming.model_file(version)
+    entities = {} if cfg is None else {t: e.num_partitions for t, e in cfg.entities.items()}
+
+    def expected(name: str) -> bool:
+        if name == model:
+            return True
+        parsed = naming.parse_versioned_file(name)
+        if parsed is None or parsed[0] != "embeddings" or parsed[3] != version:
+            return False
+        _, etype, part, _ = parsed
+        return (etype in entities and part is not None and part < entities[etype]
+                and naming.embeddings_file(etype, part, version) == name)
+
+    every = itertools.chain([model], (naming.embeddings_file(t, p, version)
+                                      for t, n in entities.items() for p in range(n)))
+    return absent(every, names, 1 + sum(entities.values()), expected)
 
 
 def _check_stats(ctx: Context, path: AnyPath) -> None:
@@ -369,7 +392,13 @@ def _check_stats(ctx: Context, path: AnyPath) -> None:
     shown = ctx.display(path)
     rows: dict[str, list[int]] = {}
     first: dict[str, Issue] = {}
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    try:
+        raw = files.open_input(path, "training stats file")
+    except FormatError as exc:  # a link out of the layout, a FIFO
+        ctx.add_error(exc, path)
+        return
+    buffered = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(cast(Any, raw))
+    with io.TextIOWrapper(buffered, encoding="utf-8", errors="replace") as lines:
         for index, line in enumerate(lines):
             if not line.strip():
                 continue
@@ -424,7 +453,8 @@ def _check_index(ctx: Context, file: AnyPath, f: h5py.File, name: naming.IndexNa
     ds = f[PAYLOAD_DATASET]
     if not _written(ctx, file, ds):
         return
-    ctx.add(index_rules.damaged(shown, fields, dataset_digest(ds), ds.shape[0]))
+    damaged = index_rules.damaged(shown, fields, dataset_digest(ds), ds.shape[0])
+    ctx.add(damaged if damaged is not None else payload_claims_issue(shown, meta, ds))  # the header: a few reads
     if cfg is None or name.entity_type not in cfg.entities:
         return
     with contextlib.suppress(FormatError, MissingArtifactError):  # the version's own files have their rules

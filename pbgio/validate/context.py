@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,6 +14,8 @@ from pbgio.checks.layout import path_missing
 from pbgio.errors import FormatError, Issue, MissingArtifactError, Report
 from pbgio.spec.config import ConfigSchema
 from pbgio.storage import AnyPath, LocalCache, display, found_at
+
+K = TypeVar("K")
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Context:
     """True while an ``init_path`` is checked: its tables may have fewer rows than the entity
     counts, and its dynamic relation operators fewer relations (a warm start grows them)."""
     _buffers: dict[tuple[str, str], NDArray[Any]] = field(default_factory=dict, repr=False)
+    _recorded: set[Issue] = field(default_factory=set, repr=False)
 
     def buffer(self, slot: str, size: int, dtype: np.dtype[Any]) -> NDArray[Any]:
         """A reusable read buffer: fresh large allocations cost a page-zeroing pass each."""
@@ -51,8 +54,10 @@ class Context:
         return display(path)
 
     def add(self, issue: Issue | None) -> None:
-        """Record what a check reported (nothing for None)."""
-        if issue is not None:
+        """Record what a check reported (nothing for None, nor an issue already recorded: a link out of
+        the layout is found by the scan of its directory and again by the reader of the file)."""
+        if issue is not None and issue not in self._recorded:
+            self._recorded.add(issue)
             self.report.add(issue)
 
     def extend(self, issues: Iterable[Issue | None]) -> None:
@@ -61,8 +66,8 @@ class Context:
 
     def add_at(self, issue: Issue, path: AnyPath) -> None:
         """Record ``issue`` (of another file name, or none) as an issue of ``path``."""
-        self.report.add(Issue(issue.rule, issue.severity, self.display(path), issue.dataset,
-                              issue.message, issue.rows, issue.count))
+        self.add(Issue(issue.rule, issue.severity, self.display(path), issue.dataset,
+                       issue.message, issue.rows, issue.count))
 
     def add_error(self, exc: FormatError | MissingArtifactError, path: AnyPath) -> None:
         """Record an error a reader raised, relocated to the displayed path."""
@@ -84,6 +89,27 @@ class Context:
         if self.config.dynamic_relations:
             return self.dynamic_rel_count
         return len(self.config.relations)
+
+
+def absent(expected: Iterable[K], present: Collection[K], expected_total: int, is_expected: Callable[[K], bool],
+           shown: int = MAX_ROWS_SHOWN) -> tuple[list[K], int]:
+    """The first ``shown`` keys of ``expected`` (in its order) that ``present`` lacks, and how many of
+    the ``expected_total`` keys it lacks in all, found from what is on disk: the work is bounded by
+    ``len(present) + shown`` however many keys a config expects (``num_partitions: 10**7``, P² buckets),
+    never by their number. ``is_expected`` says whether a present key is one of them.
+
+    >>> absent(iter(range(10**12)), {0, 1, 3, 10**13}, 10**12, lambda k: k < 10**12, shown=3)
+    ([2, 4, 5], 999999999997)
+    """
+    total = expected_total - sum(1 for key in present if is_expected(key))
+    first: list[K] = []
+    if total > 0:
+        for key in expected:  # each key skipped is a present one: at most len(present) of them
+            if key not in present:
+                first.append(key)
+                if len(first) >= min(shown, total):
+                    break
+    return first, total
 
 
 class RowCollector:

@@ -9,6 +9,7 @@ are known, index ranges per relation type and side. The rules are decided by
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,49 @@ import h5py
 import numpy as np
 from numpy.typing import NDArray
 
+from pbgio import storage
 from pbgio.checks import edges as rules
 from pbgio.checks import hdf5 as hdf5_rules
+from pbgio.checks import layout as layout_rules
 from pbgio.errors import FormatError, MissingArtifactError
 from pbgio.formats.h5 import BlockReader, check_written, format_version, link_name, open_h5
+from pbgio.spec import naming
 from pbgio.spec.edges import DATASETS_BY_NAME, INDEX_DATASETS, READ_BLOCK_ELEMENTS, SIDES, Side, data_name, offsets_name
 from pbgio.storage import AnyPath
-from pbgio.validate.context import Context, RowCollector
+from pbgio.validate.context import Context, RowCollector, absent
 
 Ints = NDArray[np.int64]
+
+
+def check_edge_path(ctx: Context, edge_path: AnyPath, grid: tuple[int, int],
+                    on_bucket: Callable[[str, int], None] | None = None) -> None:
+    """Check the bucket files of one edge path against the config's ``grid`` (lhs × rhs partitions):
+    the directory is listed once, the buckets found are checked in grid order, the buckets the grid
+    lacks are reported each (``edge-file-extra``) and the buckets missing as one issue with their
+    count (``edge-file-missing``): the work follows the files, never the grid's size (a config's
+    ``num_partitions: 10**7`` is 10^14 buckets)."""
+    lhs_parts, rhs_parts = grid
+    present: dict[tuple[int, int], AnyPath] = {}
+    for path in storage.children(edge_path):
+        parsed = naming.parse_bucket_file(path.name)
+        if parsed is not None:
+            present[parsed] = path
+
+    def in_grid(key: tuple[int, int]) -> bool:
+        return key[0] < lhs_parts and key[1] < rhs_parts
+
+    cells = ((lhs, rhs) for lhs in range(lhs_parts) for rhs in range(rhs_parts))
+    first, total = absent(cells, present, lhs_parts * rhs_parts, in_grid)
+    if total:
+        ctx.add(layout_rules.edge_file_missing(ctx.display(edge_path / naming.bucket_file(*first[0])), first[0],
+                                               grid, first=first, total=total))
+    for key in sorted(k for k in present if in_grid(k)):
+        bucket = edge_path / naming.bucket_file(*key)
+        if on_bucket is not None:
+            on_bucket(ctx.display(bucket), storage.file_size(bucket))
+        check_bucket(ctx, bucket, *key)
+    for key in sorted(k for k in present if not in_grid(k)):
+        ctx.add(layout_rules.edge_file_extra(ctx.display(present[key]), key, grid))
 
 
 def check_bucket(ctx: Context, path: AnyPath, lhs_part: int | None = None, rhs_part: int | None = None) -> None:
@@ -119,9 +154,13 @@ def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: AnyPath, datas
     num_rel = ctx.num_relations
     file = ctx.display(path)
     limits: dict[Side, rules.SideLimits | None] = {"lhs": None, "rhs": None}
+    # Dynamic relations: every relation id has the one relation's types, so its limits are held once
+    # (a count file's 10^15 relation types are no 10^15 limits) and the rows' ids looked up as id 0.
+    same = ctx.config is not None and ctx.config.dynamic_relations
     if num_rel is not None and lhs_part is not None and rhs_part is not None:
         parts: dict[Side, int] = {"lhs": lhs_part, "rhs": rhs_part}
-        limits = {side: rules.relation_limits(ctx.config, side, part, num_rel, ctx.counts)
+        limits = {side: rules.relation_limits(ctx.config, side, part, min(num_rel, 1) if same else num_rel,
+                                              ctx.counts)
                   for side, part in parts.items()}
     readers = {name: _Reader(ctx, files, name, datasets[name], block) for name in INDEX_DATASETS}
     weight = _Reader(ctx, files, "weight", datasets["weight"], block) if "weight" in usable else None
@@ -146,6 +185,8 @@ def _scan_blocks(ctx: Context, files: contextlib.ExitStack, path: AnyPath, datas
             if bad_rel is not None:
                 rel_rows.add(start, bad_rel)
                 rel_index, known = np.clip(rel, 0, max(num_rel - 1, 0)), ~bad_rel.bad
+            if same:
+                rel_index = np.zeros_like(rel)
         offs = {side: reader.read(start, end + 1) for side, reader in off_readers.items()}
         for side, off in offs.items():
             if start == 0:

@@ -11,7 +11,7 @@ from pbgio.checks import entities as rules
 from pbgio.errors import FormatError, MissingArtifactError, PbgioError
 from pbgio.spec import naming
 from pbgio.storage import AnyPath
-from pbgio.validate.context import Context
+from pbgio.validate.context import Context, absent
 
 
 def check_entity_dir(ctx: Context, entity_path: AnyPath) -> None:
@@ -22,13 +22,19 @@ def check_entity_dir(ctx: Context, entity_path: AnyPath) -> None:
         parsed = naming.parse_entity_count_file(path.name)
         if parsed:
             present[parsed] = path
-    expected: set[tuple[str, int]] = set()
-    if cfg is not None:
-        expected = {(t, p) for t, e in cfg.entities.items() for p in range(e.num_partitions)}
-        for etype, part in sorted(expected - set(present)):
-            ctx.add(rules.count_missing(ctx.display(entity_path / naming.entity_count_file(etype, part)), etype, part))
-        for etype, part in sorted(set(present) - expected):
-            ctx.add(rules.count_extra(ctx.display(present[(etype, part)]), etype, part, cfg))
+    if cfg is not None:  # compared with the files found: a config's num_partitions is never walked
+        found_of: dict[str, set[int]] = {}
+        for etype, part in present:
+            found_of.setdefault(etype, set()).add(part)
+        for etype in sorted(cfg.entities):
+            wanted = cfg.entities[etype].num_partitions
+            first, total = absent(iter(range(wanted)), found_of.get(etype, set()), wanted, wanted.__gt__)
+            if total:
+                ctx.add(rules.count_missing(ctx.display(entity_path / naming.entity_count_file(etype, first[0])),
+                                            etype, first[0], first=first, total=total))
+        for etype, part in sorted(present):
+            if etype not in cfg.entities or part >= cfg.entities[etype].num_partitions:
+                ctx.add(rules.count_extra(ctx.display(present[(etype, part)]), etype, part, cfg))
     for (etype, part), path in sorted(present.items()):
         try:
             ctx.counts[(etype, part)] = entities.read_entity_count(entity_path, etype, part)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from pbgio.console import printable
 from pbgio.errors import PbgioError
 from pbgio.topk import RankedEntity, finite_or_none, score_column, text_table
 
@@ -151,11 +152,12 @@ class ScoredTriples:
                 "operator)")
 
     def format(self) -> str:
-        """TSV with a header (:meth:`columns`), one triple per line."""
+        """TSV with a header (:meth:`columns`), one triple per line (control characters in names
+        escaped: :func:`pbgio.console.printable`)."""
         lines = ["\t".join(self.columns())]
         for t in self.scores:
             extra = f"\t{short_score(t.lhs_side_score)}" if self.dynamic else ""
-            lines.append(f"{t.lhs}\t{t.rel}\t{t.rhs}\t{short_score(t.score)}{extra}")
+            lines.append(f"{printable(t.lhs)}\t{printable(t.rel)}\t{printable(t.rhs)}\t{short_score(t.score)}{extra}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,10 +167,11 @@ class ScoredTriples:
 
 
 def format_rankings(rankings: Sequence[Ranking]) -> str:
-    """TSV with a header: the query (the ranked side empty), then rank, name, score per candidate."""
+    """TSV with a header: the query (the ranked side empty), then rank, name, score per candidate
+    (control characters in names escaped: :func:`pbgio.console.printable`)."""
     lines = ["lhs\trel\trhs\trank\tname\tscore"]
     for r in rankings:
-        query = f"{r.query.get('lhs', '')}\t{r.query['rel']}\t{r.query.get('rhs', '')}"
-        lines += [f"{query}\t{p.rank}\t{p.name}\t{short_score(p.score)}" for p in r.predictions]
+        query = "\t".join(printable(r.query.get(side, "")) for side in ("lhs", "rel", "rhs"))
+        lines += [f"{query}\t{p.rank}\t{printable(p.name)}\t{short_score(p.score)}" for p in r.predictions]
     return "\n".join(lines)
 
