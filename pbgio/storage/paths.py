@@ -145,7 +145,11 @@ def remote_path(url: str) -> UPath:
                 if scheme in ("hdfs", "viewfs") else f"for s3:// {REMOTE_EXTRA}")
         raise UnsupportedStorageError(url, f"storage scheme {scheme!r} needs a package that is not installed "
                                            f"({str(exc).splitlines()[0]}); {hint}") from None
-    remote: UPath = UPath(url, **storage_options(scheme))
+    try:
+        remote: UPath = UPath(url, **storage_options(scheme))
+    except Exception as exc:  # the library cannot parse the URL (a secret read as a port …): one line; its
+        # message is left out, as it may quote a piece of the URL's user info
+        raise StorageError(url, f"not a URL the {scheme} storage library can parse ({type(exc).__name__})") from None
     if scheme in ("s3", "s3a"):
         # s3fs retries a failed request 5 times around botocore's own retries: an unanswering store
         # would then take 5 x 3 timeouts per request. Instead each request goes through pbgio's one

@@ -13,7 +13,7 @@ The update, per parameter (torch's Adagrad, whose settings a loaded state may ca
 
     step += 1
     g = -grad if maximize else grad;  g += weight_decay · p
-    sum += g²;  p -= lr / (1 + (step - 1) · lr_decay) · g / (√sum + eps)
+    sum += g²;  p -= (g / (√sum + eps)) · lr / (1 + (step - 1) · lr_decay)
 
 >>> p = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
 >>> opt = RelationAdagrad([p], lr=0.5, eps=1e-10)
@@ -27,7 +27,7 @@ The update, per parameter (torch's Adagrad, whose settings a loaded state may ca
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -119,19 +119,15 @@ class RelationAdagrad:
             std = torch._foreach_sqrt(sums)
             for s in std:
                 s.add_(constant(group["eps"], s))
-            if lr is not None:
-                if group["lr_decay"]:
-                    raise ValueError("a learning rate given as a tensor cannot decay with the step count "
-                                     f"(lr_decay={group['lr_decay']})")
-                steps = torch._foreach_div(grads, std)
-                torch._foreach_mul_(steps, -lr)
-                torch._foreach_add_(params, steps)
-            elif group["lr_decay"]:
+            if lr is not None and group["lr_decay"]:
+                raise ValueError("a learning rate given as a tensor cannot decay with the step count "
+                                 f"(lr_decay={group['lr_decay']})")
+            if group["lr_decay"]:
                 for p, g, s, state in zip(params, grads, std, states, strict=True):
                     rate = group["lr"] / (1 + (float(state["step"]) - 1) * group["lr_decay"])
-                    p.addcdiv_(g, s, value=-rate)
+                    _descend([p], [g], [s], rate)
             else:
-                torch._foreach_addcdiv_(params, grads, std, value=-group["lr"])
+                _descend(params, grads, std, group["lr"] if lr is None else lr)
 
     def state_dict(self) -> dict[str, Any]:
         """torch's format: parameters by their position over the groups, the state's tensors as held."""
@@ -161,6 +157,18 @@ class RelationAdagrad:
                 made.setdefault(key, value)
             loaded.append(made)
         self.param_groups = loaded
+
+
+def _descend(params: list[torch.Tensor], grads: Sequence[torch.Tensor], std: Sequence[torch.Tensor],
+             rate: float | torch.Tensor) -> None:
+    """``p -= rate · g / std``, one formula whether ``rate`` is a number (an eager step) or a 0-dim
+    tensor (a replayed one): divide, scale, add, each rounded once in that order. A fused
+    ``addcdiv_`` rounds ``rate · g`` first; two paths with two formulas end a few ulps apart, and
+    a negative within a rounding error of its positive falls on the other side (exact ties are
+    common when a negative is the positive's own entity)."""
+    steps = torch._foreach_div(grads, std)
+    torch._foreach_mul_(steps, -rate)
+    torch._foreach_add_(params, steps)
 
 
 def _state_value(key: str, value: Any, param: torch.Tensor) -> Any:
