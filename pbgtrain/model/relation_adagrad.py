@@ -13,7 +13,7 @@ The update, per parameter (torch's Adagrad, whose settings a loaded state may ca
 
     step += 1
     g = -grad if maximize else grad;  g += weight_decay · p
-    sum += g²;  p -= (g / (√sum + eps)) · lr / (1 + (step - 1) · lr_decay)
+    sum += g²;  p += (-lr / (1 + (step - 1) · lr_decay) · g) / (√sum + eps)
 
 >>> p = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
 >>> opt = RelationAdagrad([p], lr=0.5, eps=1e-10)
@@ -161,13 +161,14 @@ class RelationAdagrad:
 
 def _descend(params: list[torch.Tensor], grads: Sequence[torch.Tensor], std: Sequence[torch.Tensor],
              rate: float | torch.Tensor) -> None:
-    """``p -= rate · g / std``, one formula whether ``rate`` is a number (an eager step) or a 0-dim
-    tensor (a replayed one): divide, scale, add, each rounded once in that order. A fused
-    ``addcdiv_`` rounds ``rate · g`` first; two paths with two formulas end a few ulps apart, and
-    a negative within a rounding error of its positive falls on the other side (exact ties are
-    common when a negative is the positive's own entity)."""
-    steps = torch._foreach_div(grads, std)
-    torch._foreach_mul_(steps, -rate)
+    """``p += (-rate · g) / std``: one formula whether ``rate`` is a number (an eager step) or a 0-dim
+    tensor (a replayed one, refilled between replays): scale, divide, add, each rounded once in
+    that order, which is the order of the CPU's fused ``addcdiv_`` (torch's Adagrad), so the two
+    paths and torch agree bit for bit on a CPU. Two formulas end a few ulps apart, and a negative
+    within a rounding error of its positive falls on the other side (exact ties are common when a
+    negative is the positive's own entity)."""
+    steps = torch._foreach_mul(grads, -rate)
+    torch._foreach_div_(steps, std)
     torch._foreach_add_(params, steps)
 
 
