@@ -39,7 +39,7 @@ from pbgio.checkpoint import read_committed
 from pbgio.checks.entities import names_count
 from pbgio.config import ConfigSchema, entity_type_or_only
 from pbgio.errors import FormatError, PbgioError
-from pbgio.exporters.embeddings import add_global_embedding, global_embeddings
+from pbgio.exporters.global_rows import add_global_embedding, global_embeddings
 from pbgio.index.rows import RowWindow
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import Position, locate_entities, names_of

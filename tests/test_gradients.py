@@ -5,6 +5,8 @@ each comparator's ``prepare_grad``; a chain of global embedding, operator and ``
 value and gradients; the leaf's gradient assembled from groups and feature bags) is compared with
 ``torch.autograd`` on the same forward, in float64. The whole step is compared with an
 independent reference in ``tests/test_model_scoring.py`` and ``tests/test_static_shapes.py``.
+Both sides of every comparison compute one function in float64 in different orders: they agree
+within :data:`TOLERANCE`, a bound of that (not what a machine happened to reach).
 """
 
 from __future__ import annotations
@@ -26,7 +28,18 @@ from pbgtrain.model.operators import make_dynamic_operator, make_operator
 from pbgtrain.model.scoring import forward_batch, regularization
 from pbgtrain.model.step import batch_loss
 
+pytestmark = pytest.mark.step_numerics  # CI runs these again under other CPU kernels (.ci/run)
+
 NAMES = sorted(OPERATORS)
+TOLERANCE = 2.0**-30
+"""float64's unit roundoff is u = 2⁻⁵³. Every quantity compared here is under 2⁶ operations deep
+(an operator's adjoint; a chain of global embedding, operator and ``prepare``; N3's cubes; the
+softmax loss's adjoints; the leaf assembled from groups and bags), each a sum of under 2⁶ terms
+(rows and coordinates of at most 12 × 6, relations of at most 5), on intermediates within 2⁶ of
+the result's scale (standard normal and uniform draws, cubed at most): to first order, two such
+evaluations differ by at most 2·2⁶·2⁶·2⁶ u = 2⁻³⁴ of the scale; 2⁻³⁰ relative and absolute (the
+scales here are between 2⁻⁴ and 2⁸) leaves a factor 2⁴ for the exponentials' and the square roots'
+own errors (a few ulps each) and the second-order terms."""
 
 
 def _randomize(module: nn.Module, seed: int) -> nn.Module:
@@ -51,9 +64,9 @@ def test_static_operator_vjp_is_autograds(name: str) -> None:
     want_x, want_params = x.grad, _grads(op)
     op.zero_grad(set_to_none=True)
     got_x = op.vjp(x.detach(), grad)
-    torch.testing.assert_close(got_x, want_x)
+    torch.testing.assert_close(got_x, want_x, rtol=TOLERANCE, atol=TOLERANCE)
     for got, want in zip(_grads(op), want_params, strict=True):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -67,9 +80,9 @@ def test_dynamic_operator_vjp_is_autograds(name: str) -> None:
     want_x, want_params = x.grad, _grads(op)
     op.zero_grad(set_to_none=True)
     got_x = op.vjp(x.detach(), rel, grad)
-    torch.testing.assert_close(got_x, want_x)
+    torch.testing.assert_close(got_x, want_x, rtol=TOLERANCE, atol=TOLERANCE)
     for got, want in zip(_grads(op), want_params, strict=True):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize(("name", "bias"), [("dot", False), ("cos", False), ("cos", True), ("l2", True)])
@@ -81,7 +94,7 @@ def test_prepare_grad_is_autograds(name: str, bias: bool) -> None:
     x.requires_grad_(True)
     grad = torch.randn(4, 5, generator=gen, dtype=torch.float64)
     cmp.prepare(x).backward(grad)
-    torch.testing.assert_close(cmp.prepare_grad(x.detach(), grad), x.grad)
+    torch.testing.assert_close(cmp.prepare_grad(x.detach(), grad), x.grad, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 def test_a_chain_backward_is_autograds_and_adds_to_every_parameter() -> None:
@@ -95,10 +108,10 @@ def test_a_chain_backward_is_autograds_and_adds_to_every_parameter() -> None:
     emb.grad = None
     op.zero_grad(set_to_none=True)
     traced = chain.trace(x.detach())
-    torch.testing.assert_close(traced.out, chain(x.detach()))
+    torch.testing.assert_close(traced.out, chain(x.detach()), rtol=TOLERANCE, atol=TOLERANCE)
     got = [traced.backward(grad), emb.grad, *_grads(op)]
     for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w)
+        torch.testing.assert_close(g, w, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize("operator", NAMES)
@@ -118,11 +131,11 @@ def test_regularization_and_grads_are_autograds(operator: str, dynamic: bool) ->
     want_params = _grads(model)
     model.zero_grad(set_to_none=True)
     value, du, dv = regularization_and_grads(model, rel, u.detach(), v.detach())
-    torch.testing.assert_close(value, want.detach())
-    torch.testing.assert_close(du, u.grad)
-    torch.testing.assert_close(dv, v.grad)
+    torch.testing.assert_close(value, want.detach(), rtol=TOLERANCE, atol=TOLERANCE)
+    torch.testing.assert_close(du, u.grad, rtol=TOLERANCE, atol=TOLERANCE)
+    torch.testing.assert_close(dv, v.grad, rtol=TOLERANCE, atol=TOLERANCE)
     for got, w in zip(_grads(model), want_params, strict=True):
-        torch.testing.assert_close(got, w)
+        torch.testing.assert_close(got, w, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 def test_the_leaf_gradient_of_rows_and_bags_is_autograds() -> None:
@@ -135,7 +148,7 @@ def test_the_leaf_gradient_of_rows_and_bags_is_autograds() -> None:
     torch.autograd.backward(rows, grads)
     want = gathered.leaf.grad.clone()
     gathered.set_grad([grads[0], grads[1], None])
-    torch.testing.assert_close(gathered.leaf.grad[:7], want[:7])
+    torch.testing.assert_close(gathered.leaf.grad[:7], want[:7], rtol=TOLERANCE, atol=TOLERANCE)
     assert torch.equal(gathered.leaf.grad[7:], torch.zeros(3, 3, dtype=torch.float64))  # no gradient: zeros
 
 
@@ -167,11 +180,11 @@ def test_training_gradients_are_autograds_through_forward_batch(operator: str, c
 
     table = EntityTable(weights.clone())
     step = training_gradients(model, table, table, batch, negs, generator=torch.Generator().manual_seed(17))
-    torch.testing.assert_close(step.loss, want_loss.detach())
-    torch.testing.assert_close(step.reg, ref.reg.detach())
-    torch.testing.assert_close(step.gathered[0].leaf.grad, want_leaf)
+    torch.testing.assert_close(step.loss, want_loss.detach(), rtol=TOLERANCE, atol=TOLERANCE)
+    torch.testing.assert_close(step.reg, ref.reg.detach(), rtol=TOLERANCE, atol=TOLERANCE)
+    torch.testing.assert_close(step.gathered[0].leaf.grad, want_leaf, rtol=TOLERANCE, atol=TOLERANCE)
     for got, want in zip(_grads(model), want_params, strict=True):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 def _relation_prediction_reference(model: EmbeddingModel, rel: Tensor, u: Tensor, v: Tensor, weight: Tensor,
@@ -235,10 +248,10 @@ def test_relation_prediction_gradients_are_autograds(operator: str, comparator: 
 
     table = EntityTable(weights.clone())
     step = training_gradients(model, table, table, batch, negs, generator=torch.Generator().manual_seed(23))
-    torch.testing.assert_close(step.loss, want_loss.detach())
-    torch.testing.assert_close(_dense(step.gathered[0], 12), want_rows)
+    torch.testing.assert_close(step.loss, want_loss.detach(), rtol=TOLERANCE, atol=TOLERANCE)
+    torch.testing.assert_close(_dense(step.gathered[0], 12), want_rows, rtol=TOLERANCE, atol=TOLERANCE)
     for got, want in zip(_grads(model), want_params, strict=True):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize("operator", ["complex_diagonal", "diagonal", "translation"])
@@ -262,4 +275,4 @@ def test_relation_prediction_bilinear_way_equals_the_expanded_one(operator: str)
         with torch.no_grad():
             results.append([*way(), *_grads(model)])
     for got, want in zip(*results, strict=True):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)

@@ -26,6 +26,8 @@ from pbgtrain.model.counter_rng import CounterGenerator
 from pbgtrain.model.negative_scores import Head, training_head
 from pbgtrain.model.step import StepTotals, add_train_step, step_body
 
+pytestmark = pytest.mark.step_numerics  # CI runs these again under other CPU kernels (.ci/run)
+
 META = torch.device("meta")
 CASES = {  # name: (operator, dynamic, comparator, batch negs, uniform negs, all_negs, reg)
     "livejournal": ("none", False, "dot", 100, 100, False, 0.0),

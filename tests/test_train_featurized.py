@@ -4,6 +4,7 @@ the planted-topic task is learned, and the seed-002 rules stop what they must.""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -17,12 +18,17 @@ from pbgio.edges import EdgeBucket, FeatureLists, write_bucket
 from pbgio.entities import write_dynamic_rel_count, write_entity_count
 from pbgio.errors import ConfigError, FormatError
 from pbgio.featurized_example import write_featurized_example
-from pbgio.importers import import_edge_lists
 from pbgio.spec import naming
 from pbgio.validate import validate_path
 from pbgtrain.config import load_run_config
 from pbgtrain.evaluate import EvalOptions, evaluate_checkpoint
 from pbgtrain.train import FitOptions, fit
+
+# pbgio's importer reads text with polars, which a card's image may lack (the card kit leaves it out when
+# it does not fit: tools/card_kit.py): the test that imports skips there, saying so; the others need no polars.
+NO_POLARS = importlib.util.find_spec("polars") is None
+needs_polars = pytest.mark.skipif(NO_POLARS, reason="needs polars (pbgio.importers reads the TSV files with it), "
+                                                    "which is not installed here")
 
 
 @pytest.fixture
@@ -144,9 +150,12 @@ def test_missing_feature_datasets_are_a_precise_error_even_unvalidated(tmp_path:
 
 
 @pytest.mark.slow  # trains until the words are learned: about 20 s
+@needs_polars
 def test_planted_topic_documents_are_learned_through_their_words(tmp_path: Path) -> None:
     """Test documents are all new bags; only their words tie them to their reader. Ranked among 49
     same-batch candidates (chance MRR ~0.09), the held-out edges reach MRR >= 0.85."""
+    from pbgio.importers import import_edge_lists
+
     config = write_featurized_example(tmp_path / "demo")
     import_edge_lists(config, [[config.parent / "train.tsv"], [config.parent / "test.tsv"]])
     assert validate_path(config).ok

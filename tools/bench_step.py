@@ -4,8 +4,8 @@
     python tools/bench_step.py --seconds 30 --per-chunk-uniform --json out.json
     python tools/bench_step.py --profile         # torch profiler table of a few steps
     python tools/bench_step.py --overhead        # host time per step where the arithmetic is tiny
-    python tools/bench_step.py --overhead --count-ops   # + dispatched operations per step
-    python tools/bench_step.py --livejournal --step attention   # the softmax as attention, LiveJournal's shape
+    python tools/bench_step.py --overhead --ops  # + the operations a step dispatches
+    python tools/bench_step.py --livejournal --step attention --ops   # the softmax as attention, LiveJournal's shape
 
 ``--overhead`` is the LiveJournal model (one relation, operator none, dot, softmax, no N3) at
 dimension 8, batch 100, 100 batch + 100 uniform negatives: the arithmetic of a step is a few
@@ -14,10 +14,12 @@ microseconds, so its time is what the host spends dispatching (the time a GPU wo
 operator none, dot, softmax, no N3, batch 10,000, 1,000 same-batch + 1,000 uniform negatives).
 ``--step`` picks the head (``scores``: the score matrices, ``attention``: the softmax over
 negatives as attention, with ``--core`` explicit or fused kernels; :mod:`pbgtrain.model.step_choice`).
-``--count-ops`` counts with the profiler the operations one step of the trainer
-(``add_train_step``, its sums left on the device) dispatches: every ``aten::`` operation, and
-those that compute (not a view, an allocation or a dtype wrapper), the ones that would each be a
-kernel launch on a GPU.
+``--ops`` (``--count-ops``, its older name) counts with the profiler the operations one step of
+the trainer (``add_train_step``, its sums left on the device) dispatches, every ``aten::`` one and
+those that compute (:mod:`pbgtrain.model.op_count`'s rule: the ones that would each be a kernel
+launch on a GPU), and those of the body a replayed step runs on the same shape
+(:func:`~pbgtrain.model.op_count.count_replayed_step`: the batch padded, the rates and the
+negatives' generator on the device), by module; printed next to the edges/s.
 
 Default shape (the issue's benchmark configuration): one entity type of 14,541 entities in one
 partition, 237 dynamic relations, ComplEx (complex_diagonal), dimension 400, dot comparator,
@@ -56,6 +58,7 @@ from pbgtrain.model import (
     train_step,
 )
 from pbgtrain.model.attention import AttentionHead, ExplicitAttention, FusedAttention
+from pbgtrain.model.op_count import count_ops, count_replayed_step
 from pbgtrain.model.precision import precision_scope
 from pbgtrain.model.runner import make_head
 from pbgtrain.model.step_choice import StepChoice
@@ -88,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     p.add_argument("--livejournal", action="store_true", help="the partitioned benchmark's shape (see above)")
     p.add_argument("--overhead", action="store_true", help="the LiveJournal model at d8, batch 100, 100+100 negatives")
-    p.add_argument("--count-ops", action="store_true", help="count the operations one step dispatches")
+    p.add_argument("--ops", "--count-ops", dest="ops", action="store_true",
+                   help="count the operations one step dispatches, and a replayed step's body")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv)
     if args.overhead:
@@ -140,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                 step(i)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     totals = StepTotals()  # the trainer's step: its sums stay on the device (train_step also reads them back)
-    ops = count_ops(lambda i: add_train_step(totals, model, table, table, batches[i % num_batches], optimizer,
-                                             generator=gen, head=head)) if args.count_ops else None
+    ops = _step_ops(lambda i: add_train_step(totals, model, table, table, batches[i % num_batches], optimizer,
+                                             generator=gen, head=head)) if args.ops else None
     step_times: list[float] = []
     start = time.perf_counter()
     steps = 0
@@ -172,38 +176,41 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        **({"ops_per_step": ops[0], "compute_ops_per_step": ops[1]} if ops else {}),
     }
+    if ops:
+        with precision_scope(args.precision, device):
+            replayed = count_replayed_step(model, table, table, batches[0], head, optimizer)
+        figures.update(ops_per_step=ops[0], compute_ops_per_step=ops[1], replayed_body_ops=replayed.computing,
+                       replayed_body_ops_by_module=dict(replayed.by_module))
     print(f"train_step ({head.name}, {args.precision}): {edges_per_s:,.0f} edges/s over {steps} steps in "
           f"{elapsed:.1f} s "
           f"(median step {median_ms:.1f} ms → {figures['edges_per_s_median_step']:,.0f} edges/s; "
           f"{torch.get_num_threads()} threads, load {figures['loadavg_1m']})")
     if ops:
-        print(f"dispatched per step: {ops[0]:.0f} aten operations, {ops[1]:.0f} of them computing")
+        by_module = ", ".join(f"{m or '(elsewhere)'} {n}" for m, n in figures["replayed_body_ops_by_module"].items())
+        print(f"  {edges_per_s:,.0f} edges/s; per step {ops[1]:.0f} computing operations ({ops[0]:.0f} aten); "
+              f"a replayed step's body {figures['replayed_body_ops']} ({by_module})")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
-NOT_COMPUTING = {"aten::" + name for name in (
-    "as_strided", "view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "expand", "unsqueeze", "squeeze",
-    "transpose", "t", "permute", "slice", "select", "diagonal", "narrow", "split", "split_with_sizes", "unbind",
-    "chunk", "detach", "resolve_conj", "resolve_neg", "empty", "empty_strided", "empty_like", "new_empty",
-    "result_type", "to", "lift_fresh", "flatten", "contiguous", "view_as", "expand_as", "numpy_T", "matmul")}
-"""Views, allocations without a fill, dtype wrappers that copy nothing, and ``matmul`` (which
-dispatches the ``mm``/``bmm`` counted instead)."""
+def _step_ops(step: Callable[[int], object], steps: int = 8) -> tuple[float, float]:
+    """``(aten operations, computing operations)`` dispatched per call of ``step`` (averaged over
+    ``steps`` calls; :mod:`pbgtrain.model.op_count`'s rule)."""
+    counted = count_ops(_Calls(step), calls=steps)
+    return float(counted.aten), float(counted.computing)
 
 
-def count_ops(step: Callable[[int], object], steps: int = 8) -> tuple[float, float]:
-    """``(aten operations, computing operations)`` dispatched per call of ``step``, nested ones
-    included, averaged over ``steps`` calls."""
-    from torch.profiler import ProfilerActivity, profile
+class _Calls:
+    """``step(0)``, ``step(1)``, … at each call (the batches in turn)."""
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for i in range(steps):
-            step(i)
-    names = [e.name for e in prof.events() if e.name.startswith("aten::")]
-    return len(names) / steps, sum(name not in NOT_COMPUTING for name in names) / steps
+    def __init__(self, step: Callable[[int], object]) -> None:
+        self.step, self.i = step, 0
+
+    def __call__(self) -> None:
+        self.step(self.i)
+        self.i += 1
 
 
 if __name__ == "__main__":

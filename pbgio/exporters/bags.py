@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 from pbgio.config import ConfigSchema
 from pbgio.errors import MissingArtifactError
 from pbgio.exporters.common import ExportError, consistent_version
-from pbgio.exporters.embeddings import add_global_embedding, global_embeddings, partition_names
+from pbgio.exporters.embeddings import partition_names
+from pbgio.exporters.global_rows import add_global_embedding, global_embeddings
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec import naming
 from pbgio.storage import AnyPath

@@ -48,10 +48,10 @@ from pbgio.exporters.common import (
     consistent_version,
     output_file,
 )
+from pbgio.exporters.global_rows import add_global_embedding, global_embeddings
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.progress import Progress
 from pbgio.spec import naming
-from pbgio.spec.checkpoint import global_embedding_name
 from pbgio.storage import AnyPath
 
 EmbeddingFormat = Literal["tsv", "parquet", "npy"]
@@ -122,20 +122,6 @@ def export_embeddings(
     progress.stop()
     report.seconds = time.perf_counter() - started
     return report
-
-
-def global_embeddings(source: CheckpointVersion, types: list[str]) -> dict[str, Floats]:
-    """The global embedding of each of ``types`` in the model file of the exported version."""
-    model = source.checkpoint.read_model(source.version)
-    found = {}
-    for entity_type in types:
-        value = model.params.get(global_embedding_name(entity_type))
-        if value is None:
-            raise ExportError(f"{source.checkpoint.model_path(source.version)}: expected "
-                              f"model/{global_embedding_name(entity_type)} (global_emb is true), found none; "
-                              "export without global embeddings (--no-global) to skip them")
-        found[entity_type] = np.asarray(value, dtype=np.float32)
-    return found
 
 
 def _partitions(source: CheckpointVersion, entity_type: str, shift: Floats | None,
@@ -218,16 +204,6 @@ def _unencodable(source: CheckpointVersion, entity_type: str, part: int, row: in
                                f"{name[exc.start]!r} at character {exc.start}, which no Unicode text (TSV, "
                                "Parquet) can hold [entity-names-format]")
     return ExportError(f"{source.entity_path}: names of {entity_type!r} partition {part} cannot be encoded")
-
-
-def add_global_embedding(values: Floats, shift: Floats | None, entity_type: str) -> Floats:
-    """Rows as exported: float32, C-contiguous, plus the global embedding ``shift`` when given."""
-    if shift is not None:
-        if shift.shape != (values.shape[1],):
-            raise ExportError(f"expected a global embedding of shape ({values.shape[1]},) for {entity_type!r}, "
-                              f"found {shift.shape}")
-        values = values + shift  # float32 + float32, as the original adds them
-    return np.ascontiguousarray(values, dtype=np.float32)
 
 
 def _check_tsv_names(names: pl.Series, source: CheckpointVersion, entity_type: str, part: int) -> None:

@@ -7,6 +7,7 @@ partition table. ``num_batch_negs = 0`` uses uniform negatives only (chunks of
 ``min(num_uniform_negs, B)``); a relation with ``all_negs`` scores every entity of the
 partition, its positive masked.
 
+>>> from pbgtrain.model.model import RelationSpec
 >>> negs = batch_negatives(RelationSpec("r", "a", "a"), NegativeSampling(2, 3), num_pos=5)
 >>> negs.lhs, negs.chunk_size, negs.num_chunks
 (<NegativeMode.BATCH_UNIFORM: 'batch_uniform'>, 2, 3)
@@ -15,13 +16,15 @@ partition, its positive masked.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from pbgtrain.model.counter_rng import CounterGenerator
-from pbgtrain.model.model import NegativeSampling, RelationSpec
+from pbgtrain.model.model import NegativeSampling
 
 Draws = torch.Generator | CounterGenerator | None
 """Where uniform negatives come from: a torch generator (None: torch's default one), or a
@@ -62,7 +65,17 @@ class BatchNegatives:
         return self.num_uniform * (1 if self.share_uniform else self.num_chunks)
 
 
-def batch_negatives(relation: RelationSpec, negatives: NegativeSampling, num_pos: int) -> BatchNegatives:
+class _Relation(Protocol):
+    """What the negatives read of a relation (:class:`~pbgtrain.model.model.RelationSpec`, or a config's)."""
+
+    @property
+    def all_negs(self) -> bool: ...
+
+
+def batch_negatives(relation: _Relation, negatives: NegativeSampling, num_pos: int) -> BatchNegatives:
+    """The negatives of a batch of ``num_pos`` edges of ``relation``: its chunks of
+    ``min(num_batch_negs, num_pos)`` (``num_uniform_negs`` with uniform negatives only; the whole
+    batch with every entity) and its uniform sample."""
     if relation.all_negs:
         mode, chunk = NegativeMode.ALL, num_pos
     elif negatives.num_batch_negs == 0:
@@ -86,3 +99,22 @@ def sample_uniform(num_entities: int, count: int, *, device: torch.device, gener
     if isinstance(generator, CounterGenerator):
         return generator.randint(num_entities, count)
     return torch.randint(num_entities, (count,), generator=generator, device=device)
+
+
+def sample_uniform_many(draws: Sequence[tuple[int, int]], *, device: torch.device,
+                        generator: Draws = None) -> list[Tensor]:
+    """:func:`sample_uniform` for each ``(num_entities, count)`` of ``draws`` in turn (the same ids),
+    drawn together where the generator can: a :class:`~pbgtrain.model.counter_rng.CounterGenerator`
+    hashes them in one pass (a step's sides: the operations of one draw, not of one per side).
+
+    >>> g = CounterGenerator(torch.device("cpu"))
+    >>> g.manual_seed(3)
+    >>> lhs, rhs = sample_uniform_many([(10, 4), (20, 4)], device=torch.device("cpu"), generator=g)
+    >>> g.manual_seed(3)
+    >>> [torch.equal(lhs, sample_uniform(10, 4, device=torch.device("cpu"), generator=g)),
+    ...  torch.equal(rhs, sample_uniform(20, 4, device=torch.device("cpu"), generator=g))]
+    [True, True]
+    """
+    if isinstance(generator, CounterGenerator):
+        return generator.randints(draws)
+    return [sample_uniform(n, count, device=device, generator=generator) for n, count in draws]

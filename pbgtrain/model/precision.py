@@ -2,8 +2,10 @@
 
 Whatever the precision, embeddings, gradients and the Adagrad state stay in float32 (the master
 copy): tf32 lets CUDA's tensor cores round the matrix products' inputs to 10-bit mantissas, and
-bf16 runs the products under ``torch.autocast`` (bfloat16 inputs, float32 accumulation) while
-scores, losses and everything elementwise stay float32. The original's ``half_precision: true``
+bf16 runs the products under ``torch.autocast``: bfloat16 inputs, float32 accumulation inside
+each product, and the product's result rounded to bfloat16 (``tests/test_precision_statements.py``);
+the step widens each result to float32 at once (:func:`full_precision`), so losses, gradients
+past the products and everything elementwise are computed in float32. The original's ``half_precision: true``
 selects bf16. tf32 exists on CUDA only; on a CPU it is the same as fp32.
 
 >>> with precision_scope("bf16", torch.device("cpu")):

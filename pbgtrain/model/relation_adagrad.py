@@ -27,7 +27,7 @@ The update, per parameter (torch's Adagrad, whose settings a loaded state may ca
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -159,15 +159,18 @@ class RelationAdagrad:
         self.param_groups = loaded
 
 
-def _descend(params: list[torch.Tensor], grads: Sequence[torch.Tensor], std: Sequence[torch.Tensor],
-             rate: float | torch.Tensor) -> None:
+def _descend(params: list[torch.Tensor], grads: list[torch.Tensor] | tuple[torch.Tensor, ...],
+             std: list[torch.Tensor] | tuple[torch.Tensor, ...], rate: float | torch.Tensor) -> None:
     """``p += (-rate · g) / std``: one formula whether ``rate`` is a number (an eager step) or a 0-dim
     tensor (a replayed one, refilled between replays): scale, divide, add, each rounded once in
     that order, which is the order of the CPU's fused ``addcdiv_`` (torch's Adagrad), so the two
     paths and torch agree bit for bit on a CPU. Two formulas end a few ulps apart, and a negative
     within a rounding error of its positive falls on the other side (exact ties are common when a
     negative is the positive's own entity)."""
-    steps = torch._foreach_mul(grads, -rate)
+    if isinstance(rate, torch.Tensor):  # a 0-dim tensor: torch's overload for it (mypy picks overloads per type)
+        steps = torch._foreach_mul(grads, torch.neg(rate))
+    else:
+        steps = torch._foreach_mul(grads, -rate)
     torch._foreach_div_(steps, std)
     torch._foreach_add_(params, steps)
 

@@ -41,7 +41,7 @@ from pbgtrain.model.negative_sampling import (
     Draws,
     NegativeMode,
     batch_negatives,
-    sample_uniform,
+    sample_uniform_many,
 )
 from pbgtrain.model.negative_scores import BlockShape, UniformLayout, negative_blocks, stack_sides
 from pbgtrain.model.precision import full_precision
@@ -331,6 +331,8 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
     pos_ids = (batch.lhs, batch.rhs)
     groups: list[list[Tensor | FeatureBags]] = []
     every_entity: dict[int, Tensor] = {}  # one list of every entity per table
+    drawing: list[int] = []  # the sides that draw uniform negatives
+    draws: list[tuple[int, int]] = []  # and what they draw: (entities, count)
     for side, table in zip(SIDES, tables, strict=True):
         side_groups: list[Tensor | FeatureBags] = [batch.entities(side)]
         mode = negs.mode(side)
@@ -341,9 +343,11 @@ def prepare_batch(model: EmbeddingModel, lhs_table: EntityTable, rhs_table: Enti
                 every_entity[id(table)] = torch.arange(table.num_entities, device=table.device)
             side_groups.append(every_entity[id(table)])
         elif negs.num_uniform_samples(side) > 0:
-            side_groups.append(sample_uniform(table.num_entities, negs.num_uniform_samples(side),
-                                              device=table.device, generator=generator))
+            drawing.append(len(groups))
+            draws.append((table.num_entities, negs.num_uniform_samples(side)))
         groups.append(side_groups)
+    for i, ids in zip(drawing, sample_uniform_many(draws, device=batch.lhs.device, generator=generator), strict=True):
+        groups[i].append(ids)  # the sides' draws in one pass, in their order (the same ids as one draw per side)
     frozen = (lhs_type in model.spec.frozen, rhs_type in model.spec.frozen)
     gathered, rows, where = _gather(tables, groups, max_norm=model.spec.max_norm, requires_grad=requires_grad,
                                     frozen=frozen, updates=updates)

@@ -68,6 +68,10 @@ class StepTotals:
     replayed as a CUDA graph adds to the same memory every time. Counts given as numbers (a batch
     without padding) are added on the host; counts on the device (a padded batch's) there.
 
+    The device sums are one float64 vector (loss, violators lhs and rhs, edges, edges the
+    violators were counted on, N3: integers exact to 2⁵³): a step gathers what it adds in one
+    ``cat`` and adds it in one operation.
+
     >>> totals = StepTotals()
     >>> totals.add(torch.tensor(2.0), None, 4, torch.tensor([1, 0]))
     >>> totals.add(torch.tensor(1.0), torch.tensor(0.5), torch.tensor(2), torch.tensor([0, 3]))
@@ -75,34 +79,40 @@ class StepTotals:
     StepStats(loss=3.0, reg=0.5, count=6, violators_lhs=1, violators_rhs=3, violators_counted_on=None)
     """
 
+    _LOSS, _VIOLATORS, _COUNTS, _REG = 0, 1, 3, 5  # where each sum sits in the vector
+
     def __init__(self) -> None:
-        self._loss: Tensor | None = None  # float64 sums on the device
-        self._reg: Tensor | None = None
-        self._violators: Tensor | None = None  # [lhs, rhs]
-        self._counts: Tensor | None = None  # [edges, edges the violators were counted on], given on the device
-        self._host_counts = [0, 0]  # the same, given as numbers
+        self._sums: Tensor | None = None  # float64 on the device: loss, violators lhs, rhs, edges, counted on, reg
+        self._parts: Tensor | None = None  # what one step adds, gathered there
+        self._host_counts = [0, 0]  # edges, edges counted on, given as numbers
         self.steps = 0
 
     def add(self, loss: Tensor, reg: Tensor | None, count: Tensor | int, violators: Tensor,
             counted_on: Tensor | int | None = None) -> None:
-        """Add a step's loss, regularizer (None: 0), edges, violators ([lhs, rhs]) and the edges
-        the violators were counted on (None: every edge). The device's part only: :attr:`steps`
-        is the caller's to count."""
-        if self._loss is None or self._violators is None:
-            self._loss = torch.zeros((), dtype=torch.float64, device=loss.device)
-            self._violators = torch.zeros(2, dtype=torch.long, device=loss.device)
-        self._loss.add_(loss)
-        self._violators.add_(violators)
-        if reg is not None:
-            self._reg = reg.double() if self._reg is None else self._reg.add_(reg)
+        """Add a step's loss, regularizer (None: 0), edges, violators ([lhs, rhs]; one number: to
+        both) and the edges the violators were counted on (None: every edge). The device's part
+        only: :attr:`steps` is the caller's to count."""
+        if self._sums is None or self._parts is None:
+            self._sums = torch.zeros(6, dtype=torch.float64, device=loss.device)
+            self._parts = torch.empty(6, dtype=torch.float64, device=loss.device)
         counted = count if counted_on is None else counted_on
-        for i, value in enumerate((count, counted)):
-            if isinstance(value, Tensor):
-                if self._counts is None:
-                    self._counts = torch.zeros(2, dtype=torch.long, device=loss.device)
-                self._counts[i].add_(value)
-            else:
-                self._host_counts[i] += value
+        parts = [loss.view(1), violators.expand(2)]
+        if isinstance(count, Tensor) and isinstance(counted, Tensor):  # padded: the counts are data
+            parts += [count.view(1), counted.view(1)]
+            if reg is not None:
+                parts.append(reg.view(1))
+                reg = None
+        else:
+            for i, value in enumerate((count, counted)):
+                if isinstance(value, Tensor):
+                    self._sums[self._COUNTS + i].add_(value)
+                else:
+                    self._host_counts[i] += value
+        size = sum(part.numel() for part in parts)
+        torch.cat(parts, out=self._parts[:size])
+        self._sums[:size].add_(self._parts[:size])
+        if reg is not None:
+            self._sums[self._REG].add_(reg)
 
     def take(self) -> StepStats:
         """:meth:`result`, then :meth:`reset`: the sums since the last take."""
@@ -112,21 +122,16 @@ class StepTotals:
 
     def reset(self) -> None:
         """Start again from zero (the same memory)."""
-        for sums in (self._loss, self._reg, self._violators, self._counts):
-            if sums is not None:
-                sums.zero_()
+        if self._sums is not None:
+            self._sums.zero_()
         self._host_counts = [0, 0]
         self.steps = 0
 
     def result(self) -> StepStats:
         """The sums so far (one read from the device)."""
-        if self._loss is None or self._violators is None:
+        if self._sums is None:
             return StepStats()
-        zero = self._loss.new_zeros(())
-        device = torch.cat((self._loss.view(1), (self._reg if self._reg is not None else zero).view(1),
-                            self._violators.double(),
-                            (self._counts if self._counts is not None else zero.expand(2)).double())).tolist()
-        loss, reg, v_lhs, v_rhs, count, counted = device
+        loss, v_lhs, v_rhs, count, counted, reg = self._sums.tolist()
         count, counted = int(count) + self._host_counts[0], int(counted) + self._host_counts[1]
         return StepStats(loss, reg, count, int(v_lhs), int(v_rhs), None if counted == count else counted)
 

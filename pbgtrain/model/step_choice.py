@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from pbgtrain.model.attention import VIOLATOR_ROWS
+from pbgtrain.model.model import NegativeSampling
+from pbgtrain.model.negative_sampling import BatchNegatives, NegativeMode, batch_negatives
 
 Head = Literal["scores", "attention"]
 Capture = Literal["none", "cuda-graph", "stand-in"]
@@ -145,18 +147,19 @@ def keys_per_edge(config: StepConfig, largest_partition: int) -> int:
     >>> keys_per_edge(lj, 4_800_000), keys_per_edge(SimpleNamespace(**{**vars(lj), "num_uniform_negs": 1001}), 1)
     (2000, 0)
     """
-    keys = []
-    for relation in config.relations:
-        if relation.all_negs:
-            keys.append(largest_partition)
-            continue
-        uniform = config.num_uniform_negs
-        if config.num_batch_negs == 0:
-            keys.append(uniform)
-            continue
-        chunk = min(config.num_batch_negs, config.batch_size)
-        keys.append(chunk + uniform if uniform <= chunk else 0)
-    return min(keys, default=0)
+    sampling = NegativeSampling(config.num_batch_negs, config.num_uniform_negs)
+    return min((_keys(batch_negatives(r, sampling, config.batch_size), largest_partition) for r in config.relations),
+               default=0)
+
+
+def _keys(negatives: BatchNegatives, largest_partition: int) -> int:
+    """The candidates of one group of keys of a batch's ``negatives`` (0: two groups)."""
+    if negatives.lhs is NegativeMode.ALL:
+        return largest_partition
+    if negatives.lhs is NegativeMode.UNIFORM:
+        return negatives.num_uniform
+    chunk, uniform = negatives.chunk_size, negatives.num_uniform
+    return chunk + uniform if uniform <= chunk else 0
 
 
 SAMPLED_VIOLATORS = f"violators counted on the first {VIOLATOR_ROWS} edges of each batch"
