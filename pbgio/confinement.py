@@ -27,8 +27,10 @@ The rules (each decision is a function here; readers and writers raise their own
   (``s3://bucket,https://host`` or ``*``).
 
 Outside a scope (pbgio used as a library) nothing is checked here: the caller names its own paths,
-and ``with scope(): admit(...)`` applies the same rules to a library call. The scope is one per
-process (threads that read ahead for a command see it), a stack so that scopes nest.
+and ``with scope(): admit(...)`` applies the same rules to a library call. Scopes belong to the
+thread that opened them (a stack, so that scopes nest): another thread of the program, a library
+call beside a command, is not confined by it; a thread a command starts to work for it (reading
+ahead, renewing a lease) runs its work through :func:`inherited` and is.
 
 >>> import os, tempfile
 >>> layout, elsewhere = tempfile.mkdtemp(), tempfile.mkdtemp()
@@ -47,8 +49,9 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pbgio.errors import RemoteRefusedError, UnsafeWriteError
 
@@ -91,8 +94,27 @@ class Scope:
         return ", ".join(shown) if shown else "none"
 
 
-_SCOPES: list[Scope] = []
-_GUARD = threading.Lock()
+T = TypeVar("T")
+
+_THREAD = threading.local()  # .scopes: the scopes this thread opened or inherited, innermost last
+_GUARD = threading.Lock()  # a scope's roots: admitted by its thread, read by the threads it started
+
+
+def _stack() -> list[Scope]:
+    stack: list[Scope] | None = getattr(_THREAD, "scopes", None)
+    if stack is None:
+        stack = _THREAD.scopes = []
+    return stack
+
+
+@contextlib.contextmanager
+def _entered(opened: Scope) -> Iterator[Scope]:
+    stack = _stack()
+    stack.append(opened)
+    try:
+        yield opened
+    finally:
+        del stack[max(i for i, s in enumerate(stack) if s is opened)]
 
 
 def _flag(name: str) -> bool:
@@ -102,25 +124,44 @@ def _flag(name: str) -> bool:
 @contextlib.contextmanager
 def scope(*, follow_links: bool | None = None, write_outside: bool | None = None,
           allow_remote: str | None = None) -> Iterator[Scope]:
-    """A scope for one command: nothing is reachable until admitted. Opt-ins not given are read from
-    the environment (:data:`FOLLOW_LINKS_ENV`, :data:`WRITE_OUTSIDE_ENV`, :data:`ALLOW_REMOTE_ENV`)."""
+    """A scope for one command, in this thread: nothing is reachable until admitted. Opt-ins not
+    given are read from the environment (:data:`FOLLOW_LINKS_ENV`, :data:`WRITE_OUTSIDE_ENV`,
+    :data:`ALLOW_REMOTE_ENV`)."""
     opened = Scope(
         follow_links=_flag(FOLLOW_LINKS_ENV) if follow_links is None else follow_links,
         write_outside=_flag(WRITE_OUTSIDE_ENV) if write_outside is None else write_outside,
         allow_remote=os.environ.get(ALLOW_REMOTE_ENV, "") if allow_remote is None else allow_remote)
-    with _GUARD:
-        _SCOPES.append(opened)
-    try:
+    with _entered(opened):
         yield opened
-    finally:
-        with _GUARD:
-            _SCOPES.remove(opened)
 
 
 def active() -> Scope | None:
-    """The innermost open scope, or None (pbgio used as a library: nothing is checked)."""
-    with _GUARD:
-        return _SCOPES[-1] if _SCOPES else None
+    """This thread's innermost scope, or None (pbgio used as a library: nothing is checked)."""
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+def inherited(work: Callable[[], T]) -> Callable[[], T]:
+    """``work`` made to run, in whichever thread, within the calling thread's scope (none: as it is):
+    what a command hands to a thread of its own (a read ahead, a lease's renewal).
+
+    >>> import threading
+    >>> seen = []
+    >>> with scope(follow_links=False, write_outside=False, allow_remote="") as mine:
+    ...     worker = threading.Thread(target=inherited(lambda: seen.append(active() is mine)))
+    ...     worker.start(); worker.join()
+    >>> seen, active()
+    ([True], None)
+    """
+    opened = active()
+    if opened is None:
+        return work
+
+    def within() -> T:
+        with _entered(opened):
+            return work()
+
+    return within
 
 
 def split_url(location: str) -> tuple[str, str] | None:

@@ -297,3 +297,31 @@ def test_a_url_the_layout_names_is_never_contacted(layout: Path, listening: list
     for command in (["info"], ["export", "-o", str(layout.parent / "x.tsv")]):
         assert pbgio(command[0], str(layout / "config.json"), *command[1:]).returncode in (1, 2)
     assert listening == []  # not one request reached the host the layout named
+
+
+def test_a_scope_confines_its_own_thread_and_the_work_it_hands_on_not_the_programs_other_threads(
+        tmp_path: Path) -> None:
+    """A command run in one thread (the CLI in-process, ``validate_path``) must not refuse another
+    thread's library call its own paths (tests/test_concurrency.py's export beside a fit); a read
+    ahead the command hands to a thread of its own stays confined (``confinement.inherited``)."""
+    inside, outside = tmp_path / "layout", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    results: dict[str, str] = {}
+
+    def write_outside() -> None:
+        try:
+            confinement.check_write(outside / "out.tsv", "the export")
+            results[threading.current_thread().name] = "written"
+        except UnsafeWriteError:
+            results[threading.current_thread().name] = "refused"
+
+    with confinement.scope(follow_links=False, write_outside=False, allow_remote=""):
+        confinement.admit(inside, write=True)
+        library = threading.Thread(target=write_outside, name="library")
+        read_ahead = threading.Thread(target=confinement.inherited(write_outside), name="read-ahead")
+        for thread in (library, read_ahead):
+            thread.start()
+            thread.join()
+        write_outside()
+    assert results == {"library": "written", "read-ahead": "refused", "MainThread": "refused"}

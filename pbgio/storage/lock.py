@@ -243,7 +243,7 @@ class CheckpointLock:
             self.holder = None
             raise CheckpointInUseError(paths.display(remote), _describe(won),
                                        "it took the lease at the same moment")
-        self._heartbeat = threading.Thread(target=self._renew, name="pbg-lease", daemon=True)
+        self._heartbeat = threading.Thread(target=confinement.inherited(self._renew), name="pbg-lease", daemon=True)
         self._heartbeat.start()
 
     def _renew(self) -> None:

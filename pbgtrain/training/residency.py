@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from pbgio.config import ConfigSchema
+from pbgio.confinement import inherited
 from pbgtrain.checkpointing import TrainingCheckpoint
 from pbgtrain.model import EntityTable, release_freed_memory
 from pbgtrain.schedule.batching import IterationStep
@@ -102,7 +103,7 @@ class Prefetcher:
 
     def submit(self, key: Any, read: Callable[[], Any]) -> None:
         if key not in self._pending:
-            self._pending[key] = self._pool.submit(read)
+            self._pending[key] = self._pool.submit(inherited(read))  # the command's scope, on the reading thread
 
     def take(self, key: Any) -> Any | None:
         """The result read ahead for ``key`` (its error raised here), or None when none was asked."""
