@@ -198,8 +198,16 @@ def write_empty_edges(directory: Path, config: dict[str, Any]) -> Path:
 
 
 def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a cell's directory (symlinks kept as links, as snapshots hold them)."""
+    """Copy a cell's directory, symlinks kept as links (the original's snapshots hold absolute links to
+    their version's files: FORMAT-NOTES), a link into ``src`` re-pointed to the same file under ``dst``,
+    as :func:`rebase_config` moves the config's paths (left as it was, it would lead out of the copy,
+    which pbg refuses: ``layout-link-outside``)."""
     shutil.copytree(src, dst, symlinks=True)
+    for link in [p for p in dst.rglob("*") if p.is_symlink()]:
+        target = os.readlink(link)
+        if os.path.isabs(target) and Path(target).is_relative_to(src):
+            link.unlink()
+            link.symlink_to(dst / Path(target).relative_to(src))
 
 
 def rebase_config(config: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
