@@ -151,7 +151,7 @@ def test_fit_on_a_disk_that_really_fills_up(one_version: Path, tmp_path: Path) -
     """A tmpfs with room for one version and a half: the next commit meets the kernel's ENOSPC."""
     config, checkpoint = _copy(one_version, tmp_path)
     size = sum(p.stat().st_size for p in checkpoint.iterdir() if p.is_file())
-    mount = tmp_path / "disk"
+    mount = config.parent / "disk"  # inside the layout: fit writes only beside its config unless told
     try:
         disk = small_tmpfs(mount, size + size // 2)
         disk.__enter__()
