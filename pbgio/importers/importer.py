@@ -48,7 +48,7 @@ from typing import Literal
 
 import polars as pl
 
-from pbgio import storage
+from pbgio import confinement, storage
 from pbgio.config import ConfigSchema
 from pbgio.entities import (
     write_dynamic_rel_count,
@@ -162,6 +162,7 @@ def _local_input(location: PathLike, cleanup: contextlib.ExitStack) -> Path:
         return path
     local = Path(tempfile.mkdtemp(prefix="pbg-input-")) / path.name
     cleanup.callback(shutil.rmtree, local.parent, True)
+    confinement.admit(local.parent, write=True)  # pbg's own temporary folder, made just now
     storage.copy_file(path, local)
     return local
 
