@@ -155,13 +155,20 @@ def counted_events(events: Iterable[Any]) -> list[Any]:
 
 
 def _module_of(event: Any, within: str) -> str:
-    """The stem of the innermost Python frame above ``event`` whose file is under ``within``."""
+    """The stem of the innermost Python frame above ``event`` whose file is under ``within``: from
+    the profiler's Python function events above it (torch 2.13 puts them in the tree of calls),
+    else from the stack recorded on the event (``event.stack``, innermost frame first: torch 2.5,
+    the declared floor, with the profiler's ``verbose`` setting). Frames read
+    ``path/file.py(line): function`` in both."""
     parent = event.cpu_parent
+    frames: list[str] = []
     while parent is not None:
-        name: str = parent.name
-        if within in name and ".py(" in name:
-            return name.split(".py(")[0].rsplit("/", 1)[-1]
+        frames.append(parent.name)
         parent = parent.cpu_parent
+    recorded: list[str] = getattr(event, "stack", None) or []
+    for frame in [*frames, *recorded]:
+        if within in frame and ".py(" in frame:
+            return frame.split(".py(")[0].rsplit("/", 1)[-1]
     return ""
 
 
@@ -172,7 +179,9 @@ def count_ops(fn: Callable[[], object], calls: int = 1, *, within: str | None = 
     count by the module that dispatched each operation."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], with_stack=within is not None) as prof:
+    stacks: dict[str, Any] = {} if within is None else {  # verbose: torch 2.5 records the stacks only so
+        "with_stack": True, "experimental_config": torch._C._profiler._ExperimentalConfig(verbose=True)}
+    with profile(activities=[ProfilerActivity.CPU], **stacks) as prof:
         for _ in range(calls):
             fn()
     events = list(prof.events())
