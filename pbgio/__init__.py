@@ -13,7 +13,8 @@ The public API (what tools built on pbgio, pbgtrain among them, may import):
   they are (:class:`~pbgio.layout.CheckpointVersion`);
 - the artifacts: :mod:`pbgio.config` (run config; :mod:`pbgio.python_config` runs the original's
   Python configs), :mod:`pbgio.entities`, :mod:`pbgio.edges`, :mod:`pbgio.checkpoint`,
-  :mod:`pbgio.optimizer_state`, :mod:`pbgio.names` (entities by name), :mod:`pbgio.topk`;
+  :mod:`pbgio.optimizer_state`, :mod:`pbgio.names` (entities by name), :mod:`pbgio.topk`,
+  :mod:`pbgio.candidates` (which entities a search may return, by name);
 - :mod:`pbgio.validate` (the validator), :mod:`pbgio.spec` (the format declaration),
   :mod:`pbgio.checks` (the predicate of every rule, over data already read: a tool that refuses
   something for a catalogue rule, as pbgtrain does, calls it instead of coding the rule again),

@@ -137,6 +137,8 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         print_error(f"{exc}{note}")
         raise typer.Exit(EXIT_FAILED) from None
     except OSError as exc:  # an operating-system failure no writer turned into an OutputError
+        if closed_standard_pipes(exc):
+            raise  # the reader of the output went away: no error (closed_pipe_ends_quietly ends the command)
         from pbgio.errors import describe_os_failure
 
         where = f"{exc.filename}: " if exc.filename else ""
@@ -159,6 +161,59 @@ def exit_codes(*, usage: tuple[type[BaseException], ...] = (), note: str = "",
         raise typer.Exit(EXIT_FAILED) from None
     finally:
         sys.unraisablehook, sys.excepthook = previous_hooks
+
+
+@contextlib.contextmanager
+def closed_pipe_ends_quietly() -> Iterator[None]:
+    """Run a command (every pbg command runs in it: :class:`pbgio.options.ConfinedGroup`) so that
+    its output's reader going away ends it quietly, as ``yes | head`` ends: exit 0, nothing on
+    stderr. The first write to a standard output or error whose reader has closed it
+    (``pbgio names … | head``) stops the command where it is; that stream is pointed at the null
+    device, so that no later write (a ``finally``, the interpreter's last flush) fails again.
+    Another broken pipe (an output file that is a FIFO) is no such end: it goes on as raised.
+    Whatever was committed stays committed; what a writer had staged is discarded as on any error."""
+    import sys
+
+    import typer
+
+    try:
+        yield
+        for stream in (sys.stdout, sys.stderr):  # what is still buffered meets a closed reader here
+            stream.flush()
+    except OSError as exc:
+        closed = closed_standard_pipes(exc)
+        if not closed:
+            raise
+        _silence(closed)
+        raise typer.Exit(0) from None
+
+
+def closed_standard_pipes(exc: BaseException) -> list[int]:
+    """The standard streams (file descriptors 1 and 2) that are pipes (or sockets) whose reader has
+    closed them, when ``exc`` is a broken pipe (EPIPE); else none. Asked of the streams themselves
+    (``poll``: an error on the writing end), since a broken pipe does not say which file it was."""
+    import errno
+    import select
+
+    if not isinstance(exc, OSError) or exc.errno != errno.EPIPE or not hasattr(select, "poll"):
+        return []
+    poller = select.poll()
+    for fd in (1, 2):
+        poller.register(fd, 0)  # errors and hang-ups only: they are always reported
+    return sorted(fd for fd, events in poller.poll(0) if events & (select.POLLERR | select.POLLHUP)
+                  and not events & select.POLLNVAL)
+
+
+def _silence(fds: list[int]) -> None:
+    """Point ``fds`` at the null device: writes to them succeed and go nowhere."""
+    import os
+
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in fds:
+            os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 STORAGE_LIBRARIES = frozenset({"botocore", "aiobotocore", "boto3", "s3fs", "gcsfs", "adlfs", "fsspec", "upath",

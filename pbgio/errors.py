@@ -386,6 +386,13 @@ class StoredSettingsNote(Notice):
     config passed describes the stored model otherwise (:meth:`pbgio.layout.Layout.open_checkpoint`)."""
 
 
+class RenamedOptionWarning(Notice):
+    """A command-line option given in the spelling of an earlier release, taken as it meant then
+    for one more release (:func:`pbgio.candidates.old_form_proposals`)."""
+
+    label = "warning"
+
+
 def os_error_code(exc: BaseException) -> int | None:
     """The errno of a failed system call: an OSError's own, or the one another library puts in
     the text of its error (h5py's "errno = 28" when a flush fails, polars' "(os error 28)").

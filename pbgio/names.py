@@ -31,6 +31,7 @@ followed by the ``pbgio names`` command that lists it all.
 from __future__ import annotations
 
 import bisect
+import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
@@ -121,52 +122,108 @@ class NameMatches(NamedTuple):
     total: int
 
 
-def name_match(name: str, folded: str) -> int | None:
-    """0 when ``name`` starts with the pattern (``folded``: the pattern casefolded), 1 when it
-    contains it further on, None when it does not contain it; case is set aside.
+WORD_SEPARATORS = "-._: "
+"""What bounds a word of a name (``numpy`` in ``python3-numpy``, ``dog`` in ``dog.n.02084071``)."""
 
-    >>> name_match("dog.n.02084071", "dog"), name_match("Hotdog", "dog"), name_match("cat", "dog")
-    (0, 1, None)
+EXACT, WHOLE_WORD, PREFIX, INSIDE = range(4)
+"""How a name holds a pattern, best first (:func:`name_matcher`)."""
+
+
+def name_matcher(pattern: str) -> Callable[[str], int | None]:
+    """How a name holds ``pattern``, case set aside: :data:`EXACT` (the name is the pattern, as
+    written), :data:`WHOLE_WORD` (the pattern is a whole word of it: each side a
+    :data:`WORD_SEPARATORS` character or an end), :data:`PREFIX` (the name starts with it),
+    :data:`INSIDE` (it is further on), None (not in it). The empty pattern: every name, a prefix.
+
+    >>> match = name_matcher("numpy")
+    >>> [match(n) for n in ("numpy", "python3-NumPy", "numpydoc", "libnumpy", "scipy")]
+    [0, 1, 2, 3, None]
+    >>> name_matcher("dog")("hotdog.dog.n.1"), name_matcher("")("dog")
+    (1, 2)
     """
-    at = name.casefold().find(folded)
-    return None if at < 0 else min(at, 1)
+    folded = pattern.casefold()
+    if not folded:
+        return lambda name: PREFIX
+    separators = re.escape(WORD_SEPARATORS)
+    word = re.compile(f"(?<![^{separators}]){re.escape(folded)}(?![^{separators}])")
+
+    def match(name: str) -> int | None:
+        if name == pattern:
+            return EXACT
+        held = name.casefold()
+        at = held.find(folded)
+        if at < 0:
+            return None
+        if word.search(held):
+            return WHOLE_WORD
+        return PREFIX if at == 0 else INSIDE
+
+    return match
 
 
 def iter_name_matches(chunks: Callable[[], Iterable[Sequence[str]]], pattern: str) -> Iterator[str]:
-    """Every name of ``chunks()`` that contains ``pattern`` (case set aside): those that start
-    with it first, then the others, each in the dictionary's order. Streamed: the names are
-    read twice (``chunks`` is called once a pass), and memory holds one chunk.
+    """Every name of ``chunks()`` that contains ``pattern`` (case set aside), best first: the name
+    itself, then those holding it as a whole word, shortest first, then those that start with it,
+    then the others, each kind in the dictionary's order (:func:`name_matcher`); the empty pattern:
+    every name, in that order. Streamed: the names are read three times (``chunks`` is called once a
+    pass; once for the empty pattern), and memory holds one chunk and the whole-word matches.
 
-    >>> list(iter_name_matches(lambda: [["hotdog", "Dog.n.1"], ["cat", "dog.v.2"]], "dog"))
-    ['Dog.n.1', 'dog.v.2', 'hotdog']
+    >>> names = lambda: [["hotdog", "Dog.n.1", "dogma"], ["cat", "dog.v.20", "sea-dog", "dog"]]
+    >>> list(iter_name_matches(names, "dog"))
+    ['dog', 'Dog.n.1', 'sea-dog', 'dog.v.20', 'dogma', 'hotdog']
     """
-    folded = pattern.casefold()
-    for wanted in (0, 1):
+    if not pattern:  # every name, in the dictionary's order: one pass
         for chunk in chunks():
-            yield from (name for name in chunk if name_match(name, folded) == wanted)
+            yield from chunk
+        return
+    match = name_matcher(pattern)
+    exact: list[str] = []
+    words: list[str] = []
+    for chunk in chunks():
+        for name in chunk:
+            kind = match(name)
+            if kind == EXACT:
+                exact.append(name)
+            elif kind == WHOLE_WORD:
+                words.append(name)
+    yield from exact
+    yield from sorted(words, key=len)  # a stable sort: names of one length in the dictionary's order
+    for wanted in (PREFIX, INSIDE):
+        for chunk in chunks():
+            yield from (name for name in chunk if match(name) == wanted)
 
 
 def count_name_matches(chunks: Iterable[Sequence[str]], pattern: str, limit: int = SHOWN_MATCHES, *,
                        leave_out: Iterable[str] = ()) -> NameMatches:
     """The first ``limit`` names that contain ``pattern``, in :func:`iter_name_matches`' order,
     and how many names contain it, the names of ``leave_out`` set aside; one pass over the
-    names, memory for one chunk and ``limit`` names.
+    names, memory for one chunk and a few times ``limit`` names.
 
     >>> count_name_matches([["hotdog", "Dog.n.1"], ["cat", "dog.v.2", "dog.n.3"]], "dog", limit=2)
     NameMatches(names=['Dog.n.1', 'dog.v.2'], total=4)
+    >>> count_name_matches([["dogma", "hotdog", "sea-dog", "dog.n"]], "dog", limit=3)
+    NameMatches(names=['dog.n', 'sea-dog', 'dogma'], total=4)
     """
-    folded = pattern.casefold()
+    match = name_matcher(pattern)
     skip = set(leave_out)
-    first: tuple[list[str], list[str]] = ([], [])
+    first: tuple[list[str], ...] = ([], [], [], [])
     total = 0
     for chunk in chunks:
         for name in chunk:
-            rank = name_match(name, folded)
-            if rank is not None and name not in skip:
-                total += 1
-                if len(first[rank]) < limit:
-                    first[rank].append(name)
-    return NameMatches((first[0] + first[1])[:limit], total)
+            kind = match(name)
+            if kind is None or name in skip:
+                continue
+            total += 1
+            found = first[kind]
+            if kind == WHOLE_WORD:  # the shortest ``limit`` so far, the earliest first among equals
+                found.append(name)
+                if len(found) > limit:
+                    found.sort(key=len)
+                    del found[limit:]
+            elif len(found) < limit:
+                found.append(name)
+    first[WHOLE_WORD].sort(key=len)
+    return NameMatches([name for kind in first for name in kind][:limit], total)
 
 
 def listed(names: Sequence[str], total: int, see_all: str) -> str:

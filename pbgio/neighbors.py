@@ -16,7 +16,12 @@ never a partition; the queries' own rows are read alone), the best ``k`` kept by
 ``cos`` divides each vector by its L2 norm (a zero vector scores 0 against everything);
 ``dot`` is the plain inner product. On ``device="cpu"`` numpy does the products (no torch is
 imported); ``cuda`` moves each block to the GPU through torch. A query is left out of its own
-neighbours unless ``include_self``.
+neighbours unless ``include_self``. The ``k`` neighbours found are scored once more one row at a
+time on the CPU (:func:`pbgio.topk.scores_one_by_one`), as a search through an index scores
+them, and ordered by that score: a row gets the same score, to the bit, either way. A
+``candidate_filter`` (:class:`pbgio.candidates.CandidateFilter`: name prefixes, exact names)
+keeps the rows whose names pass it: the scan scores those alone, and a search through an index
+asks it for more rows until ``k`` pass (:meth:`pbgio.index.EmbeddingIndex.search`).
 
 >>> import tempfile, pathlib
 >>> from pbgio.testing import small_valid_layout, write_layout
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from pbgio.candidates import AdmittedRows, CandidateFilter
 from pbgio.checkpoint import read_committed
 from pbgio.checks.entities import names_count
 from pbgio.config import ConfigSchema, entity_type_or_only
@@ -49,15 +55,18 @@ from pbgio.storage import AnyPath
 
 if TYPE_CHECKING:
     from pbgio.index import EmbeddingIndex
+    from pbgio.index.widening import Widened
 from pbgio.topk import (
     METRICS,
     BlockScores,
     Metric,
     RankedEntity,
     VectorScorer,
+    reordered,
     rows_per_block,
     scan_partitions,
     score_column,
+    scores_one_by_one,
     text_table,
 )
 
@@ -87,11 +96,25 @@ class Neighbors:
     neighbors: list[Neighbor]
     searched: str = "exact"
     """``exact`` (every row scored), or the index that proposed the rows (then scored exactly)."""
+    admitted: AdmittedRows | None = None
+    """With a candidate filter: the rows it admits (``candidates`` counts those)."""
+    widened: Widened | None = None
+    """Through an index: how far it was asked (:meth:`pbgio.index.EmbeddingIndex.search`)."""
+
+    def shortfall(self, k: int) -> str | None:
+        """Why fewer than ``k`` neighbours passed the candidate filter through the index, or None."""
+        if self.admitted is None or self.widened is None or self.widened.complete:
+            return None
+        return self.widened.shortfall(k, "neighbours")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (a non-finite score is null)."""
+        """JSON-ready (a non-finite score is null); with a candidate filter, ``candidate_filter``
+        (and, through an index, ``index_search``: the rows asked for, proposed, passed)."""
+        filtered: dict[str, Any] = {} if self.admitted is None else {"candidate_filter": self.admitted.to_dict()}
+        if self.admitted is not None and self.widened is not None:
+            filtered["index_search"] = self.widened.to_dict()
         return {"query": self.query, "entity_type": self.entity_type, "metric": self.metric,
-                "version": self.version, "candidates": self.candidates, "searched": self.searched,
+                "version": self.version, "candidates": self.candidates, "searched": self.searched, **filtered,
                 "neighbors": [n.to_dict() for n in self.neighbors]}
 
 
@@ -120,6 +143,7 @@ def nearest_neighbors(
     index: bool = False,
     nprobe: int | None = None,
     candidates: int | None = None,
+    candidate_filter: CandidateFilter | None = None,
 ) -> list[Neighbors]:
     """The ``k`` nearest neighbours of each entity of ``names`` (of ``entity_type``; None: the
     config's only entity type), in order, by ``metric`` (None: the metric an index is built by
@@ -132,7 +156,8 @@ def nearest_neighbors(
     version (:func:`pbgio.index.build_index`) by ``metric``, whose rows hold the global embedding
     as asked, proposes ``candidates`` rows per name and they are scored exactly
     (:func:`indexed_neighbors`); without one, :class:`pbgio.index.IndexMismatchError` lists the
-    indexes there are.
+    indexes there are. With ``candidate_filter``, only the entities whose names pass it are
+    neighbours (none passing raises :class:`pbgio.candidates.NoCandidatesError`).
     """
     if k < 1:
         raise NeighborsError(f"expected k >= 1, found {k}")
@@ -155,17 +180,21 @@ def nearest_neighbors(
 
         with load_index(source, entity_type, metric=metric, add_global=add_global and source.config.global_emb,
                         nprobe=nprobe) as loaded:
-            return indexed_neighbors(loaded, names, k=k, include_self=include_self, candidates=candidates)
+            return indexed_neighbors(loaded, names, k=k, include_self=include_self, candidates=candidates,
+                                     candidate_filter=candidate_filter)
     return read_committed(source.checkpoint, lambda v: _neighbors(
-        replace(source, version=v), entity_type, list(names), k, metric, include_self, add_global, scorer_device),
-        version)
+        replace(source, version=v), entity_type, list(names), k, metric, include_self, add_global, scorer_device,
+        candidate_filter), version)
 
 
 def indexed_neighbors(index: EmbeddingIndex, names: Sequence[str], *, k: int = 10, include_self: bool = False,
-                      candidates: int | None = None) -> list[Neighbors]:
+                      candidates: int | None = None,
+                      candidate_filter: CandidateFilter | None = None) -> list[Neighbors]:
     """The ``k`` nearest neighbours of each of ``names`` through a loaded index (load it once with
     :func:`pbgio.index.open_index`, then ask as often as needed): the index proposes
-    ``candidates`` rows per name, which are scored exactly by the index's metric."""
+    ``candidates`` rows per name, which are scored exactly by the index's metric. With
+    ``candidate_filter``, the rows whose names pass it; the index is asked for more rows until
+    ``k`` pass, or it has no more (:attr:`Neighbors.widened`, :meth:`Neighbors.shortfall`)."""
     if isinstance(names, str):
         raise NeighborsError(f"expected a sequence of names, found the string {names!r} (write [{names!r}])")
     source = index.source
@@ -176,25 +205,33 @@ def indexed_neighbors(index: EmbeddingIndex, names: Sequence[str], *, k: int = 1
         if q.offset >= index.meta.partition_rows[q.partition]:
             raise _more_names_than_rows(source, index.entity_type, q.partition, index.meta.partition_rows[q.partition])
     vectors = index.rows(np.array([q.partition for q in queries]), np.array([q.offset for q in queries]))
-    found = index.top_k(vectors, k, candidates=candidates,
-                        exclude=None if include_self else [(q.partition, q.offset) for q in queries])
+    admitted = None if candidate_filter is None else candidate_filter.rows(
+        source.entity_path, index.entity_type, index.meta.partition_rows)
+    found = index.search(vectors, k, candidates=candidates, admitted=admitted,
+                         exclude=None if include_self else [(q.partition, q.offset) for q in queries])
     named = names_of(source.entity_path, index.entity_type,
-                     [Position(p, o) for best in found for _, p, o in best])
+                     [Position(p, o) for answer in found for _, p, o in answer.best])
     searched = index.describe(candidates)
-    return [Neighbors(name, index.entity_type, index.metric, index.version, index.meta.rows,
+    among = index.meta.rows if admitted is None else admitted.count
+    return [Neighbors(name, index.entity_type, index.metric, index.version, among,
                       [Neighbor(rank, named[Position(p, o)], score, p, o)
-                       for rank, (score, p, o) in enumerate(best, 1)], searched)
-            for name, best in zip(names, found, strict=True)]
+                       for rank, (score, p, o) in enumerate(answer.best, 1)], searched, admitted, answer.widened)
+            for name, answer in zip(names, found, strict=True)]
 
 
 def _neighbors(source: CheckpointVersion, entity_type: str, names: list[str], k: int, metric: Metric,
-               include_self: bool, add_global: bool, device: str) -> list[Neighbors]:
+               include_self: bool, add_global: bool, device: str,
+               candidate_filter: CandidateFilter | None) -> list[Neighbors]:
     cfg = source.config
     num_parts = cfg.num_partitions(entity_type)
     where = locate_entities(source.entity_path, entity_type, num_parts, names)
     queries = [where[name] for name in names]
     shift = global_embeddings(source, [entity_type])[entity_type] if add_global and cfg.global_emb else None
-    scorer = VectorScorer(_query_rows(source, entity_type, queries, shift), metric, device)
+    query_rows = _query_rows(source, entity_type, queries, shift)
+    scorer = VectorScorer(query_rows, metric, device)
+    admitted = None if candidate_filter is None else candidate_filter.rows(
+        source.entity_path, entity_type,
+        [source.checkpoint.embeddings_shape(entity_type, p, source.version)[0] for p in range(num_parts)])
 
     def open_partition(part: int) -> tuple[int, BlockScores]:
         num_rows = source.checkpoint.embeddings_shape(entity_type, part, source.version)[0]
@@ -204,14 +241,36 @@ def _neighbors(source: CheckpointVersion, entity_type: str, names: list[str], k:
 
     step = rows_per_block(max(cfg.entity_dimension(entity_type), len(queries)), SCORE_BUDGET, MAX_BLOCK_ROWS)
     scan = scan_partitions(range(num_parts), open_partition, k=k if include_self else k + 1, block_rows=step,
-                           queries=len(queries))
-    found = [[(s, Position(p, o)) for s, p, o in top.items() if include_self or Position(p, o) != q][:k]
-             for top, q in zip(scan.tops, queries, strict=True)]
-    named = names_of(source.entity_path, entity_type, [pos for best in found for _, pos in best])
+                           queries=len(queries), admitted=None if admitted is None else admitted.by_partition())
+    best = [[(s, p, o) for s, p, o in top.items() if include_self or Position(p, o) != q][:k]
+            for top, q in zip(scan.tops, queries, strict=True)]
+    found = _scored_one_by_one(source, entity_type, shift, metric, query_rows, best)
+    named = names_of(source.entity_path, entity_type, [Position(p, o) for mine in found for _, p, o in mine])
     return [Neighbors(name, entity_type, metric, source.version, scan.candidates,
-                      [Neighbor(rank, named[pos], score, pos.partition, pos.offset)
-                       for rank, (score, pos) in enumerate(best, 1)])
-            for name, best in zip(names, found, strict=True)]
+                      [Neighbor(rank, named[Position(p, o)], score, p, o)
+                       for rank, (score, p, o) in enumerate(mine, 1)], admitted=admitted)
+            for name, mine in zip(names, found, strict=True)]
+
+
+Scored = list[tuple[float, int, int]]
+
+
+def _scored_one_by_one(source: CheckpointVersion, entity_type: str, shift: Floats | None, metric: Metric,
+                       query_rows: Floats, found: list[Scored]) -> list[Scored]:
+    """Each query's rows ``found`` scored once more one by one (:func:`pbgio.topk.scores_one_by_one`,
+    as :meth:`pbgio.index.EmbeddingIndex.search` scores what it returns) and ordered by that score;
+    each partition's rows read once, alone."""
+    wanted = sorted({(p, o) for mine in found for _, p, o in mine})
+    rows: dict[tuple[int, int], Floats] = {}
+    for part in sorted({p for p, _ in wanted}):
+        offsets = np.array([o for p, o in wanted if p == part], np.int64)
+        values = add_global_embedding(source.checkpoint.read_embedding_rows(entity_type, part, source.version,
+                                                                            offsets), shift, entity_type)
+        rows.update({(part, int(o)): values[i] for i, o in enumerate(offsets)})
+    dimension = query_rows.shape[1]
+    return [reordered(mine, scores_one_by_one(
+        query, np.array([rows[(p, o)] for _, p, o in mine], np.float32).reshape(-1, dimension), metric).tolist())
+            for query, mine in zip(query_rows, found, strict=True)]
 
 
 def _query_rows(source: CheckpointVersion, entity_type: str, queries: list[Position], shift: Floats | None) -> Floats:

@@ -35,6 +35,18 @@ VersionOption = Annotated[int | None, typer.Option(
 DeviceOption = Annotated[str | None, typer.Option(
     "--device", help="torch device: cpu, cuda, cuda:1 … (default: cuda when the config sets num_gpus=1, else cpu).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+CandidatesOption = Annotated[list[str] | None, typer.Option(
+    "--candidates", metavar="PREFIX", help="Only entities whose name starts with PREFIX (case-sensitive) are "
+    "candidates; repeatable (any of them), and with --candidates-file (either). Exit 1 when no entity passes.",
+    show_default=False)]
+CandidatesFileOption = Annotated[str | None, typer.Option(
+    "--candidates-file", metavar="FILE", help="Only the entities named in FILE (one exact name per line, blank "
+    "lines skipped) are candidates; names of FILE that are not entities of the type are counted and said.",
+    show_default=False)]
+ProposalsOption = Annotated[int | None, typer.Option(
+    "--proposals", min=1, help="With --index: rows the index proposes per query, scored exactly (default 100; with "
+    "--candidates or --candidates-file, that many divided by the share of entities that pass, then 4 times more "
+    "while fewer than -k pass).", show_default=False)]
 NoProgress = Annotated[bool, typer.Option("--no-progress", help="Plain log lines instead of progress bars.")]
 
 
@@ -42,16 +54,18 @@ class ConfinedGroup(TyperGroup):
     """The commands of a pbg app (``typer.Typer(cls=ConfinedGroup)``): each runs in a
     :func:`pbgio.confinement.scope` that holds the paths of its own command line (every argument and
     option value, read and written where the command writes them), so that it reaches those and the
-    folders of the layout it loads, nothing else (docs/security.md)."""
+    folders of the layout it loads, nothing else (docs/security.md); and its output's reader going
+    away ends it quietly (:func:`pbgio.console.closed_pipe_ends_quietly`)."""
 
     def invoke(self, ctx: Any) -> Any:
         from pbgio import confinement
+        from pbgio.console import closed_pipe_ends_quietly
 
         tokens = getattr(ctx, "_protected_args", None)
         if tokens is None:  # click before 8.2
             tokens = ctx.protected_args
         tokens = [*tokens, *ctx.args]
-        with confinement.scope():
+        with closed_pipe_ends_quietly(), confinement.scope():
             for token in tokens[1:]:  # the first names the command
                 for named in command_line_paths(token):
                     confinement.admit(named, write=True)

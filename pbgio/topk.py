@@ -124,6 +124,7 @@ def scan_partitions(
     exclude: Mapping[int, NDArray[Any]] | None = None,
     skip: tuple[int, int] | None = None,
     at_least: Sequence[float] | None = None,
+    admitted: Mapping[int, NDArray[np.bool_]] | None = None,
 ) -> PartitionScan:
     """Score every row of ``partitions`` against ``queries`` queries, keeping the best ``k`` of each.
 
@@ -135,7 +136,11 @@ def scan_partitions(
     Left out of every query's candidates: the rows ``exclude[part]`` (known edges; those inside
     the partition are counted in ``excluded``) and the row ``skip = (part, offset)`` (a triple's
     own slot; not counted). With ``at_least`` (one threshold per query), the kept rows scoring
-    ``>=`` each query's threshold are counted (ties count against the query, as ranks do).
+    ``>=`` each query's threshold are counted (ties count against the query, as ranks do). With
+    ``admitted`` (a candidate filter: :class:`pbgio.candidates.AdmittedRows`), only the rows
+    ``admitted[part]`` marks are candidates: the others are neither scored nor counted, and
+    ``excluded`` counts the known edges among the admitted rows; a block none of whose rows is
+    admitted is skipped.
     """
     if at_least is not None and len(at_least) != queries:
         raise ValueError(f"expected one threshold per query ({queries}), found {len(at_least)}")
@@ -143,20 +148,29 @@ def scan_partitions(
                          at_least=[0] * queries if at_least is not None else [])
     for part in partitions:
         num_rows, scores_of = open_partition(part)
+        allowed = admitted.get(part) if admitted is not None else None
         drop: NDArray[np.bool_] | None = None
+        if allowed is not None:  # a row the mask does not reach is not admitted
+            drop = np.ones(num_rows, dtype=bool)
+            drop[:len(allowed)] = ~allowed[:num_rows]
         ids = exclude.get(part) if exclude is not None else None
         if ids is not None:
-            drop = np.zeros(num_rows, dtype=bool)
-            drop[ids[ids < num_rows]] = True
-            scan.excluded += int(drop.sum())
+            known = np.zeros(num_rows, dtype=bool)
+            known[ids[ids < num_rows]] = True
+            if drop is not None:
+                known &= ~drop
+            scan.excluded += int(known.sum())
+            drop = known if drop is None else drop | known
         if skip is not None and skip[0] == part:
             drop = np.zeros(num_rows, dtype=bool) if drop is None else drop
             drop[skip[1]] = True
         for start in range(0, num_rows, block_rows):
             stop = min(start + block_rows, num_rows)
+            keep = None if drop is None else ~drop[start:stop]
+            if allowed is not None and keep is not None and not keep.any():
+                continue  # no admitted row in the block: nothing to score
             block = scores_of(start, stop)
             offsets = np.arange(start, stop)
-            keep = None if drop is None else ~drop[start:stop]
             if keep is not None:
                 offsets = offsets[keep]
             scan.candidates += len(offsets)
@@ -238,6 +252,19 @@ def score_column(scores: Sequence[float], digits: int = SCORE_DIGITS) -> list[st
     return [f"{s:.{decimals}f}" for s in scores]
 
 
+def reordered(items: Sequence[tuple[float, int, int]], scores: Sequence[float]) -> list[tuple[float, int, int]]:
+    """``items`` (score, partition, offset) with their scores replaced by ``scores``, best first
+    by the rules of :class:`TopK` (equal scores: lower partition, then lower offset; NaN last).
+
+    >>> reordered([(2.0, 0, 4), (1.5, 1, 0), (1.0, 0, 2)], [1.25, 1.5, 1.5])
+    [(1.5, 0, 2), (1.5, 1, 0), (1.25, 0, 4)]
+    """
+    top = TopK(max(len(items), 1))
+    for (_, part, offset), score in zip(items, scores, strict=True):
+        top.add(np.array([score], np.float64), part, np.array([offset]))
+    return top.items()
+
+
 class VectorScorer:
     """Exact scores of queries against blocks of rows by ``cos`` or ``dot``, ``[queries, rows]``
     (float32, returned on the CPU; computed by numpy on ``cpu``, by torch on ``cuda``)."""
@@ -270,3 +297,18 @@ class VectorScorer:
             block = block / block.norm(dim=1, keepdim=True).clamp_min(NORM_CLAMP)
         out: Floats = (self.queries @ block.T).cpu().numpy()
         return out
+
+
+def scores_one_by_one(query: Floats, rows: Floats, metric: Metric) -> NDArray[np.float64]:
+    """The score of each of ``rows`` against one ``query`` vector, each row scored alone on the
+    CPU (:class:`VectorScorer`, float32): a row's score does not depend on the rows scored with it,
+    so the same row gets the same score whichever search found it (a block's matrix product
+    may round a score differently with other rows beside it). The scores printed by
+    ``pbgio neighbors``, exact or through an index.
+
+    >>> rows = np.array([[3.0, 4.0], [1.0, 0.0]], np.float32)
+    >>> scores_one_by_one(np.array([1.0, 0.0], np.float32), rows, "cos").tolist()
+    [0.6000000238418579, 1.0]
+    """
+    scorer = VectorScorer(np.asarray(query, np.float32).reshape(1, -1), metric, "cpu")
+    return np.array([scorer(rows[i:i + 1])[0, 0] for i in range(len(rows))], np.float64)

@@ -33,6 +33,15 @@ class OperatorInit(str, enum.Enum):
     random = "random"
 
 
+class UnknownFeatures(str, enum.Enum):
+    """What ``pbgtrain predict`` does with the features of a bag that its featurized type's
+    dictionary lacks (``--unknown``): fail, naming them (``error``, the default), or skip them and
+    list them in the answer (``ignore``), as ``pbgio embed --unknown`` does."""
+
+    error = "error"
+    ignore = "ignore"
+
+
 class StepKind(str, enum.Enum):
     """The training step (``--step``): the softmax over negatives as attention where it applies
     on a GPU and the score matrices elsewhere (``auto``: on a CPU they are the faster), or either

@@ -23,15 +23,18 @@ from pbgio.options import (
     RELATIVE_TO_CONFIG,
     AsJson,
     BaseOption,
+    CandidatesFileOption,
+    CandidatesOption,
     ConfigArg,
     ConfinedGroup,
     NoProgress,
     Overrides,
+    ProposalsOption,
     VersionOption,
 )
 from pbgio.options import DeviceOption as Device
 from pbgio.progress import progress_wanted
-from pbgtrain.choices import OperatorInit, PrecisionChoice, StepKind
+from pbgtrain.choices import OperatorInit, PrecisionChoice, StepKind, UnknownFeatures
 
 app = typer.Typer(
     name="pbgtrain",
@@ -101,7 +104,10 @@ def fit(
     base: BaseOption = None,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip validating the input layout.")] = False,
     max_minutes: Annotated[float | None, typer.Option(
-        help="Stop after the first committed checkpoint past this many minutes of training.")] = None,
+        help="Stop after the first committed checkpoint past this many minutes of training. A new checkpoint "
+        "takes more edge chunks than the config's when an iteration would train longer than a tenth of this "
+        "(the step's rate measured first; said on a line): the run of -p num_edge_chunks=K, resumed with "
+        "K.")] = None,
     max_iterations: Annotated[int | None, typer.Option(
         help="Stop after committing this many iterations (edge chunks); run again to continue.")] = None,
     no_progress: NoProgress = False,
@@ -140,6 +146,11 @@ def fit(
         "--valid-sample", metavar="N", help="With --valid: rank a sample of N of the validation edges instead of "
         "all (drawn uniformly without repeats by --seed, the same edges at every evaluation; a validation costs "
         "about its edges × the entities ranked). Each validation line and record says so.")] = None,
+    last_share: Annotated[float | None, typer.Option(
+        "--last-validation-share", metavar="F", help="With --valid and --max-minutes: past the time cap, the last "
+        "version is validated all the same when its validation is expected (from the run's earlier ones) to take "
+        "less than F × an epoch of training, so that best/ holds the best version; else the last line says which "
+        "version was never validated and what best/ holds. 0: never. [default: 0.1]")] = None,
 ) -> None:
     """Train: resume from the latest committed checkpoint, commit one version per edge chunk.
 
@@ -151,12 +162,14 @@ def fit(
     from pbgtrain.train import fit as run_fit
 
     layout = _load(config, param, base)
-    if valid is None and (filter_paths or patience is not None or lr_decay is not None or valid_sample is not None):
-        print_error("--filter, --patience, --lr-decay and --valid-sample go with --valid PATH (the validation edge "
-                    "path)")
+    if valid is None and (filter_paths or patience is not None or lr_decay is not None or valid_sample is not None
+                          or last_share is not None):
+        print_error("--filter, --patience, --lr-decay, --valid-sample and --last-validation-share go with --valid PATH "
+                    "(the validation edge path)")
         raise typer.Exit(EXIT_USAGE)
-    validation = None if valid is None else ValidationOptions(valid, tuple(filter_paths or ()), eval_every, patience,
-                                                              lr_decay, lr_patience, valid_sample)
+    validation = None if valid is None else ValidationOptions(
+        valid, tuple(filter_paths or ()), eval_every, patience, lr_decay, lr_patience, valid_sample,
+        **({} if last_share is None else {"last_share": last_share}))
     options = FitOptions(device=device, seed=seed, check_layout=not no_validate,
                          interactive=progress_wanted(no_progress),
                          max_seconds=None if max_minutes is None else max_minutes * 60,
@@ -223,7 +236,12 @@ def evaluate(
         "eval_num_batch_negs + eval_num_uniform_negs sampled candidates (implied by --filter).")] = False,
     version: VersionOption = None,
     device: Device = None,
-    seed: Annotated[int, typer.Option(help="Seed of sampled candidates.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of sampled candidates and of --sample.")] = 0,
+    sample: Annotated[int | None, typer.Option(
+        "--sample", metavar="N", min=1, help="Rank a sample of N of the edges instead of all (drawn uniformly "
+        "without repeats by --seed: the same edges at every run, as fit's --valid-sample draws them). The result "
+        "line and --json say so. Before ranking, a line on stderr says the edges × candidates and the time to "
+        "expect.", show_default=False)] = None,
     per_relation: Annotated[bool, typer.Option(
         "--per-relation", help="Also the figures of each relation's edges (a table after the summary; "
         "\"per_relation\" with --json). With dynamic relations, ranks against all entities (--all-entities or "
@@ -243,7 +261,7 @@ def evaluate(
         filters = [layout.existing_dir(f, "--filter") for f in filter_paths or []]
     options = EvalOptions(edge_paths=edge_paths, filter_paths=filters, all_entities=all_entities or bool(filters),
                           version=version, device=device, seed=seed, interactive=progress_wanted(no_progress),
-                          per_relation=per_relation)
+                          per_relation=per_relation, sample=sample, watched=True)
     with exit_codes(on_interrupt=lambda: None):
         opened = layout.open_checkpoint(version, model=True)  # a missing checkpoint stops here, before warnings
         for path in map(printable, trained_on(opened, options.edge_paths)):
@@ -302,6 +320,13 @@ def predict(
     rhs: Annotated[str | None, typer.Option(
         "--rhs", help="Name of the right-hand entity: rank the lhs candidates of (REL, RHS); with --lhs too, "
         "score the triple and rank it on both sides.")] = None,
+    lhs_features: Annotated[str | None, typer.Option(
+        "--lhs-features", help="A bag of features on the lhs, where the relation's lhs type is featurized (names "
+        "of its feature dictionary, separated by --feature-separator; e.g. the words of a new document): rank the "
+        "rhs candidates (a plain type) for it, as the model scores an entity made of these features.")] = None,
+    rhs_features: Annotated[str | None, typer.Option(
+        "--rhs-features", help="A bag of features on the rhs, where the relation's rhs type is featurized: rank "
+        "the lhs candidates for it (as --lhs-features).")] = None,
     k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="Candidates to list.")] = 10,
     filter_paths: Annotated[list[str] | None, typer.Option(
         "--filter", help="Edge directory whose edges are known true: candidates forming one with the query are "
@@ -316,7 +341,16 @@ def predict(
     queries: Annotated[str | None, typer.Option(
         "--queries", help="File of top-k queries (- for stdin), one per line, separated by --delimiter: lhs, rel "
         "and an empty rhs rank rhs candidates (lhs<TAB>rel<TAB>), an empty lhs, rel and rhs rank lhs ones; "
-        "answered with one loaded model (and index); TSV output with a header.")] = None,
+        "where the given side's type is featurized, its field is a bag of features (separated by "
+        "--feature-separator: one bag a line); answered with one loaded model (and index); TSV output with a "
+        "header.")] = None,
+    feature_separator: Annotated[str, typer.Option(
+        "--feature-separator", help="What separates the features of --lhs-features, --rhs-features and of a "
+        "featurized field of --queries (default: runs of whitespace, as pbgio embed splits bags).")] = "",
+    unknown: Annotated[UnknownFeatures | None, typer.Option(
+        "--unknown", help="Features of a bag that the featurized type's dictionary lacks: fail, naming them "
+        "(error, the default), or skip them (ignore: the output lists those skipped). A bag left without features "
+        "fails either way.")] = None,
     index: Annotated[bool, typer.Option(
         "--index", help="Top-k through the candidate type's index by the model's metric (pbgio index build): the "
         "query is moved through the relation's operator, the index proposes candidates, the model scores them "
@@ -325,9 +359,9 @@ def predict(
         "no index has its metric, every candidate is scored (and the output says why).")] = False,
     nprobe: Annotated[int | None, typer.Option(
         "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
-    candidates: Annotated[int | None, typer.Option(
-        "--candidates", min=1, help="With --index: candidates the index proposes, scored exactly (default 100).")
-    ] = None,
+    proposals: ProposalsOption = None,
+    candidates: CandidatesOption = None,
+    candidates_file: CandidatesFileOption = None,
     exclude_self: Annotated[bool, typer.Option(
         "--exclude-self", help="Top-k: leave the query entity itself out of the candidates (when it is of their "
         "type).")] = False,
@@ -340,20 +374,20 @@ def predict(
     """Score by name: the top-k entities for (entity, relation), a triple's ranks, or the scores of triples.
 
     Uses the model's own operator and comparator; every partition of the candidate type is ranked,
-    or, with --index, the candidates its index proposes.
+    or, with --index, the candidates its index proposes. A featurized side is given as a bag of
+    features (--lhs-features, --rhs-features), and the other side's table is ranked for it.
     """
-    if triples is not None and (lhs is not None or rel is not None or rhs is not None or filter_paths):
-        print_error("--triples scores the triples of a file: give it without --lhs, --rel, --rhs and --filter")
-        raise typer.Exit(EXIT_USAGE)
-    if queries is not None and (lhs is not None or rel is not None or rhs is not None or triples is not None):
-        print_error("--queries answers the top-k queries of a file: give it without --lhs, --rel, --rhs and "
-                    "--triples")
-        raise typer.Exit(EXIT_USAGE)
-    if (nprobe is not None or candidates is not None) and not index:
-        print_error("--nprobe and --candidates apply to --index searches")
-        raise typer.Exit(EXIT_USAGE)
-    if index and (triples is not None or (lhs is not None and rhs is not None)):
-        print_error("--index applies to top-k queries (--lhs or --rhs, or --queries), not to scoring triples")
+    from pbgio.candidates import CandidateFilter, old_form_proposals
+    from pbgtrain.predict_options import PredictChoices, usage_problem
+
+    with exit_codes():
+        if (old_form := old_form_proposals(candidates, candidates_file, index, proposals)) is not None:
+            proposals, candidates = old_form, None
+    problem = usage_problem(PredictChoices(
+        lhs, rhs, rel, lhs_features, rhs_features, triples, queries, bool(filter_paths), feature_separator, unknown,
+        index, nprobe, proposals, bool(candidates), candidates_file is not None))
+    if problem:
+        print_error(problem)
         raise typer.Exit(EXIT_USAGE)
     from pbgio.fields import parse_delimiter
 
@@ -362,12 +396,17 @@ def predict(
     except ValueError as exc:
         print_error(f"--delimiter: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
+
+    with exit_codes():
+        only = CandidateFilter.from_options(candidates, candidates_file)
     if queries is not None:
         _predict_batch(config, queries, separator, k=k, filter_paths=filter_paths or [], index=index, nprobe=nprobe,
-                       candidates=candidates, param=param, version=version, device=device, base=base,
-                       as_json=as_json, exclude_self=exclude_self)
+                       candidates=proposals, candidate_filter=only, param=param, version=version, device=device,
+                       base=base, as_json=as_json, exclude_self=exclude_self, feature_separator=feature_separator,
+                       unknown=(unknown or UnknownFeatures.error).value)
         return
-    if triples is None and (rel is None or (lhs is None and rhs is None)):
+    if triples is None and (rel is None or (lhs is None and rhs is None)) and lhs_features is None \
+            and rhs_features is None:
         print_error("give --rel and --lhs (rank rhs candidates), --rhs (rank lhs candidates) or both (rank the "
                     "triple); or --triples FILE, or --queries FILE")
         raise typer.Exit(EXIT_USAGE)
@@ -382,6 +421,11 @@ def predict(
     from pbgio.errors import MissingArtifactError
     from pbgtrain import predict as pred
 
+    where, bag = ("--lhs-features", lhs_features) if lhs_features is not None else ("--rhs-features", rhs_features)
+    features = None if bag is None else pred.split_features(bag, feature_separator)
+    if features == []:
+        print_error(f"{where}: expected at least one feature, found none")
+        raise typer.Exit(EXIT_USAGE)
     parsed = None
     if triples is not None:
         with exit_codes(usage=(MissingArtifactError,)):  # a missing input is a usage error, as for embed
@@ -400,8 +444,10 @@ def predict(
         else:
             assert rel is not None
             result = pred.top_k(layout, lhs=lhs, rel=rel, rhs=rhs, k=k, filter_paths=filters, version=version,
-                                device=device, index=index, nprobe=nprobe, candidates=candidates,
-                                exclude_self=exclude_self)
+                                device=device, index=index, nprobe=nprobe, candidates=proposals,
+                                candidate_filter=only, exclude_self=exclude_self,
+                                **{"lhs_features" if lhs_features is not None else "rhs_features": features},
+                                unknown=(unknown or UnknownFeatures.error).value, where=where)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -414,9 +460,23 @@ def predict(
         typer.echo(table)
 
 
+def _shortfall_notes(results: list[Any]) -> None:
+    """On stderr, a note for each top-k of ``--queries`` that found fewer than k candidates passing
+    the candidate filter through the index."""
+    from pbgio.console import stderr_console
+
+    for number, ranking in enumerate(results, 1):
+        short = ranking.shortfall()
+        if short is not None:
+            stderr_console().print(f"note: query {number}: {short}; without --index every candidate is scored",
+                                   soft_wrap=True, markup=False)
+
+
 def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_paths: list[str], index: bool,
-                   nprobe: int | None, candidates: int | None, param: list[str] | None, version: int | None,
-                   device: str | None, base: str | None, as_json: bool, exclude_self: bool) -> None:
+                   nprobe: int | None, candidates: int | None, candidate_filter: Any, param: list[str] | None,
+                   version: int | None,
+                   device: str | None, base: str | None, as_json: bool, exclude_self: bool, feature_separator: str,
+                   unknown: Any) -> None:
     """``predict --queries``: every top-k query of a file, from one loaded model (and index)."""
     from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgtrain import predict as pred
@@ -432,8 +492,10 @@ def _predict_batch(config: str, source: str, separator: str, *, k: int, filter_p
             pred.Predictor(layout, version=version, device=device, index=index, nprobe=nprobe,
                            candidates=candidates) as predictor:
         for query in parsed:
-            results.append(predictor.top_k(rel=query.rel, lhs=query.lhs, rhs=query.rhs, k=k, filter_paths=filters,
-                                           exclude_self=exclude_self))
+            results.append(predictor.answer(query, k=k, filter_paths=filters, exclude_self=exclude_self,
+                                            feature_separator=feature_separator, unknown=unknown,
+                                            candidate_filter=candidate_filter))
+    _shortfall_notes(results)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in results], indent=2))
         return

@@ -2,14 +2,19 @@
 
 Every ``every`` epochs (and after the last iteration of the plan) the version just committed is
 evaluated on the validation edge path with the filtered protocol (all entities as candidates,
-known edges of the filter paths left out: :func:`pbgtrain.evaluate.evaluate_checkpoint`). Then:
+known edges of the filter paths left out: :func:`pbgtrain.evaluate.evaluate_checkpoint`, the
+ranking of ``pbgtrain eval --filter``). Featurized entity types have no table to rank against: their
+sides are left out and the plain sides of their relations ranked, as ``eval --filter`` does; only
+when no relation has a plain side to rank, the sampled protocol (same-batch candidates) instead
+(:func:`validation_filters`; a line before training says which: :func:`validation_note`). Then:
 
 * **best version**: a version whose validation MRR beats every earlier one is kept in
   ``checkpoint_path/best/`` (:func:`pbgio.keep.keep_version`), a checkpoint directory of its
   own that later commits never remove: evaluate or export it with ``-p checkpoint_path=…/best``;
 * **early stopping** (``patience`` P): the run stops after P evaluations in a row without a
   better MRR (a run stopped by another rule, ``--max-iterations``, has its last version evaluated
-  too; past ``--max-minutes`` no evaluation starts once a best version is kept);
+  too; past ``--max-minutes``, once a best version is kept, only when its validation is expected to
+  take less than ``last_share`` of an epoch: :func:`validate_past_cap`);
 * **a sample** (``sample`` N, ``--valid-sample``): N of the validation edges, drawn uniformly
   without repeats by the run's seed, the same at every evaluation, are ranked instead of all;
 * **learning-rate decay on a plateau** (``lr_decay`` F, ``lr_patience`` Q): after Q evaluations
@@ -49,9 +54,12 @@ from pbgio.keep import keep_version
 from pbgio.layout import Layout
 from pbgio.spec import naming
 from pbgio.spec.stats import EXTRA_KEY
+from pbgio.storage import AnyPath
 from pbgtrain.checkpointing import iteration_keys
 from pbgtrain.evaluate import EvalOptions, EvalResult, evaluate_checkpoint
-from pbgtrain.training.fit_plan import ValidationOptions
+from pbgtrain.featurized_ranking import not_ranked, same_batch_only, table_sides
+from pbgtrain.ranking_watch import edges_ranked
+from pbgtrain.training.fit_plan import ValidationOptions, sampled_validation_reason
 from pbgtrain.training.records import IterationRecord
 from pbgtrain.validation_log import RECORD_KEY, STOP_PREFIX, validation_records
 
@@ -121,8 +129,12 @@ class ValidationRule:
     ``evaluate(version)`` ranks the validation edges; ``scale_lr(scale)`` sets the trainer's learning
     rates to ``scale`` × the config's; ``log`` reports a line. Records go to ``checkpoint``'s
     ``training_stats.json``, the best version to its ``best/``. ``past_time_cap()`` says whether
-    ``--max-minutes`` has passed: then no evaluation starts, unless none has kept a best version
-    yet. ``seconds`` adds up the time of the evaluations (ranking, keeping the best, recording).
+    ``--max-minutes`` has passed: then the run stops after this version, which is validated only
+    when no version has been kept as the best yet, or when its validation is expected to take less
+    than ``options.last_share`` of an epoch (:func:`validate_past_cap`: the validations of this
+    run, or else those recorded before it, against this run's iterations times ``epoch_iterations``);
+    else ``never_validated`` says which version was not and what ``best/`` holds. ``seconds`` adds
+    up the time of the evaluations (ranking, keeping the best, recording).
     """
 
     options: ValidationOptions
@@ -137,12 +149,19 @@ class ValidationRule:
     evaluated: int = 0  # the version evaluated last (or skipped past the time cap)
     evaluations: int = 0  # in this run
     seconds: float = 0.0  # of this run's evaluations
+    epoch_iterations: int = 1  # iterations of an epoch (edge paths × edge chunks)
+    iteration_seconds: list[float] = field(default_factory=list)  # training time of this run's iterations
+    validation_seconds: list[float] = field(default_factory=list)  # of this run's validations, each
+    recorded_seconds: list[float] = field(default_factory=list)  # of the validations recorded before this run
+    never_validated: str | None = None  # the last version, skipped past the time cap, and what best/ holds
 
     def resume(self) -> None:
         """Carry on from the records of the versions committed so far."""
         committed = self.checkpoint.read_version()
         history = validation_records(self.checkpoint.read_stats(), self.options.edge_path, committed)
         self.state = ValidationState.from_records(history)
+        self.recorded_seconds = [float(r["seconds"]) for r in history
+                                 if isinstance(r.get("seconds"), int | float) and not isinstance(r["seconds"], bool)]
         if self.state.lr_scale != 1.0:
             self.scale_lr(self.state.lr_scale)
             self.log(f"validation: learning rates × {self.state.lr_scale:.6g}, as decayed before the resume")
@@ -156,11 +175,12 @@ class ValidationRule:
         return every_nth or record.version >= self.plan_length
 
     def should_stop(self, record: IterationRecord) -> str | None:
+        self.iteration_seconds.append(record.training_seconds)
         return self._evaluate(record) if self.due(record) else None
 
     def stopping(self, record: IterationRecord) -> None:
         """Another rule stops the run (``--max-minutes``, ``--max-iterations``): the last version is
-        evaluated too (past the time cap only when no version has been kept as the best yet)."""
+        evaluated too (past the time cap, see the class doc)."""
         if self.evaluated != record.version:
             self._evaluate(record)
 
@@ -168,9 +188,18 @@ class ValidationRule:
         """Evaluate ``record``'s version, act on it, record it; why to stop (None: go on)."""
         self.evaluated = record.version
         if self.state.best_version and self.past_time_cap():
-            self.log(f"validation after version {record.version} skipped: past the time cap (--max-minutes); "
-                     f"best/ keeps version {self.state.best_version} (MRR {self.state.best_mrr:.4f})")
-            return None
+            measured = self.validation_seconds or self.recorded_seconds
+            expected = sum(measured) / len(measured) if measured else None  # this run's, else recorded ones
+            epoch = sum(self.iteration_seconds) / max(len(self.iteration_seconds), 1) * self.epoch_iterations
+            validate, why = validate_past_cap(expected, epoch, self.options.last_share)
+            if not validate:
+                kept = f"version {self.state.best_version} (MRR {self.state.best_mrr:.4f})"
+                self.log(f"validation after version {record.version} skipped: past the time cap (--max-minutes); "
+                         f"best/ keeps {kept}; {why}")
+                self.never_validated = f"version {record.version} never validated, best/ holds {kept}"
+                return None
+            self.log(f"validation after version {record.version}, the last: past the time cap (--max-minutes), "
+                     f"validated all the same: {why}")
         started = time.perf_counter()
         result = self.evaluate(record.version)
         metrics = result.metrics
@@ -190,6 +219,7 @@ class ValidationRule:
                                      "seconds": round(seconds, 3),
                                      "decision": decision.decision, **self.state.to_record()}}}])
         self.evaluations += 1
+        self.validation_seconds.append(seconds)
         self.seconds += time.perf_counter() - started
         best = "" if decision.best else \
             f" (best: version {self.state.best_version}, MRR {self.state.best_mrr:.4f})"
@@ -211,11 +241,11 @@ class ValidationRule:
 def checkpoint_evaluator(layout: Layout, options: ValidationOptions, device: str | None,
                          seed: int) -> Callable[[int], EvalResult]:
     """``evaluate(version)``: the filtered ranking of ``options.edge_path`` (its ``sample``: the
-    same edges at every version) by that version."""
+    same edges at every version) by that version, against :func:`validation_filters` (none: the
+    sampled ranking among same-batch candidates)."""
     valid = layout.path(options.edge_path)
-    filters = [layout.path(p) for p in options.filter_paths] or [*layout.edge_paths, valid]
-    eval_options = EvalOptions(edge_paths=[valid], filter_paths=filters, device=device, seed=seed,
-                               sample=options.sample)
+    eval_options = EvalOptions(edge_paths=[valid], filter_paths=validation_filters(layout, options), device=device,
+                               seed=seed, sample=options.sample)
 
     def evaluate(version: int) -> EvalResult:
         return evaluate_checkpoint(layout, replace(eval_options, version=version))
@@ -223,10 +253,49 @@ def checkpoint_evaluator(layout: Layout, options: ValidationOptions, device: str
     return evaluate
 
 
-def edges_ranked(count: int, sampled_from: int | None) -> str:
-    """What a validation ranked: its edges, or the sample of them.
+def validate_past_cap(expected: float | None, epoch: float, share: float) -> tuple[bool, str]:
+    """Whether the last version of a run stopped by its time cap is validated all the same (once a
+    best version is kept): when its validation, ``expected`` seconds (None: no validation measured
+    yet), is to take less than ``share`` of an ``epoch``'s training seconds; and why, in words.
 
-    >>> edges_ranked(40, None), edges_ranked(500, 3_034)
-    ('40 edges', 'a sample of 500 of 3,034 edges')
+    >>> validate_past_cap(4.0, 80.0, 0.1)
+    (True, 'its validation is expected to take 4.00 s, less than 0.1 × an epoch of training (80.0 s)')
+    >>> validate_past_cap(40.0, 80.0, 0.1)[0], validate_past_cap(None, 80.0, 0.1)
+    (False, (False, 'no validation measured to expect its time from'))
     """
-    return f"{count:,} edges" if sampled_from is None else f"a sample of {count:,} of {sampled_from:,} edges"
+    if expected is None:
+        return False, "no validation measured to expect its time from"
+    relation = "less than" if expected < share * epoch else "not less than"
+    return expected < share * epoch, (f"its validation is expected to take {expected:.2f} s, {relation} {share:g} × "
+                                      f"an epoch of training ({epoch:.1f} s)")
+
+
+def validation_filters(layout: Layout, options: ValidationOptions) -> list[AnyPath]:
+    """The filter paths ``--valid`` ranks with, those of ``pbgtrain eval --filter``: ``--filter``'s,
+    by default the config's ``edge_paths`` and the validation path; none when featurized types leave
+    no side to rank against all entities (:func:`pbgtrain.featurized_ranking.same_batch_only`: the
+    sampled protocol of ``eval`` without ``--filter``, which ``fit`` refuses ``--filter`` with)."""
+    if same_batch_only(layout.config):
+        return []
+    return [layout.path(p) for p in options.filter_paths] or [*layout.edge_paths, layout.path(options.edge_path)]
+
+
+def validation_note(layout: Layout, options: ValidationOptions) -> str | None:
+    """The run's line on how ``--valid`` ranks where featurized entity types take a side that takes
+    negatives (None where none does: it ranks as without them): the sides ranked against all
+    entities and the filter paths, as ``pbgtrain eval --filter`` ranks, and the featurized sides not
+    ranked; or same-batch candidates, when no relation has a plain side to rank (each validation
+    line states the protocol)."""
+    cfg = layout.config
+    if same_batch_only(cfg):
+        return f"validation: {sampled_validation_reason(cfg.featurized_types())} (each validation line states " \
+               "the protocol)"
+    left_out = not_ranked(cfg)
+    if not left_out:
+        return None
+    ranked = table_sides(cfg)
+    sides = "both sides" if len(ranked) == 2 else f"the {ranked[0]} side"
+    filters = "+".join(p.name for p in validation_filters(layout, options))  # (named as eval --filter names them)
+    return (f"validation: --valid ranks {sides} against all entities, filtered (against {filters}), as pbgtrain eval "
+            f"--filter ranks; not ranked: {', '.join(n.describe() for n in left_out)} (each validation line "
+            "states the protocol)")

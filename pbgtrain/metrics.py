@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -44,14 +44,30 @@ HITS_AT: tuple[int, ...] = (1, 3, 10, 50)
 # --------------------------------------------------------------------------- protocol
 
 
+class NotRanked(NamedTuple):
+    """A side left out of ranking against every entity: its entity type is featurized (bags of
+    features, no table of entities). ``relation`` is None with dynamic relations (every id)."""
+
+    relation: str | None
+    side: Side
+    entity_type: str
+
+    def describe(self) -> str:
+        relation = "every relation" if self.relation is None else repr(self.relation)
+        return f"the {self.side} side of {relation} ({self.entity_type!r} is featurized: its bags have no table to " \
+               "rank against)"
+
+
 @dataclass(frozen=True)
 class EvalProtocol:
-    """How ranks were obtained: raw or filtered, against which candidates, on which sides."""
+    """How ranks were obtained: raw or filtered, against which candidates, on which sides
+    (``not_ranked``: the featurized sides left out when ranking against every entity)."""
 
     filtered: bool
     candidates: str
     sides: tuple[Side, ...] = SIDES
     filter_sources: tuple[str, ...] = ()
+    not_ranked: tuple[NotRanked, ...] = ()
 
     @classmethod
     def all_entities(cls, num_entities: int, *, filtered: bool, sides: Sequence[Side] = SIDES,
@@ -85,6 +101,8 @@ class EvalProtocol:
             sides = f"{self.sides[0]} side only"
         else:
             sides = "no side"
+        if self.not_ranked:
+            sides += f"; not ranked: {', '.join(n.describe() for n in self.not_ranked)}"
         return f"{kind}, {self.candidates}, {sides}"
 
     def __str__(self) -> str:
@@ -245,8 +263,11 @@ class RankingMetrics:
         return {side: {"count": m.count, "metrics": _finite(m.values())} for side, m in self.per_side.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        """The stats object plus the protocol and the per-side values (``pbgtrain eval --json``)."""
-        return {**self.to_stats(), "protocol": self.protocol.describe(), "per_side": self.per_side_stats()}
+        """The stats object plus the protocol and the per-side values (``pbgtrain eval --json``); with
+        featurized sides left out, the sides ranked and those not ranked."""
+        out = {**self.to_stats(), "protocol": self.protocol.describe(), "per_side": self.per_side_stats()}
+        return out | ({"sides_ranked": list(self.protocol.sides), "not_ranked": [
+            n._asdict() | {"why": "featurized"} for n in self.protocol.not_ranked]} if self.protocol.not_ranked else {})
 
     def format(self, hits: Sequence[int] | None = None) -> str:
         """One line: the metrics, then the protocol and the number of edges."""

@@ -17,12 +17,14 @@ import torch
 
 from pbgio.config import ConfigSchema
 from pbgio.topk import rows_per_block
+from pbgtrain.featurized_ranking import negative_sides, not_ranked, table_sides
 from pbgtrain.metrics import SIDES, EvalProtocol, FilterIndex, RankingAccumulator
 from pbgtrain.model import (
     MASKED_SCORE,
     BucketEdges,
     EmbeddingModel,
     EntityTable,
+    FeatureBags,
     ModelSpec,
     eval_step,
     score_candidates,
@@ -101,6 +103,24 @@ class EvalPlan:
         return cls(num_batch_negs, neg.num_uniform_negs, every_entity, protocol, config.batch_size,
                    config.dynamic_relations, tuple(spec.featurized_sides(r) for r in config.relations), held_out)
 
+    def edges_per_step(self, lhs_t: EntityTable, rhs_t: EntityTable) -> int:
+        """The edges :meth:`rank` takes at once with these tables: a block ranked against every entity
+        (:func:`all_entities_batch`), else a batch. Ranking edges in pieces of whole steps gives the
+        figures of one call (the same batches, the same draws)."""
+        if self.every_entity and not self.with_loss:
+            return all_entities_batch(max(lhs_t.num_entities, rhs_t.num_entities))
+        return self.batch_size
+
+    def candidates(self, r: int, sides: Sequence[str], lhs_entities: int, rhs_entities: int) -> list[int]:
+        """The candidates an edge of the config's relation ``r`` is ranked against, on each of ``sides``
+        that :meth:`rank` ranks, its lhs and rhs tables holding ``lhs_entities`` and ``rhs_entities``:
+        against every entity, those of the side's table (a featurized side has none: not ranked);
+        sampled, the batch negatives, and the uniform ones but on a featurized side."""
+        featurized: dict[str, bool] = dict(zip(SIDES, self.featurized_sides[r], strict=True))
+        if self.every_entity:
+            return [lhs_entities if side == "lhs" else rhs_entities for side in sides if not featurized[side]]
+        return [self.num_batch_negs + (0 if featurized[side] else self.num_uniform_negs) for side in sides]
+
     @torch.no_grad()
     def rank(self, acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
              edges: BucketEdges, sel: torch.Tensor, r: int, generator: torch.Generator,
@@ -110,15 +130,17 @@ class EvalPlan:
         ``rhs_t``; sampled negatives are drawn from ``generator``, batch by batch, and against every
         entity the candidates forming a known edge of ``filter_index`` are left out."""
         if self.every_entity and not self.with_loss:
-            rank_all_entities(acc, model, lhs_t, rhs_t, edges.lhs[sel], edges.rel[sel] if self.dynamic_relations else r,
-                              edges.rhs[sel], filter_index)
+            whole = edges.batch(sel, edges.rel[sel] if self.dynamic_relations else r, *self.featurized_sides[r])
+            rank_all_entities(acc, model, lhs_t, rhs_t, whole.lhs, whole.rel, whole.rhs, filter_index,
+                              lhs_bags=whole.lhs_bags, rhs_bags=whole.rhs_bags)
             return
         for start in range(0, len(sel), self.batch_size):
             part = sel[start:start + self.batch_size]
             batch = edges.batch(part, edges.rel[part] if self.dynamic_relations else r, *self.featurized_sides[r])
             result = eval_step(model, lhs_t, rhs_t, batch, generator=generator)
             if self.every_entity:  # the loss is the sampled objective's; the ranks are exact
-                rank_all_entities(acc, model, lhs_t, rhs_t, batch.lhs, batch.rel, batch.rhs, filter_index)
+                rank_all_entities(acc, model, lhs_t, rhs_t, batch.lhs, batch.rel, batch.rhs, filter_index,
+                                  lhs_bags=batch.lhs_bags, rhs_bags=batch.rhs_bags)
             else:
                 add_negative_scores(acc, result.scores)
             acc.add_loss(result.loss, result.count)
@@ -128,7 +150,7 @@ def _eval_protocol(spec: ModelSpec, config: ConfigSchema, counts: Collection[int
                    num_batch_negs: int, filter_sources: Sequence[str]) -> EvalProtocol:
     """What ``pbgtrain eval`` states of its ranks: on the sides that take negatives, the sampled
     ones (a featurized side's batch negatives only), or every entity (filtered with filter paths)."""
-    sides = tuple(s for s in SIDES if not getattr(config, f"disable_{s}_negs"))
+    sides = negative_sides(config)
     if not every_entity:
         neg = spec.eval_negatives
         sampled = EvalProtocol.sampled(num_batch_negs, neg.num_uniform_negs, sides=sides)
@@ -138,10 +160,11 @@ def _eval_protocol(spec: ModelSpec, config: ConfigSchema, counts: Collection[int
     sizes = sorted(set(counts))
     size = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}–{sizes[-1]:,}"
     partitioned = any(e.num_partitions > 1 for e in config.entities.values())
-    protocol = EvalProtocol.all_entities(0, filtered=bool(filter_sources), sides=sides, filter_sources=filter_sources)
+    protocol = EvalProtocol.all_entities(0, filtered=bool(filter_sources), sides=table_sides(config),
+                                         filter_sources=filter_sources)  # (featurized: no table, not ranked)
     what = f"all {size} entities of the partition as candidates" if partitioned \
         else f"all {size} entities as candidates"
-    return EvalProtocol(protocol.filtered, what, protocol.sides, protocol.filter_sources)
+    return EvalProtocol(protocol.filtered, what, protocol.sides, protocol.filter_sources, not_ranked(config))
 
 
 def add_negative_scores(acc: RankingAccumulator, scores: Any) -> None:
@@ -165,16 +188,24 @@ def all_entities_batch(num_candidates: int) -> int:
 @torch.no_grad()
 def rank_all_entities(acc: RankingAccumulator, model: EmbeddingModel, lhs_t: EntityTable, rhs_t: EntityTable,
                       lhs: torch.Tensor, rel: int | torch.Tensor, rhs: torch.Tensor,
-                      filter_index: FilterIndex | None = None) -> None:
+                      filter_index: FilterIndex | None = None, *, lhs_bags: FeatureBags | None = None,
+                      rhs_bags: FeatureBags | None = None) -> None:
     """Rank each edge (lhs, rel, rhs) against every entity of the corrupted side's table, leaving
-    out the positive's own column and, with ``filter_index``, every candidate forming a known edge."""
+    out the positive's own column and, with ``filter_index``, every candidate forming a known edge.
+    A featurized side comes as its bags (``lhs_bags``, ``rhs_bags``): it is not ranked (it has no
+    table), the other side is ranked for its bags; its ids then only key the filter
+    (:func:`pbgtrain.featurized_ranking.keyed_filter`)."""
     rows = all_entities_batch(max(lhs_t.num_entities, rhs_t.num_entities))
+    sides = [s for s in acc.protocol.sides if (lhs_bags if s == "lhs" else rhs_bags) is None]
     for start in range(0, len(lhs), rows):
         end = start + rows
         b_lhs, b_rhs = lhs[start:end], rhs[start:end]
         b_rel: int | torch.Tensor = rel if isinstance(rel, int) else rel[start:end]
-        for side in acc.protocol.sides:
-            pos, cand = score_candidates(model, lhs_t, rhs_t, b_lhs, b_rel, b_rhs, side)
+        block = torch.arange(start, min(end, len(lhs)), device=lhs.device)
+        b_lhs_bags, b_rhs_bags = (None if bags is None else bags.take(block) for bags in (lhs_bags, rhs_bags))
+        for side in sides:
+            pos, cand = score_candidates(model, lhs_t, rhs_t, b_lhs, b_rel, b_rhs, side, lhs_bags=b_lhs_bags,
+                                         rhs_bags=b_rhs_bags)
             num = cand.shape[1]
             if filter_index is not None:
                 exclude = filter_index.mask(side, b_lhs.cpu(), b_rel if isinstance(b_rel, int) else b_rel.cpu(),

@@ -16,10 +16,13 @@ says whether to stop after it, and why: ``--max-minutes`` (:class:`MaxSeconds`),
 (:class:`MaxIterations`) and ``--valid`` (:class:`pbgtrain.early_stopping.ValidationRule`: evaluate
 every N epochs, keep the best version, decay the learning rate, stop when it no longer improves).
 When one rule stops the run, the others are told (:meth:`StopRule.stopping`), so the last version
-is evaluated too (past the time cap only when no version is kept as the best yet); the coordinator
+is evaluated too (past the time cap only when no version is kept as the best yet, or when its
+validation is expected to be cheap: :func:`pbgtrain.early_stopping.validate_past_cap`); the coordinator
 makes every process stop after the same version. The time cap is asked after each commit: a run
-ends within one iteration's time (an epoch's, with one edge chunk) of it. The summary's last line
-says why a run stopped early, and the run's record (:mod:`pbgtrain.run_log`) how it ended and
+ends within one iteration's time of it, and under ``--max-minutes`` a fresh run takes the edge
+chunks that keep an iteration within a tenth of the cap (:mod:`pbgtrain.training.edge_chunk_plan`;
+a resume keeps its checkpoint's). The summary's last line says why a run stopped early (and which
+version was never validated), and the run's record (:mod:`pbgtrain.run_log`) how it ended and
 where its time went (training, validation, checkpointing).
 
 The trainer and the device helpers live in :mod:`pbgtrain.training.trainer` and :mod:`pbgtrain.training.device`;
@@ -47,7 +50,7 @@ from pbgio.storage import LocalCache
 from pbgtrain.checkpointing import iteration_keys
 from pbgtrain.config import held_out_named
 from pbgtrain.distributed.coordination import joined
-from pbgtrain.early_stopping import ValidationRule, checkpoint_evaluator
+from pbgtrain.early_stopping import ValidationRule, checkpoint_evaluator, validation_note
 from pbgtrain.model import keep_freed_memory
 from pbgtrain.progress import Reporter
 from pbgtrain.ranking import add_negative_scores
@@ -55,7 +58,8 @@ from pbgtrain.run_log import COMPLETED, ENDS, ITERATION_CAP, RUN_KEY, TIME_CAP, 
 from pbgtrain.schedule.batching import IterationSchedule
 from pbgtrain.schedule.buckets import bucket_limits
 from pbgtrain.training.coordinator import Coordinator
-from pbgtrain.training.device import default_threads
+from pbgtrain.training.device import default_threads, local_device
+from pbgtrain.training.edge_chunk_plan import edge_chunk_plan
 from pbgtrain.training.fit_plan import FitOptions, FitPlan, ValidationOptions, resolve_fit
 from pbgtrain.training.records import IterationRecord, MovementStats, format_metrics
 from pbgtrain.training.residency import GIB
@@ -90,11 +94,13 @@ class FitResult:
     movement: list[dict[str, Any]] = field(default_factory=list)  # per rank (rank 0's result; one entry alone)
     best: str | None = None  # --valid: the best version on the validation edges and where it is kept
     stop_reason: str | None = None  # why it stopped early, in words (the stop rule's; see run_log.ENDS)
+    never_validated: str | None = None  # --valid: the last version, not validated past the time cap, and best/
     times: RunTimes = field(default_factory=RunTimes)  # where the time went
 
     def summary(self) -> str:
         """The run's last lines: the held-out figures, the best version, the time, and last the
-        version it ended at (with why, when it stopped early)."""
+        version it ended at (with why, when it stopped early, and what best/ holds when that version
+        was never validated)."""
         if not self.iterations:
             if self.final_version >= self.total_iterations:
                 return f"nothing to do: checkpoint version {self.final_version} completes all " \
@@ -112,6 +118,8 @@ class FitResult:
         state = f"stopped early at checkpoint version {self.final_version} of {self.total_iterations} " \
                 f"({self.stop_reason})" if self.stopped_early else \
                 f"committed checkpoint version {self.final_version} of {self.total_iterations}"
+        if self.never_validated is not None:
+            state += f"; {self.never_validated}"
         lines.append(f"trained {edges:,} edges in {seconds:.1f} s ({edges / max(seconds, 1e-9):,.0f} edges/s) over "
                      f"{len(self.iterations)} iteration(s); {state}")
         return "\n".join(lines)
@@ -174,8 +182,8 @@ class MaxIterations:
 def stop_rules(plan: FitPlan, started: float, validation: ValidationRule | None = None) -> list[StopRule]:
     """The stop rules ``plan`` asks for (none: train to the end of the plan); ``validation`` is
     the rule of ``--valid`` (:class:`pbgtrain.early_stopping.ValidationRule`), asked first, and told
-    when ``--max-minutes`` has passed (it starts no evaluation then, unless none has kept a best
-    version yet)."""
+    when ``--max-minutes`` has passed (it validates the last version then only when none has kept a
+    best version yet, or when that validation is expected to be cheap)."""
     rules: list[StopRule] = [] if validation is None else [validation]
     options = plan.options
     if options.max_seconds is not None:
@@ -260,6 +268,9 @@ def _fit_locked(plan: FitPlan, coordinator: Coordinator, check_lock: Callable[[]
     try:
         if plan.options.check_layout and coordinator.placement.leads:
             _validate_inputs(layout, bucket_cache)
+        plan = edge_chunk_plan(plan, local_device(plan.device, coordinator.placement.device_index),
+                               coordinator.placement.single_process)
+        layout, cfg = plan.layout, plan.layout.config
         first_bucket_sizes = [bucket_length(layout.path(p) / naming.bucket_file(0, 0)) for p in cfg.edge_paths] \
             if cfg.num_edge_chunks is None else []
         iterations = IterationSchedule.from_config(cfg, first_bucket_sizes)
@@ -310,7 +321,7 @@ def _train_iterations(trainer: Trainer, iterations: IterationSchedule, plan: Fit
             if start:
                 reporter.log(f"resuming from checkpoint version {start} of {len(iterations)}")
         validation = None if plan.options.validation is None \
-            else _validation_rule(trainer, plan, len(iterations), reporter)
+            else _validation_rule(trainer, plan, iterations, reporter)
         rules = stop_rules(plan, started, validation)
         try:
             for step in iterations.steps(start):
@@ -335,6 +346,7 @@ def _train_iterations(trainer: Trainer, iterations: IterationSchedule, plan: Fit
             raise
     result.movement = coordinator.finish(trainer.movement_report())
     result.best = None if validation is None else validation.summary()
+    result.never_validated = None if validation is None else validation.never_validated
     _end_run(result, trainer, validation, started, result.stop_reason)
     return result
 
@@ -361,12 +373,17 @@ def _end_run(result: FitResult, trainer: Trainer, validation: ValidationRule | N
                               "seconds": result.times.to_record()}}}])
 
 
-def _validation_rule(trainer: Trainer, plan: FitPlan, plan_length: int, reporter: Reporter) -> ValidationRule:
+def _validation_rule(trainer: Trainer, plan: FitPlan, iterations: IterationSchedule,
+                     reporter: Reporter) -> ValidationRule:
     options = plan.options
     assert options.validation is not None
-    rule = ValidationRule(options.validation, trainer.ckpt.dir, plan_length, trainer.num_buckets,
+    rule = ValidationRule(options.validation, trainer.ckpt.dir, len(iterations), trainer.num_buckets,
                           checkpoint_evaluator(plan.layout, options.validation, str(trainer.device), options.seed),
-                          trainer.scale_learning_rates, reporter.log)
+                          trainer.scale_learning_rates, reporter.log,
+                          epoch_iterations=len(iterations.edge_paths) * iterations.num_edge_chunks)
+    note = validation_note(plan.layout, options.validation)
+    if note is not None:
+        reporter.log(note)
     rule.resume()
     return rule
 
@@ -386,6 +403,8 @@ def _log_run_notes(trainer: Trainer, reporter: Reporter) -> None:
     reporter.log(f"training on {trainer.device} ({threads} thread{'s' if threads != 1 else ''}), "
                  f"{trainer.plan.precision_note}")
     reporter.log(trainer.plan.step.note)
+    if trainer.plan.edge_chunks_note is not None:
+        reporter.log(trainer.plan.edge_chunks_note)
     if cfg.background_io:
         reporter.log("warning: background_io is deprecated and has no effect (as in the original)")
     if trainer.frozen:

@@ -97,11 +97,12 @@ def test_the_summary_and_the_report_split_the_time(graph: Path, tmp_path: Path) 
 
 def test_a_time_cap_starts_no_validation_past_it_once_a_best_is_kept(graph: Path) -> None:
     _fit(graph, *VALID, "--max-iterations", "1")  # version 1 evaluated: the best so far
-    done = _fit(graph, *VALID, "--max-minutes", "0")
+    done = _fit(graph, *VALID, "--max-minutes", "0", "--last-validation-share", "0")  # no last validation
     assert "validation after version 2 (" not in done.stderr, done.stderr
     assert ("validation after version 2 skipped: past the time cap (--max-minutes); best/ keeps version 1"
             in done.stderr)
-    assert _last_line(done).endswith("stopped early at checkpoint version 2 of 3 (time cap: --max-minutes 0 passed)")
+    assert re.search(r"stopped early at checkpoint version 2 of 3 \(time cap: --max-minutes 0 passed\); version 2 "
+                     r"never validated, best/ holds version 1 \(MRR [\d.]+\)$", _last_line(done)), done.stdout
     assert [r["version"] for r in _records(graph, "validation")] == [1]
     assert [(r["version"], r["end"]) for r in _records(graph, "run")] == [(1, "iteration cap"), (2, "time cap")]
 

@@ -178,10 +178,14 @@ def _rgb(colour: str) -> np.ndarray:
 
 
 def _panel_box(panel: int, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """``(top, bottom, left, right)`` pixel bounds of a panel's axes, from the fixed geometry."""
+    """``(top, bottom, left, right)`` pixel bounds of a panel's axes, from the fixed geometry of a
+    picture of four panels, or of three (no held-out panel: a note says why), told apart by the
+    picture's height."""
     height, width = shape[:2]
-    assert (width, height) == tuple(round(inches * report.DPI) for inches in report.FIGURE_INCHES)
-    left, bottom, w, h = report.PANEL_RECTS[panel]
+    layouts = {tuple(round(inches * report.DPI) for inches in size): rects
+               for size, rects in (report.figure_layout(4), report.figure_layout(3, notes=1))}
+    assert (width, height) in layouts, (width, height)
+    left, bottom, w, h = layouts[(width, height)][panel]
     return (round((1 - bottom - h) * height), round((1 - bottom) * height),
             round(left * width), round((left + w) * width))
 
@@ -264,7 +268,8 @@ def test_empty_panels_say_why(tmp_path: Path) -> None:
     run = load_run_config(write_run(tmp_path, all_lines(timed=False, held_out=False)))
     image = _read_png(report.render_png(report.load_report(run)))
     _rows_at_points(image, 0, report.SERIES_COLOURS["loss"], [1, 2, 3, 4, 5, 6])
-    for panel in (1, VALIDATION_PANEL, SPEED_PANEL):  # a grey note, no series colour
+    assert image.shape[0] == round(report.figure_layout(3, notes=1)[0][1] * report.DPI)  # no held-out panel
+    for panel in (1, 2):  # validation and edges/s: a grey note, no series colour
         top, bottom, left, right = _panel_box(panel, image.shape)
         inside = image[top + 3:bottom - 3, left + 3:right - 3, :3]
         colours = [_rgb(c) for c in report.SERIES_COLOURS.values()]

@@ -91,7 +91,7 @@ def test_the_evaluations_are_collected_by_version_with_their_decisions() -> None
     assert [(s.key, s.x) for s in panel.series] == [("valid_mrr", versions), ("valid_r10", versions)]
     assert [(m.key, m.x, m.y) for m in panel.markers] == [("best", BEST, 0.30)]
     assert [(e.key, e.x) for e in panel.events] == [("lr_change", LR_CHANGE), ("stop", STOP)]
-    assert panel.ylim == report.METRIC_LIMITS
+    assert panel.ylim == report.data_limits([*VALID_MRR, *VALID_R10])
 
 
 def _columns_of(image: np.ndarray, panel: int, colour: str, xs: list[int]) -> tuple[np.ndarray, float]:
@@ -121,10 +121,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_png_draws_the_validation_where_the_data_puts_it(run: Path) -> None:
     pytest.importorskip("matplotlib")
-    image = _read_png(report.render_png(report.load_report(load_run_config(run))))
+    training = report.load_report(load_run_config(run))
+    image = _read_png(report.render_png(training))
     xs = [1, 2, 3, 4, 5, 6]
     top, bottom, _, _ = _panel_box(VALIDATION_PANEL, image.shape)
-    low, high = report.METRIC_LIMITS
+    ylim = training.panels[VALIDATION_PANEL].ylim  # from the data
+    assert ylim is not None
+    low, high = ylim
     unstarred = [x for x in xs if x != BEST]  # the star covers the MRR line at the best version
     for key, values, at in (("valid_mrr", VALID_MRR, unstarred), ("valid_r10", VALID_R10, xs)):
         rows = _rows_at_points(image, VALIDATION_PANEL, report.SERIES_COLOURS[key], at)
@@ -163,7 +166,7 @@ def test_version_draws_the_run_as_it_stood_then(run: Path) -> None:
     assert [p.number for p in training.points] == [1, 2, 3, 4]
     assert [e.version for e in training.evaluations] == [1, 2, 3, 4]
     assert training.shown is not None and training.shown.x == 4
-    assert "validation MRR 0.2000 → 0.2700 (best: version 2, 0.3000)" in training.summary()
+    assert "validation MRR 0.2000 (version 1) → best 0.3000 (version 2) of 4 evaluations" in training.summary()
     for wrong in (0, 7):
         with pytest.raises(UsageError, match=rf"--version {wrong}: .*model has committed versions 1 … 6"):
             report.load_report(load_run_config(run), version=wrong)
@@ -197,7 +200,7 @@ def test_cli_reports_a_kept_version_and_says_so(run: Path, tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == (
         f"6 iteration(s) of {run.parent / 'model'}, version 2 kept in best/, loss 9 → 3.8, held-out MRR 0.1000 → "
-        "0.5500, median 2,000 edges/s, validation MRR 0.2000 → 0.2500 (best: version 2, 0.3000), "
+        "0.5500, median 2,000 edges/s, validation MRR 0.2000 (version 1) → best 0.3000 (version 2) of 6 evaluations, "
         "stopped early after version 6")
     assert '<table id="validation">' in (tmp_path / "page.html").read_text(encoding="utf-8")
     done = pbgtrain("report", str(run), "--version", "9", cwd=tmp_path)
@@ -222,12 +225,18 @@ def test_a_real_fit_with_validation_is_reported(tmp_path: Path) -> None:
     assert [(r["version"], r["lr_scale"]) for r in records] == [(1, 1.0), (2, 1.0), (3, 0.5), (4, 0.5)]
     image = _read_png((tmp_path / "r.png").read_bytes())
     mrr = [r["metrics"]["mrr"] for r in records]
-    top, bottom, _, _ = _panel_box(VALIDATION_PANEL, image.shape)
-    rows = _rows_at_points(image, VALIDATION_PANEL, report.SERIES_COLOURS["valid_mrr"], [2, 3, 4],
+    training = report.load_report(load_run_config(example / "config.json"))
+    valid_panel = VALIDATION_PANEL - 1  # the example holds no edges out: no held-out panel above it
+    assert training.drawn[0][valid_panel] == training.panels[VALIDATION_PANEL]
+    top, bottom, _, _ = _panel_box(valid_panel, image.shape)
+    ylim = training.panels[VALIDATION_PANEL].ylim
+    assert ylim is not None  # from the data
+    low, high = ylim
+    rows = _rows_at_points(image, valid_panel, report.SERIES_COLOURS["valid_mrr"], [2, 3, 4],
                            span=[1, 2, 3, 4])  # 1: starred
-    assert np.abs(np.array(rows) - [top + (1 - m) * (bottom - top) for m in mrr[1:]]).max() < 3
+    assert np.abs(np.array(rows) - [top + (high - m) / (high - low) * (bottom - top) for m in mrr[1:]]).max() < 3
     for key, versions in (("best", [1]), ("lr_change", [3]), ("stop", [4])):
-        at, _ = _columns_of(image, VALIDATION_PANEL, report.MARK_COLOURS[key], [1, 2, 3, 4])
+        at, _ = _columns_of(image, valid_panel, report.MARK_COLOURS[key], [1, 2, 3, 4])
         assert sorted({round(float(x)) for x in at}) == versions, key
     rows_shown = validation_rows((tmp_path / "r.html").read_text(encoding="utf-8"))
     assert [row[0] for row in rows_shown] == ["1 ★", "2", "3", "4"]

@@ -57,8 +57,12 @@ def test_evaluating_the_sample_takes_same_batch_candidates_on_the_featurized_sid
     result = evaluate_checkpoint(run)  # uniform candidates for the plain side only, as the original
     assert result.metrics.count == 120
     assert "20 batch + 1,000 uniform negatives (featurized sides: batch negatives only)" in str(result.metrics)
-    with pytest.raises(ConfigError, match="--all-entities"):
-        evaluate_checkpoint(run, EvalOptions(all_entities=True))
+    ranked = evaluate_checkpoint(run, EvalOptions(all_entities=True))  # the plain side (authors) alone
+    assert ranked.metrics.protocol.sides == ("lhs",) and ranked.metrics.count == 120
+    assert [(n.side, n.entity_type) for n in ranked.metrics.protocol.not_ranked] == [("rhs", "doc")]
+    with pytest.raises(ConfigError, match="--all-entities: expected a relation with a plain side"):
+        evaluate_checkpoint(load_run_config(config, ["disable_lhs_negs=true"], base=sample),
+                            EvalOptions(all_entities=True))
     with pytest.raises(ConfigError, match="eval_num_batch_negs") as info:
         evaluate_checkpoint(load_run_config(config, ["eval_num_batch_negs=0"], base=sample))
     assert "config-eval-batch-negs" in str(info.value)

@@ -94,11 +94,15 @@ def _calls(caller: str, node: ast.AST, local: dict[str, str]) -> Iterator[Edge]:
                 yield caller, "calls", callee
 
 
+SKIPPED = frozenset({"test", "tests", "site-packages", "idlelib", "lib2to3"})
+"""Folders below the source whose files are left out (tests, and a nested environment's packages)."""
+
+
 def code_graph(root: Path) -> list[Edge]:
     """Every edge of the ``.py`` files under ``root`` (files that do not parse are skipped)."""
     edges: set[Edge] = set()
     for path in sorted(root.rglob("*.py")):
-        if any(part in {"test", "tests", "site-packages", "idlelib", "lib2to3"} for part in path.parts):
+        if any(part in SKIPPED for part in path.relative_to(root).parts):
             continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))

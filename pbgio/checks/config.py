@@ -43,14 +43,15 @@ def schema_issue(file: str | None, dataset: str | None, message: str) -> Issue:
 
 
 def featurized_ranking(source: str, featurized: Sequence[str], option: str) -> Issue:
-    """``config-featurized-all-negs`` for a command-line ``option`` (``--all-entities``) that ranks
-    against all entities while entity types ``featurized`` are featurized: they have no table to
-    rank against (docs/guides/featurized.md)."""
+    """``config-featurized-all-negs`` for a command-line ``option`` (``--filter``,
+    ``--all-entities``) that ranks against all entities where every side that takes negatives is of
+    a featurized type (``featurized``): their entities (bags of features) have no table to rank
+    against (docs/guides/featurized.md)."""
     return _featurized_all_negs(
         source, option,
-        f"expected sampled evaluation: entity types {list(featurized)} are featurized, so their entities (bags "
-        "of features) have no table to rank against; evaluate without --all-entities/--filter (same-batch "
-        "candidates)")
+        f"expected a relation with a plain side to rank against all entities, found every side that takes "
+        f"negatives featurized (entity types {list(featurized)}: bags of features, with no table to rank "
+        f"against); evaluate without {option} (sampled: same-batch candidates)")
 
 
 def _featurized_all_negs(file: str | None, dataset: str, message: str) -> Issue:

@@ -20,17 +20,21 @@ from pbgio.console import (
     EXIT_USAGE,
     exit_codes,
     print_error,
+    printable,
     stderr_console,
     widen_help_off_terminal,
 )
 from pbgio.options import (
     AsJson,
     BaseOption,
+    CandidatesFileOption,
+    CandidatesOption,
     CheckpointOption,
     ConfigArg,
     ConfinedGroup,
     NoProgress,
     Overrides,
+    ProposalsOption,
     VersionOption,
 )
 from pbgio.progress import progress_wanted
@@ -287,38 +291,58 @@ def neighbors(
         "index) or approximate (with the recall@10 measured when it was built).")] = False,
     nprobe: Annotated[int | None, typer.Option(
         "--nprobe", min=1, help="With --index (ivf): lists to visit (default: the index's).")] = None,
-    candidates: Annotated[int | None, typer.Option(
-        "--candidates", min=1, help="With --index: rows the index proposes per name, scored exactly (default 100).")
-    ] = None,
+    proposals: ProposalsOption = None,
+    candidates: CandidatesOption = None,
+    candidates_file: CandidatesFileOption = None,
 ) -> None:
     """Nearest neighbours of entities among the trained embeddings of their type (cos or dot): exact,
     or through the version's index with --index."""
+    from pbgio.candidates import CandidateFilter, old_form_proposals
     from pbgio.errors import MissingArtifactError, MissingLibraryError
     from pbgio.layout import Layout
     from pbgio.neighbors import NeighborsError, format_neighbors, nearest_neighbors
 
-    if (nprobe is not None or candidates is not None) and not index:
-        raise _usage_error("--nprobe and --candidates apply to --index searches")
+    with exit_codes():
+        if (old_form := old_form_proposals(candidates, candidates_file, index, proposals)) is not None:
+            proposals, candidates = old_form, None
+    index_only = [name for name, value in (("--nprobe", nprobe), ("--proposals", proposals)) if value is not None]
+    if index_only and not index:
+        raise _usage_error(f"{' and '.join(index_only)} appl{'y' if len(index_only) > 1 else 'ies'} to --index "
+                           "searches")
     wanted = list(names or [])
     if names_file is not None:
         wanted += _read_names(names_file)
     if not wanted:
         raise _usage_error("give one or more names, or --names-file")
     with exit_codes(usage=(MissingArtifactError, MissingLibraryError, NeighborsError), on_interrupt=lambda: None):
+        only = CandidateFilter.from_options(candidates, candidates_file)
         layout = Layout.load(config, base=base, overrides=param or [])
         found = nearest_neighbors(layout, entity_type, wanted, k=k, metric=None if metric is None else metric.value,
                                   include_self=include_self, add_global=not no_global, device=device,
                                   version=version, checkpoint=checkpoint, index=index, nprobe=nprobe,
-                                  candidates=candidates)
+                                  candidates=proposals, candidate_filter=only)
     if as_json:
+        _shortfall_notes(found, k)
         typer.echo(json.dumps([f.to_dict() for f in found], indent=2))
         return
     first = found[0]
+    filtered = "" if first.admitted is None else f"{printable(first.admitted.describe(first.entity_type))}; "
     how = "" if first.searched == "exact" else f"searched: {first.searched}; "
     stderr_console().print(f"{k} nearest {first.entity_type!r} entities by {first.metric} among "
-                           f"{first.candidates:,} ({how}checkpoint version {first.version})", soft_wrap=True,
-                           markup=False)
+                           f"{first.candidates:,} ({filtered}{how}checkpoint version {first.version})",
+                           soft_wrap=True, markup=False)
+    _shortfall_notes(found, k)
     typer.echo(format_neighbors(found))
+
+
+def _shortfall_notes(found: list[Any], k: int) -> None:
+    """On stderr, a note for each query that found fewer than ``k`` neighbours passing the
+    candidate filter through the index (:meth:`pbgio.neighbors.Neighbors.shortfall`)."""
+    for result in found:
+        short = result.shortfall(k)
+        if short is not None:
+            stderr_console().print(f"note: {printable(result.query)}: {short}; without --index every entity is "
+                                   "scored", soft_wrap=True, markup=False)
 
 
 def _read_names(source: str) -> list[str]:

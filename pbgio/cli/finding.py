@@ -17,8 +17,10 @@ LINES_PER_WRITE = 4096
 def names(
     config: ConfigArg,
     pattern: Annotated[str, typer.Argument(
-        help="Part of the names to find, case aside (dog finds dog.n.02084071 and hotdog.n.07697537); "
-        "those that start with it come first. Without it: every name.", show_default=False)] = "",
+        help="Part of the names to find, case aside (dog finds dog.n.02084071 and hotdog.n.07697537): the name "
+        "itself comes first, then those holding it as a whole word (between -, ., _, :, spaces or the ends), "
+        "shortest first, then those that start with it, then the rest. Without it: every name.",
+        show_default=False)] = "",
     entity_type: Annotated[str | None, typer.Option(
         "--type", "-t", help="The entity type whose names to search (default: the config's only type).",
         show_default=False)] = None,

@@ -6,9 +6,13 @@ reads the pages of the lists it visits, so memory holds a few of them, not the i
 A search asks the index for ``candidates`` rows per query (its approximate order), then reads
 those rows from the checkpoint and scores them exactly (:class:`pbgio.topk.VectorScorer`, the
 scorer of the exact scan), so every score returned is exact and equal scores rank by
-(partition, row) as in the exact scan. What an index can miss is a row it never proposes;
-``candidates`` (default :data:`DEFAULT_CANDIDATES`) and the kind's ``nprobe``/``ef_search``
-trade that against time.
+(partition, row) as in the exact scan; the ``k`` rows returned are scored once more one by one
+(:func:`pbgio.topk.scores_one_by_one`), as the exact search scores the rows it returns, so a
+row gets the same score, to the bit, through the index and without it. What an index can miss
+is a row it never proposes; ``candidates`` (default :data:`DEFAULT_CANDIDATES`) and the kind's
+``nprobe``/``ef_search`` trade that against time. With a candidate filter
+(:class:`pbgio.candidates.AdmittedRows`), only the rows it admits are kept, and the index is
+asked for more rows until ``k`` pass (:func:`pbgio.index.widening.widened_proposals`).
 
 >>> import tempfile, pathlib
 >>> from pbgio.testing import small_valid_layout, write_layout
@@ -32,17 +36,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from pbgio.candidates import AdmittedRows
 from pbgio.checks import index as checks
 from pbgio.checks import raise_first
 from pbgio.config import ConfigSchema
 from pbgio.errors import FormatError, MissingArtifactError, PbgioError, StaleIndexError
 from pbgio.index import library
+from pbgio.index.widening import Passes, Widened, first_request, widened_proposals
 from pbgio.index_file import IndexMeta, TypeRows, load_index_payload, read_index_meta, stale_issue
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.spec import naming
 from pbgio.spec.index import SEARCH_ORDER
 from pbgio.storage import AnyPath
-from pbgio.topk import TopK, VectorScorer
+from pbgio.topk import TopK, VectorScorer, reordered, scores_one_by_one
 
 DEFAULT_CANDIDATES = 100
 """Rows per query the index proposes for exact re-ranking (at least ``k``)."""
@@ -55,6 +61,15 @@ Scored = list[tuple[float, int, int]]
 
 class IndexSearchError(PbgioError, ValueError):
     """A search the index cannot answer: a query of the wrong dimension, a bad k or candidates."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexAnswer:
+    """One query's answer: ``best`` ``(score, partition, offset)`` best first, and how far the
+    index was asked (:class:`~pbgio.index.widening.Widened`: the rows it proposed, those that passed)."""
+
+    best: Scored
+    widened: Widened
 
 
 class EmbeddingIndex:
@@ -133,45 +148,81 @@ class EmbeddingIndex:
         return out
 
     def top_k(self, queries: Floats, k: int = 10, *, candidates: int | None = None,
-              exclude: Sequence[tuple[int, int] | None] | None = None) -> list[Scored]:
+              exclude: Sequence[tuple[int, int] | None] | None = None,
+              admitted: AdmittedRows | None = None) -> list[Scored]:
         """The best ``k`` rows of each query by exact score: ``(score, partition, offset)`` best
-        first. ``exclude[i]``: a position left out of query ``i``'s answer (the query itself)."""
+        first. ``exclude[i]``: a position left out of query ``i``'s answer (the query itself);
+        ``admitted``: the only rows an answer may hold (a candidate filter; see :meth:`search`)."""
+        return [answer.best for answer in self.search(queries, k, candidates=candidates, exclude=exclude,
+                                                      admitted=admitted)]
+
+    def search(self, queries: Floats, k: int = 10, *, candidates: int | None = None,
+               exclude: Sequence[tuple[int, int] | None] | None = None,
+               admitted: AdmittedRows | None = None) -> list[IndexAnswer]:
+        """:meth:`top_k`, with how far the index was asked for each query. The index is asked for
+        ``candidates`` rows (at least ``k`` + 1), divided by the share of rows ``admitted`` lets
+        through; while fewer than ``k`` of a query's proposals pass (``admitted`` and not
+        ``exclude``), for :data:`~pbgio.index.widening.GROWTH` times more, up to all its rows
+        (:func:`~pbgio.index.widening.widened_proposals`); :attr:`IndexAnswer.widened` says when
+        fewer than ``k`` passed."""
         if k < 1:
             raise IndexSearchError(f"expected k >= 1, found {k}")
         count = max(k + 1, DEFAULT_CANDIDATES if candidates is None else candidates)
         if candidates is not None and candidates < k:
             raise IndexSearchError(f"expected candidates >= k ({k}), found {candidates}")
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        results: list[Scored] = []
+        share = 1.0 if admitted is None else admitted.share
+        results: list[IndexAnswer] = []
         for start in range(0, len(queries), QUERY_BLOCK):
             block = queries[start:start + QUERY_BLOCK]
-            parts, offsets = self.propose(block, count)
-            results += self._rerank(block, parts, offsets, k,
-                                    None if exclude is None else exclude[start:start + QUERY_BLOCK])
+            skips = None if exclude is None else exclude[start:start + QUERY_BLOCK]
+
+            def passes(query: int, parts: NDArray[np.int64], offsets: NDArray[np.int64],
+                       skips: Sequence[tuple[int, int] | None] | None = skips) -> NDArray[np.bool_]:
+                keep = np.ones(len(parts), dtype=bool) if admitted is None else admitted.admits(parts, offsets)
+                skip = None if skips is None else skips[query]
+                return keep if skip is None else keep & ((parts != skip[0]) | (offsets != skip[1]))
+
+            widened = self.propose_passing(block, passes, need=k, count=count, share=share)
+            results += [IndexAnswer(best, found)
+                        for best, found in zip(self._rerank(block, widened, k), widened, strict=True)]
         return results
 
-    def _rerank(self, queries: Floats, parts: NDArray[np.int64], offsets: NDArray[np.int64], k: int,
-                exclude: Sequence[tuple[int, int] | None] | None) -> list[Scored]:
-        found = parts >= 0
-        ids = np.unique(np.stack([parts[found], offsets[found]], axis=1), axis=0)
-        if len(ids) == 0:
+    def propose_passing(self, queries: Floats, passes: Passes, *, need: int, count: int, share: float = 1.0,
+                        extra: int = 0) -> list[Widened]:
+        """Each query's proposals that ``passes`` keeps, in the index's order: asking first for
+        ``count`` rows divided by ``share`` (the share of rows expected to pass; no more than the
+        index holds, no fewer than ``count``), plus ``extra`` (rows known to be left out), then
+        :data:`~pbgio.index.widening.GROWTH` times more while fewer than ``need`` pass, up to all
+        its rows (:func:`~pbgio.index.widening.widened_proposals`)."""
+        queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+
+        def propose(which: NDArray[np.intp], n: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+            return self.propose(queries[which], n)
+
+        start = max(count, min(first_request(count, share), self.meta.rows)) + extra
+        return widened_proposals(propose, passes, len(queries), need=need, start=start, limit=self.meta.rows)
+
+    def _rerank(self, queries: Floats, proposals: Sequence[Widened], k: int) -> list[Scored]:
+        """Each query's best ``k`` of its proposals by exact score, those ``k`` scored once more one
+        by one (:func:`~pbgio.topk.scores_one_by_one`) and ordered by that score."""
+        if not any(p.passed for p in proposals):
             return [[] for _ in queries]
+        ids = np.unique(np.concatenate([np.stack([p.partitions, p.offsets], axis=1) for p in proposals]), axis=0)
         rows = self.rows(ids[:, 0], ids[:, 1])
         scores = VectorScorer(queries, self.metric, "cpu")(rows)  # type: ignore[arg-type]
         key = ids[:, 0] * (int(self._starts[-1]) + 1) + ids[:, 1]
         out = []
-        for i in range(len(queries)):
-            mine = found[i]
-            where = np.searchsorted(key, parts[i][mine] * (int(self._starts[-1]) + 1) + offsets[i][mine])
-            if exclude is not None and exclude[i] is not None:
-                skip = exclude[i]
-                assert skip is not None
-                where = where[(ids[where, 0] != skip[0]) | (ids[where, 1] != skip[1])]
+        for i, mine in enumerate(proposals):
+            where = np.searchsorted(key, mine.partitions * (int(self._starts[-1]) + 1) + mine.offsets)
             top = TopK(k)
             for part in np.unique(ids[where, 0]):
                 chosen = where[ids[where, 0] == part]
                 top.add(scores[i, chosen], int(part), ids[chosen, 1])
-            out.append(top.items())
+            best = top.items()
+            at = np.searchsorted(key, np.array([p * (int(self._starts[-1]) + 1) + o for _, p, o in best], np.int64))
+            exact = scores_one_by_one(queries[i], rows[at], self.metric)  # type: ignore[arg-type]
+            out.append(reordered(best, exact.tolist()))
         return out
 
 

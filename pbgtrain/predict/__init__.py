@@ -22,7 +22,8 @@ out, filtering optional), over every partition.
 Names: entity names come from the names files (:mod:`pbgio.names`), relation names from the
 config (static) or ``dynamic_rel_names.json`` (dynamic). An unknown name raises
 :class:`pbgio.errors.UnknownNameError`. Featurized types (bags of features) have no names to
-look up nor table to rank, and are refused.
+look up nor table to rank: a bag of features given on one side (``lhs_features``,
+``rhs_features``) ranks the other side's table (:mod:`~pbgtrain.predict.featurized`).
 
 The library, along its seams: :mod:`~pbgtrain.predict.predictor` (:func:`top_k`, :class:`Predictor`,
 :func:`rank_triple`, :func:`score_triples`), :mod:`~pbgtrain.predict.scan` (relations by name, stored
@@ -31,11 +32,13 @@ prints) and :mod:`~pbgtrain.predict.inputs` (``--triples`` and ``--queries`` fil
 comes from a checkpoint version read as what it is (:meth:`pbgio.layout.Layout.open_checkpoint`).
 """
 
+from pbgtrain.predict.featurized import split_features
 from pbgtrain.predict.inputs import Query, Triple, parse_queries, parse_triples, read_queries, read_triples
 from pbgtrain.predict.predictor import Predictor, rank_triple, score_triples, top_k
 from pbgtrain.predict.results import (
     PredictError,
     Prediction,
+    RankedBag,
     Ranking,
     ScoredTriples,
     TripleRank,
@@ -48,6 +51,7 @@ __all__ = [
     "Prediction",
     "Predictor",
     "Query",
+    "RankedBag",
     "Ranking",
     "ScoredTriples",
     "Triple",
@@ -60,5 +64,6 @@ __all__ = [
     "read_queries",
     "read_triples",
     "score_triples",
+    "split_features",
     "top_k",
 ]

@@ -64,7 +64,9 @@ def read_triples(path: str | Path, delimiter: str = "\t", quote: str | None = "a
 def parse_queries(text: str, source: str = "<queries>", delimiter: str = "\t",
                   quote: str | None = "auto") -> list[Query]:
     """Top-k queries from delimited text (split as :func:`parse_triples` splits): ``lhs, rel,``
-    (an empty rhs) ranks rhs candidates, ``, rel, rhs`` lhs ones (blank lines skipped).
+    (an empty rhs) ranks rhs candidates, ``, rel, rhs`` lhs ones (blank lines skipped). Where the
+    given side's type is featurized, its field is a bag of features, split when the query is
+    answered (:meth:`pbgtrain.predict.Predictor.answer`): one bag a line.
 
     >>> parse_queries("ann\\tlikes\\t\\n\\tlikes\\tbob\\n", "q.tsv")[1]
     Query(lhs=None, rel='likes', rhs='bob', where='q.tsv:2')

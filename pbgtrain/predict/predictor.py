@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from pbgio import storage
+from pbgio.candidates import AdmittedRows, CandidateFilter
 from pbgio.checkpoint import read_committed
 from pbgio.errors import UnknownNameError
 from pbgio.layout import CheckpointVersion, Layout, open_checkpoint
 from pbgio.names import Position, locate_entities, locate_relations, names_of
 from pbgio.storage import AnyPath
-from pbgio.topk import TopK
 from pbgtrain.checkpoint_reader import CheckpointReader
-from pbgtrain.model import EntityTable, candidate_space_query, score_candidates
-from pbgtrain.predict.inputs import Triple
+from pbgtrain.model import EntityTable, candidate_space_query
+from pbgtrain.predict.featurized import BagRanker, Unknown, split_features
+from pbgtrain.predict.final_scores import scored_one_by_one
+from pbgtrain.predict.indexed import Indexed, indexed_top_k
+from pbgtrain.predict.inputs import Query, Triple
 from pbgtrain.predict.results import (
     PredictError,
     Prediction,
@@ -55,10 +58,18 @@ def top_k(
     nprobe: int | None = None,
     candidates: int | None = None,
     exclude_self: bool = False,
+    lhs_features: Sequence[str] | None = None,
+    rhs_features: Sequence[str] | None = None,
+    unknown: Unknown = "error",
+    where: str = "",
+    candidate_filter: CandidateFilter | None = None,
 ) -> Ranking:
     """The ``k`` best rhs entities for (``lhs``, ``rel``), or the best lhs for (``rel``, ``rhs``).
 
-    Give exactly one of ``lhs`` and ``rhs``. Every entity of the other side's type is scored
+    Give exactly one of ``lhs`` and ``rhs``, or, where that side's type is featurized, of
+    ``lhs_features`` and ``rhs_features``: a bag of feature names (unknown ones an error, or
+    skipped and listed with ``unknown="ignore"``; see :mod:`pbgtrain.predict.featurized`;
+    ``where`` names the bag in errors). Every entity of the other side's type is scored
     (all partitions); with ``filter_paths``, those forming a known edge with the query are left
     out (a relative filter path is relative to the config's folder, like its ``edge_paths``, and
     ``./PATH`` to the current directory: :meth:`pbgio.layout.Layout.argument_path`, the rule of every
@@ -66,16 +77,21 @@ def top_k(
     Without ``version``, the committed version, read whole even while ``pbgtrain fit`` commits
     newer ones. ``device``: as ``pbgtrain eval --device`` (default: the config's).
     With ``index``, the candidate type's index proposes ``candidates`` rows, scored exactly
-    (see :class:`Predictor`).
+    (see :class:`Predictor`). With ``candidate_filter``, only the entities whose names pass it
+    are candidates (:class:`pbgio.candidates.CandidateFilter`; none passing raises
+    :class:`pbgio.candidates.NoCandidatesError`). The ``k`` returned are scored once more each
+    alone (:mod:`pbgtrain.predict.final_scores`): the same score, to the bit, with an index or without.
     """
-    _check_query(lhs, rhs, k)
+    _check_query(lhs, rhs, k, lhs_features, rhs_features)
     opened = open_checkpoint(config, version=version, model=True)
 
     def rank(version: int) -> Ranking:
         with Predictor(opened.at(version), device=device, index=index, nprobe=nprobe,
                        candidates=candidates) as predictor:
             return predictor.top_k(rel=rel, lhs=lhs, rhs=rhs, k=k, filter_paths=filter_paths,
-                                   exclude_self=exclude_self)
+                                   candidate_filter=candidate_filter,
+                                   exclude_self=exclude_self, lhs_features=lhs_features, rhs_features=rhs_features,
+                                   unknown=unknown, where=where)
 
     return read_committed(opened.checkpoint, rank, version)
 
@@ -108,6 +124,8 @@ class Predictor:
         self.nprobe = nprobe
         self.candidates = candidates
         self._indexes: dict[tuple[str, str], EmbeddingIndex | str] = {}  # (type, metric): the index, or why none
+        self._admitted: dict[tuple[CandidateFilter, str], AdmittedRows] = {}  # (filter, type): its rows, read once
+        self._bags = BagRanker(self.reader)  # queries whose fixed side is a bag of features
 
     def __enter__(self) -> Predictor:
         return self
@@ -122,17 +140,31 @@ class Predictor:
         self._indexes.clear()
 
     def top_k(self, *, rel: str, lhs: str | None = None, rhs: str | None = None, k: int = 10,
-              filter_paths: Sequence[str | AnyPath] = (), exclude_self: bool = False) -> Ranking:
-        """As :func:`top_k`, from this Predictor's version."""
-        _check_query(lhs, rhs, k)
+              filter_paths: Sequence[str | AnyPath] = (), exclude_self: bool = False,
+              lhs_features: Sequence[str] | None = None, rhs_features: Sequence[str] | None = None,
+              unknown: Unknown = "error", where: str = "",
+              candidate_filter: CandidateFilter | None = None) -> Ranking:
+        """As :func:`top_k`, from this Predictor's version (``where`` names a bag in errors). A bag is
+        scored against every candidate, also with an index (said by :attr:`Ranking.searched`)."""
+        _check_query(lhs, rhs, k, lhs_features, rhs_features)
+        if lhs_features is not None or rhs_features is not None:
+            side: Side = "lhs" if lhs_features is not None else "rhs"
+            bag = self._bags.top_k(rel=rel, side=side, features=lhs_features or rhs_features or [], k=k,
+                                   filter_paths=filter_paths, unknown=unknown, where=where,
+                                   admit=None if candidate_filter is None else
+                                   lambda etype: self._admitted_rows(candidate_filter, etype))
+            return bag if not self.use_index else replace(
+                bag, searched="exact (the index ranks named queries; a bag of features is scored against every "
+                              "candidate)")
         layout, reader = self.layout, self.reader
-        side: Side = "rhs" if lhs is not None else "lhs"
+        side = "rhs" if lhs is not None else "lhs"
         query_name = lhs if lhs is not None else rhs
         assert query_name is not None
         relation = Relation.find(layout, rel)
         query_type, cand_type = relation.types(side)
         query = locate_entities(layout.entity_path, query_type, layout.config.num_partitions(query_type),
                                 [query_name])[query_name]
+        admitted = None if candidate_filter is None else self._admitted_rows(candidate_filter, cand_type)
         filters = [layout.argument_path(str(p)) for p in filter_paths]
         known = known_candidates(layout, filters, relation.rel_id, side, query_type, query, cand_type)
         self_excluded = exclude_self and query_type == cand_type
@@ -140,20 +172,50 @@ class Predictor:
         added_self = self_excluded and query.offset not in already  # not a known edge (a self-loop) already
         if added_self:
             known[query.partition] = np.union1d(already, [query.offset])
+        counted_self = added_self and (admitted is None or admitted.admits_position(query))  # among the excluded
         query_row = rows(reader, query_type, [query])
         rel_arg = relation.model_rel(reader.device)
-        found = self._indexed(rel_arg, side, query_type, cand_type, query_row, known, k) if self.use_index else None
-        if isinstance(found, _Indexed):
+        found = (self._indexed(rel_arg, side, query_type, cand_type, query_row, known, k, admitted)
+                 if self.use_index else None)
+        if isinstance(found, Indexed):
             best, total, excluded, searched = found.best, found.candidates, found.excluded, found.searched
         else:
-            scanned = scan(reader, rel_arg, side, cand_type, query_row, known, k)
+            scanned = scan(reader, rel_arg, side, cand_type, query_row, known, k, admitted=admitted)
             best, total, excluded = scanned.tops[0].items(), scanned.candidates, scanned.excluded
             searched = "exact" if found is None else f"exact ({found})"
+        best = scored_one_by_one(reader, rel_arg, side, query_type, cand_type, query_row, best)
         names = names_of(layout.entity_path, cand_type, [Position(p, o) for _, p, o in best])
         predictions = [Prediction(i, names[Position(p, o)], s, p, o) for i, (s, p, o) in enumerate(best, 1)]
         asked = {"lhs": query_name, "rel": rel} if side == "rhs" else {"rel": rel, "rhs": query_name}
-        return Ranking(reader.version, side, cand_type, asked, total, excluded - added_self,
-                       [storage.display(p) for p in filters], predictions, searched, self_excluded)
+        return Ranking(reader.version, side, cand_type, asked, total, excluded - counted_self,
+                       [storage.display(p) for p in filters], predictions, searched, self_excluded,
+                       admitted=admitted, widened=found.widened if isinstance(found, Indexed) else None)
+
+    def _admitted_rows(self, candidate_filter: CandidateFilter, entity_type: str) -> AdmittedRows:
+        """The rows of ``entity_type`` that ``candidate_filter`` admits (its names files read at its first query)."""
+        key = (candidate_filter, entity_type)
+        if key not in self._admitted:
+            reader = self.reader
+            counts = [reader.dir.embeddings_shape(entity_type, part, reader.version)[0]
+                      for part in range(self.layout.config.num_partitions(entity_type))]
+            self._admitted[key] = candidate_filter.rows(self.layout.entity_path, entity_type, counts)
+        return self._admitted[key]
+
+    def answer(self, query: Query, *, k: int = 10, filter_paths: Sequence[str | AnyPath] = (),
+               exclude_self: bool = False, feature_separator: str = "", unknown: Unknown = "error",
+               candidate_filter: CandidateFilter | None = None) -> Ranking:
+        """The top-k of a ``--queries`` line: a featurized side's field is a bag of features, split on
+        ``feature_separator`` (:func:`~pbgtrain.predict.featurized.split_features`), the other's a name."""
+        side: Side = "lhs" if query.lhs is not None else "rhs"
+        text = query.lhs if query.lhs is not None else query.rhs
+        if text is not None and self._bags.is_featurized(query.rel, side):
+            bag = split_features(text, feature_separator)
+            lhs_bag, rhs_bag = (bag, None) if side == "lhs" else (None, bag)
+            return self.top_k(rel=query.rel, k=k, filter_paths=filter_paths, lhs_features=lhs_bag,
+                              rhs_features=rhs_bag, unknown=unknown, where=query.where,
+                              candidate_filter=candidate_filter)
+        return self.top_k(rel=query.rel, lhs=query.lhs, rhs=query.rhs, k=k, filter_paths=filter_paths,
+                          exclude_self=exclude_self, candidate_filter=candidate_filter)
 
     def _index(self, entity_type: str, metric: str) -> EmbeddingIndex | str:
         """The index of ``entity_type`` by ``metric`` (loaded at its first query), or why there is
@@ -173,10 +235,9 @@ class Predictor:
 
     @torch.no_grad()
     def _indexed(self, rel: int | torch.Tensor, side: Side, query_type: str, cand_type: str, query_row: torch.Tensor,
-                 known: dict[int, np.ndarray], k: int) -> _Indexed | str:
-        """The best ``k`` through the index, or why the index cannot rank these candidates."""
-        from pbgio.index import DEFAULT_CANDIDATES
-
+                 known: dict[int, np.ndarray], k: int, admitted: AdmittedRows | None) -> Indexed | str:
+        """The best ``k`` through the index (:func:`pbgtrain.predict.indexed.indexed_top_k`), or why
+        the index cannot rank these candidates."""
         reader, model, device = self.reader, self.reader.model, self.reader.device
         query_table = EntityTable(query_row.clone(), entity_type=query_type)
         dimension = self.layout.config.entity_dimension(cand_type)
@@ -190,39 +251,19 @@ class Predictor:
         loaded = self._index(cand_type, metric)
         if isinstance(loaded, str):
             return loaded
-        num_known = sum(len(offsets) for offsets in known.values())
-        want = max(k, self.candidates or DEFAULT_CANDIDATES) + num_known
-        parts, offsets = loaded.propose(vector.float().cpu().numpy()[None], want)
-        keep = parts[0] >= 0
-        for part, known_rows in known.items():
-            keep &= ~((parts[0] == part) & np.isin(offsets[0], known_rows))
-        parts, offsets = parts[0][keep], offsets[0][keep]
-        best = TopK(k)
-        for part in np.unique(parts):
-            mine = offsets[parts == part]
-            weights = reader.dir.read_embedding_rows(cand_type, int(part), reader.version, mine)
-            table = EntityTable(torch.from_numpy(weights).to(device), entity_type=cand_type, partition=int(part))
-            lhs_t, rhs_t = (query_table, table) if side == "rhs" else (table, query_table)
-            cand = torch.arange(len(mine), device=device)
-            lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
-            _, block = score_candidates(model, lhs_t, rhs_t, lhs_ids, rel, rhs_ids, side, cand)
-            best.add(block.float().cpu().numpy()[0], int(part), mine)
-        return _Indexed(best.items(), loaded.meta.rows - num_known, num_known,
-                        f"{loaded.describe(self.candidates)}: the model scored the {want:,} rows it proposed")
+        return indexed_top_k(reader, loaded, vector, rel, side, query_type, cand_type, query_row, known, k,
+                             self.candidates, admitted)
 
 
-@dataclass(frozen=True)
-class _Indexed:
-    best: list[tuple[float, int, int]]
-    candidates: int
-    excluded: int
-    searched: str
-
-
-def _check_query(lhs: str | None, rhs: str | None, k: int) -> None:
-    if (lhs is None) == (rhs is None):
-        raise PredictError("give exactly one of lhs and rhs: the other side is ranked (rank_triple ranks a "
-                           "whole triple)")
+def _check_query(lhs: str | None, rhs: str | None, k: int, lhs_features: Sequence[str] | None = None,
+                 rhs_features: Sequence[str] | None = None) -> None:
+    if sum(x is not None for x in (lhs, rhs, lhs_features, rhs_features)) != 1:
+        raise PredictError("give exactly one of lhs and rhs (or, for a featurized side, lhs_features and "
+                           "rhs_features): the other side is ranked (rank_triple ranks a whole triple)")
+    for name, bag in (("lhs_features", lhs_features), ("rhs_features", rhs_features)):
+        if isinstance(bag, str):
+            raise PredictError(f"expected {name} as a sequence of feature names, found the string {bag!r} (split it: "
+                               "pbgtrain.predict.split_features)")
     if k < 1:
         raise PredictError(f"expected k >= 1, found {k}")
 

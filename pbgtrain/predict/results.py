@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from pbgio.console import printable
 from pbgio.errors import PbgioError
 from pbgio.topk import RankedEntity, finite_or_none, score_column, text_table
+
+if TYPE_CHECKING:
+    from pbgio.candidates import AdmittedRows
+    from pbgio.index import Widened
 
 Side = Literal["lhs", "rhs"]
 
@@ -36,6 +40,31 @@ Prediction = RankedEntity
 
 
 @dataclass(frozen=True)
+class RankedBag:
+    """A featurized query: the bag of features of ``side`` (an ``entity_type`` featurized), the
+    ``features`` it was scored with (in the order given) and the unknown ones ``skipped``
+    (``unknown="ignore"``)."""
+
+    side: Side
+    entity_type: str
+    features: list[str]
+    skipped: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """What the bag was, for a ranking's line.
+
+        >>> RankedBag("lhs", "doc", ["w1", "w2"], ["blockchain"]).describe()
+        "lhs: a bag of 2 'doc' features; unknown features skipped: 'blockchain'"
+        """
+        skipped = f"; unknown features skipped: {', '.join(map(repr, self.skipped))}" if self.skipped else ""
+        return f"{self.side}: a bag of {len(self.features):,} {self.entity_type!r} features{skipped}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"side": self.side, "entity_type": self.entity_type, "features": self.features,
+                "skipped": self.skipped}
+
+
+@dataclass(frozen=True)
 class Ranking:
     """The best candidates of one side for a query (``side`` is the side ranked).
 
@@ -54,6 +83,17 @@ class Ranking:
     """``exact`` (every candidate scored), the index that proposed the candidates (then scored
     exactly), or ``exact (why the index could not be used)``."""
     self_excluded: bool = False  # the query entity was left out of the candidates (``--exclude-self``)
+    bag: RankedBag | None = None  # a featurized query: its bag of features (the query holds the bag as given)
+    admitted: AdmittedRows | None = None
+    """With a candidate filter (``--candidates``): the rows it admits (``candidates`` counts those)."""
+    widened: Widened | None = None
+    """Through an index: how far it was asked (:meth:`pbgio.index.EmbeddingIndex.propose_passing`)."""
+
+    def shortfall(self) -> str | None:
+        """Why fewer than k candidates passed the candidate filter through the index, or None."""
+        if self.admitted is None or self.widened is None or self.widened.complete:
+            return None
+        return self.widened.shortfall(self.widened.need, "candidates")
 
     def describe(self) -> str:
         """One line: what was ranked, against what, how, from which checkpoint version."""
@@ -64,8 +104,14 @@ class Ranking:
         how = "" if self.searched == "exact" else f"; searched: {self.searched}"
         if self.self_excluded:
             filtered += f"; {lhs if self.side == 'rhs' else rhs} itself left out"
+        if self.bag is not None:
+            filtered = f"; {self.bag.describe()}{filtered}"
+        among = "" if self.admitted is None else f" ({self.admitted.describe(self.entity_type)})"
+        short = self.shortfall()
+        how += "" if short is None else f"; {short}"
         return (f"top {len(self.predictions)} {self.side} candidates for ({lhs}, {self.query['rel']}, {rhs}) among "
-                f"{self.candidates:,} {self.entity_type!r} entities{filtered}{how}; checkpoint version {self.version}")
+                f"{self.candidates:,} {self.entity_type!r} entities{among}{filtered}{how}; checkpoint version "
+                f"{self.version}")
 
     def format(self) -> str:
         """The table: rank, name, score."""
@@ -79,7 +125,15 @@ class Ranking:
         return {"version": self.version, "side": self.side, "entity_type": self.entity_type, "query": self.query,
                 "candidates": self.candidates, "excluded": self.excluded, "filter_paths": self.filter_paths,
                 "searched": self.searched, "self_excluded": self.self_excluded,
-                "predictions": [p.to_dict() for p in self.predictions]}
+                "predictions": [p.to_dict() for p in self.predictions]} | (
+                    {} if self.bag is None else {"bag": self.bag.to_dict()}) | self._filtered()
+
+    def _filtered(self) -> dict[str, Any]:
+        """With a candidate filter: ``candidate_filter`` and, through an index, ``index_search``."""
+        if self.admitted is None:
+            return {}
+        return {"candidate_filter": self.admitted.to_dict(),
+                **({} if self.widened is None else {"index_search": self.widened.to_dict()})}
 
 
 @dataclass(frozen=True)

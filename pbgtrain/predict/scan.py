@@ -6,13 +6,14 @@ partition streamed a bounded chunk at a time (:class:`pbgio.index.RowWindow`), n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from pbgio.edges import read_bucket
+from pbgio.candidates import AdmittedRows
+from pbgio.edges import EdgeBucket, read_bucket
 from pbgio.index import RowWindow
 from pbgio.layout import Layout
 from pbgio.names import Position, locate_relations
@@ -20,7 +21,7 @@ from pbgio.spec import naming
 from pbgio.storage import AnyPath
 from pbgio.topk import BlockScores, PartitionScan, rows_per_block, scan_partitions
 from pbgtrain.checkpoint_reader import CheckpointReader
-from pbgtrain.model import EntityTable, score_candidates
+from pbgtrain.model import EntityTable, FeatureBags, score_candidates
 from pbgtrain.predict.results import PredictError, Side
 from pbgtrain.schedule.buckets import PartitionSides, all_buckets
 
@@ -40,19 +41,23 @@ class Relation:
     dynamic: bool
 
     @classmethod
-    def find(cls, layout: Layout, name: str) -> Relation:
-        return cls.of(layout, name, locate_relations(layout.config, layout.entity_path, [name])[name])
+    def find(cls, layout: Layout, name: str, *, bags: Sequence[Side] = ()) -> Relation:
+        return cls.of(layout, name, locate_relations(layout.config, layout.entity_path, [name])[name], bags=bags)
 
     @classmethod
-    def of(cls, layout: Layout, name: str, rel_id: int) -> Relation:
+    def of(cls, layout: Layout, name: str, rel_id: int, *, bags: Sequence[Side] = ()) -> Relation:
+        """The relation ``name`` (id ``rel_id``); a featurized side is refused unless it is one of
+        ``bags``, the sides given as bags of features (:mod:`pbgtrain.predict.featurized`)."""
         cfg = layout.config
         schema = cfg.relations[0 if cfg.dynamic_relations else rel_id]
         for side in ("lhs", "rhs"):
             etype = getattr(schema, side)
-            if cfg.entities[etype].featurized:
+            if cfg.entities[etype].featurized and side not in bags:
+                other = "rhs" if side == "lhs" else "lhs"
+                instead = ("" if cfg.entities[getattr(schema, other)].featurized or bags else
+                           f"; to rank the {other} candidates of a bag, give the bag (--{side}-features)")
                 raise PredictError(f"relation {name!r}: its {side} type {etype!r} is featurized: its entities are "
-                                   "bags of features, with no names to look up and no table to rank (pbgio embed "
-                                   "embeds bags)")
+                                   f"bags of features, with no names to look up and no table to rank{instead}")
         return cls(name, rel_id, schema.lhs, schema.rhs, cfg.dynamic_relations)
 
     def types(self, side: Side) -> tuple[str, str]:
@@ -85,9 +90,11 @@ def rows(reader: CheckpointReader, entity_type: str, positions: Sequence[Positio
 
 
 def known_candidates(layout: Layout, filter_paths: list[AnyPath], rel_id: int, side: Side, query_type: str,
-                      query: Position, cand_type: str) -> dict[int, np.ndarray]:
+                      query: Position, cand_type: str,
+                      is_query: Callable[[EdgeBucket], np.ndarray] | None = None) -> dict[int, np.ndarray]:
     """Rows of each candidate partition that form a known edge (relation ``rel_id``) with the query
-    in the filter edge paths: every bucket holding the query's partition on its side is read."""
+    in the filter edge paths: every bucket holding the query's partition on its side is read.
+    ``is_query`` marks a bucket's edges whose query side is the query (default: its offset's)."""
     if not filter_paths:
         return {}
     partitions = PartitionSides.from_config(layout.config)
@@ -99,7 +106,8 @@ def known_candidates(layout: Layout, filter_paths: list[AnyPath], rel_id: int, s
                 continue
             edges = read_bucket(directory / naming.bucket_file(bucket.lhs, bucket.rhs))
             query_ids, cand_ids = (edges.lhs, edges.rhs) if side == "rhs" else (edges.rhs, edges.lhs)
-            hits = cand_ids[(edges.rel == rel_id) & (query_ids == query.offset)]
+            same = is_query(edges) if is_query is not None else query_ids == query.offset
+            hits = cand_ids[(edges.rel == rel_id) & same]
             if len(hits):
                 found.setdefault(partitions.partition_of(cand_type, bucket, side), []).append(hits)
     return {part: np.unique(np.concatenate(ids)) for part, ids in found.items()}
@@ -108,17 +116,20 @@ def known_candidates(layout: Layout, filter_paths: list[AnyPath], rel_id: int, s
 @torch.no_grad()
 def scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_type: str, query_row: torch.Tensor,
           known: dict[int, np.ndarray], k: int | None, positive: float | None = None,
-          target: Position | None = None) -> PartitionScan:
+          target: Position | None = None, query_bag: FeatureBags | None = None,
+          admitted: AdmittedRows | None = None) -> PartitionScan:
     """Score the query (one row, of the other side's type) against every entity of ``cand_type``,
     partition by partition and block by block (:func:`pbgio.topk.scan_partitions`; a block's rows
     alone make its table, from the partition's chunks as they stream by); keep the best
     ``k`` and count the candidates scoring at least ``positive``. Known edges and the ``target``'s
-    own slot are left out."""
+    own slot are left out. A featurized query is ``query_bag``, one bag of the rows ``query_row``.
+    With ``admitted`` (a candidate filter), only the rows it admits are candidates."""
     model = reader.model
     device = reader.device
     query_type = model.relation(rel).lhs if side == "rhs" else model.relation(rel).rhs
     query_table = EntityTable(query_row.clone(), entity_type=query_type)
     zero = torch.zeros(1, dtype=torch.long, device=device)
+    bags = {} if query_bag is None else {"lhs_bags" if side == "rhs" else "rhs_bags": query_bag}
 
     def open_partition(part: int) -> tuple[int, BlockScores]:
         num_rows = reader.dir.embeddings_shape(cand_type, part, reader.version)[0]
@@ -130,7 +141,7 @@ def scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_typ
             lhs_table, rhs_table = (query_table, table) if side == "rhs" else (table, query_table)
             cand = torch.arange(stop - start, device=device)
             lhs_ids, rhs_ids = (zero, cand[:1]) if side == "rhs" else (cand[:1], zero)
-            _, block = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand)
+            _, block = score_candidates(model, lhs_table, rhs_table, lhs_ids, rel, rhs_ids, side, cand, **bags)
             return block.float().cpu().numpy()
 
         return num_rows, scores
@@ -139,7 +150,8 @@ def scan(reader: CheckpointReader, rel: int | torch.Tensor, side: Side, cand_typ
     return scan_partitions(range(reader.layout.config.num_partitions(cand_type)), open_partition, k=k,
                            block_rows=step, exclude=known,
                            skip=(target.partition, target.offset) if target is not None else None,
-                           at_least=[positive] if positive is not None else None)
+                           at_least=[positive] if positive is not None else None,
+                           admitted=None if admitted is None else admitted.by_partition())
 
 
 @torch.no_grad()

@@ -4,7 +4,8 @@ The figures come from the checkpoint's ``training_stats.json``, read through
 :meth:`pbgio.checkpoint.CheckpointDir.read_stats` (:mod:`~pbgtrain.report.collect`): one point per
 iteration (loss, held-out metrics, edges/s) and one per evaluation of ``fit --valid`` (the
 validation MRR and Hits@10 by version, the best version, learning-rate changes, the early stop).
-:mod:`~pbgtrain.report.panels` lays them out in four panels of fixed geometry and colours,
+:mod:`~pbgtrain.report.panels` lays them out in four panels of fixed geometry and colours (three
+without held-out edges),
 :mod:`~pbgtrain.report.run` reads a run (also a kept version, ``best/`` or ``epoch_k/``, or the run
 as it stood after ``--version N``), and :mod:`~pbgtrain.report.draw` draws the PNG (matplotlib,
 imported when drawing: ``pip install 'pbg[report]'``) and the HTML page.
@@ -43,6 +44,9 @@ from pbgtrain.report.panels import (
     Marker,
     Panel,
     Series,
+    data_limits,
+    drawn,
+    figure_layout,
     panels,
     validation_panel,
 )
@@ -51,6 +55,7 @@ from pbgtrain.report.run import NoStatsError, TrainingReport, load_report
 __all__ = [
     "DPI", "FIGURE_INCHES", "INSTALL_HINT", "MARK_COLOURS", "METRIC_LIMITS", "PANEL_RECTS", "SERIES_COLOURS",
     "Event", "IterationPoint", "Marker", "MissingMatplotlibError", "NoStatsError", "Panel", "Series",
-    "TrainingReport", "ValidationPoint", "eval_protocol", "iteration_points", "load_report", "panels",
-    "render_html", "render_png", "require_matplotlib", "validation_panel", "validation_points", "write_report",
+    "TrainingReport", "ValidationPoint", "data_limits", "drawn", "eval_protocol", "figure_layout", "iteration_points",
+    "load_report", "panels", "render_html", "render_png", "require_matplotlib", "validation_panel",
+    "validation_points", "write_report",
 ]

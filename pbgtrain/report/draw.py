@@ -10,7 +10,16 @@ import math
 from typing import IO, TYPE_CHECKING, cast
 
 from pbgio.errors import PbgioError
-from pbgtrain.report.panels import DPI, FIGURE_INCHES, LINE_WIDTH, METRIC_LABELS, METRIC_ORDER, PANEL_RECTS, Panel
+from pbgtrain.report.panels import (
+    DPI,
+    FIGURE_INCHES,
+    LINE_WIDTH,
+    METRIC_LABELS,
+    METRIC_ORDER,
+    NOTE_INCHES,
+    Panel,
+    figure_layout,
+)
 from pbgtrain.report.run import TrainingReport
 
 if TYPE_CHECKING:
@@ -19,6 +28,7 @@ if TYPE_CHECKING:
     from pbgio.storage import AnyPath
 
 INSTALL_HINT = "pip install 'pbg[report]'"
+TITLE_Y = 0.975  # the top of the picture's title, a fraction of the height of the picture of four panels
 
 
 class MissingMatplotlibError(PbgioError):
@@ -85,19 +95,25 @@ def _draw_panel(ax: Axes, panel: Panel, xlim: tuple[float, float], last: bool) -
 
 def render_png(report: TrainingReport) -> bytes:
     """The picture of ``report`` as PNG bytes: four panels (loss, held-out metrics, validation,
-    edges/s) over the iterations, at :data:`FIGURE_INCHES` × :data:`DPI`, axes at :data:`PANEL_RECTS`."""
+    edges/s; three without held-out edges) over the iterations, at :data:`DPI`, the size and the
+    axes of :func:`~pbgtrain.report.panels.figure_layout`."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=FIGURE_INCHES, dpi=DPI)
+    shown, notes = report.drawn
+    size, rects = figure_layout(len(shown), len(notes))
+    figure = Figure(figsize=size, dpi=DPI)
     FigureCanvasAgg(figure)
     numbers = [p.number for p in report.points]
     xlim = (min(numbers) - 0.5, max(numbers) + 0.5)
-    shown = report.panels
-    for index, (rect, panel) in enumerate(zip(PANEL_RECTS, shown, strict=True)):
+    for index, (rect, panel) in enumerate(zip(rects, shown, strict=True)):
         _draw_panel(figure.add_axes(rect), panel, xlim, last=index == len(shown) - 1)
-    figure.suptitle(report.title, x=0.08, y=0.975, ha="left", fontsize=11)
+    title_from_top = (1 - TITLE_Y) * FIGURE_INCHES[1]  # inches: the same in a picture of fewer panels
+    figure.suptitle(report.title, x=0.08, y=1 - title_from_top / size[1], ha="left", fontsize=11)
+    for line, note in enumerate(notes, start=1):  # why a panel is not drawn, under the title
+        figure.text(0.08, 1 - (title_from_top + line * NOTE_INCHES) / size[1], note, ha="left", va="top",
+                    fontsize=9, color="#555555")
     sink = _Sink()
     figure.savefig(cast("IO[bytes]", sink), format="png", dpi=DPI, metadata={"Software": None})
     return sink.value()
@@ -155,8 +171,10 @@ def render_html(report: TrainingReport, png: bytes) -> str:
     """A self-contained HTML page: the picture ``png`` (embedded), a table of the figures per
     iteration, the validation's evaluations (when the run had them), and the run config (pretty JSON)."""
     protocol = f"<p>Held-out edges ranked: {html.escape(report.protocol)}.</p>\n" if report.protocol else ""
+    protocol += "".join(f'<p class="note">{html.escape(note[:1].upper() + note[1:])}.</p>\n'
+                        for note in report.drawn[1])
     image = base64.b64encode(png).decode("ascii")
-    width, height = (round(inches * DPI) for inches in FIGURE_INCHES)
+    width, height = (round(inches * DPI) for inches in figure_layout(*map(len, report.drawn))[0])
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>

@@ -4,8 +4,10 @@ geometry and colours (:data:`PANEL_RECTS`, :data:`SERIES_COLOURS`, :data:`MARK_C
 
 Top to bottom: loss, held-out metrics after each bucket, validation (``fit --valid``: MRR and
 Hits@10 by version, the best version starred, learning-rate changes and the early stop as
-vertical lines), training edges/s. The x axis of every panel is the iteration counted from 1,
-which is the checkpoint version it committed.
+vertical lines; its y axis from the data, :func:`data_limits`), training edges/s. The x axis of
+every panel is the iteration counted from 1, which is the checkpoint version it committed. A
+run without held-out edges (``eval_fraction`` 0) has no held-out panel: the picture is one
+panel shorter (:func:`figure_layout`), and a note under its title says why (:func:`drawn`).
 
 >>> from pbgtrain.report.collect import ValidationPoint
 >>> evaluations = [ValidationPoint(v, "valid", None, 10, {"mrr": m, "r10": 2 * m}, d, b, s) for v, m, d, b, s in [
@@ -14,6 +16,8 @@ which is the checkpoint version it committed.
 >>> valid = validation_panel(evaluations)
 >>> [s.key for s in valid.series], [(m.key, m.x, m.y) for m in valid.markers], [(e.key, e.x) for e in valid.events]
 (['valid_mrr', 'valid_r10'], [('best', 2, 0.2)], [('lr_change', 4), ('stop', 6)])
+>>> valid.ylim
+(0.07, 0.43)
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ FIGURE_INCHES = (11.0, 13.0)
 DPI = 100
 PANEL_RECTS: tuple[tuple[float, float, float, float], ...] = (
     (0.08, 0.76, 0.70, 0.18), (0.08, 0.525, 0.70, 0.18), (0.08, 0.29, 0.70, 0.18), (0.08, 0.055, 0.70, 0.18))
-METRIC_LIMITS = (0.0, 1.0)  # y range of the held-out and validation metrics panels
+METRIC_LIMITS = (0.0, 1.0)  # y range of the held-out metrics panel (the validation panel's: from its data)
+DATA_MARGIN = 0.1  # of the data's range, left free above and below it (validation panel)
+NOTE_INCHES = 0.3  # the height of a line of note under the picture's title (a panel left out says why there)
 LINE_WIDTH = 2.0
 # Fixed colours, one per series (matplotlib's tab10, which has no grey in it but #7f7f7f; the
 # validation series and the marks from ColorBrewer's Dark2).
@@ -98,6 +104,55 @@ class Panel:
     ylim: tuple[float, float] | None = None  # None: from the data (edges/s from 0)
     markers: tuple[Marker, ...] = ()
     events: tuple[Event, ...] = ()
+    left_out_when_empty: bool = False  # without a series, not drawn at all: its empty_note goes in the title
+
+
+def drawn(shown: Sequence[Panel]) -> tuple[tuple[Panel, ...], tuple[str, ...]]:
+    """The panels of the picture, top to bottom, and the notes of those left out (an empty panel
+    that is :attr:`Panel.left_out_when_empty`: the held-out metrics of a run without held-out edges),
+    which the picture shows under its title."""
+    left_out = [p for p in shown if p.left_out_when_empty and not p.series]
+    return tuple(p for p in shown if p not in left_out), tuple(f"no panel of {p.title}: {p.empty_note}"
+                                                               for p in left_out)
+
+
+def figure_layout(count: int, notes: int = 0) -> tuple[tuple[float, float],
+                                                      tuple[tuple[float, float, float, float], ...]]:
+    """The size of a picture of ``count`` panels (inches) and their axes (:data:`PANEL_RECTS`'
+    fractions of it, top to bottom): each panel as tall, as far from the next and from the edges as in
+    the picture of four (:data:`FIGURE_INCHES`, :data:`PANEL_RECTS`), and :data:`NOTE_INCHES` more
+    at the top for each of ``notes`` lines under the title; the height in whole pixels.
+
+    >>> figure_layout(4) == (FIGURE_INCHES, PANEL_RECTS)
+    True
+    >>> size, rects = figure_layout(3, notes=1)
+    >>> size, [round(r[1] * size[1], 3) for r in rects], {round(r[3] * size[1], 3) for r in rects}
+    ((11.0, 10.24), [6.825, 3.77, 0.715], {2.34})
+    """
+    if (count, notes) == (len(PANEL_RECTS), 0):
+        return FIGURE_INCHES, PANEL_RECTS
+    width, height = FIGURE_INCHES
+    pitch = (PANEL_RECTS[0][1] - PANEL_RECTS[1][1]) * height  # from one panel's bottom to the next one's
+    tall = round((height - (len(PANEL_RECTS) - count) * pitch + notes * NOTE_INCHES) * DPI) / DPI
+    below = PANEL_RECTS[-1][1] * height  # under the last panel
+    rects = tuple((left, (below + (count - 1 - index) * pitch) / tall, w, h * height / tall)
+                  for index, (left, _, w, h) in enumerate(PANEL_RECTS[:count]))
+    return (width, tall), rects
+
+
+def data_limits(values: Iterable[float]) -> tuple[float, float]:
+    """A metric axis (within 0 … 1) from the data: its range and :data:`DATA_MARGIN` of it (of the
+    value, when there is one value) above and below, so that an MRR of 0.044 is not on the floor.
+
+    >>> data_limits([0.0444, 0.1]), data_limits([0.0444]), data_limits([0.2, 0.95]), data_limits([])
+    ((0.03884, 0.10556), (0.03996, 0.04884), (0.125, 1.0), (0.0, 1.0))
+    """
+    found = [v for v in values if math.isfinite(v)]
+    if not found:
+        return METRIC_LIMITS
+    low, high = min(found), max(found)
+    margin = DATA_MARGIN * ((high - low) or abs(high) or 1.0)
+    return round(max(METRIC_LIMITS[0], low - margin), 10), round(min(METRIC_LIMITS[1], high + margin), 10)
 
 
 def _series(key: str, label: str, colour: str, points: Sequence[IterationPoint],
@@ -142,7 +197,8 @@ def validation_panel(evaluations: Sequence[ValidationPoint]) -> Panel:
         if e.stopped:
             events.append(Event("stop", "early stop", MARK_COLOURS["stop"], e.version, "-"))
     title = f"validation on {posixpath.basename(evaluations[-1].edge_path.rstrip('/'))}, filtered, by version"
-    return Panel(title, "metric", tuple(series), empty, METRIC_LIMITS, markers, tuple(events))
+    return Panel(title, "metric", tuple(series), empty, data_limits(y for s in series for y in s.y), markers,
+                 tuple(events))
 
 
 def panels(points: Sequence[IterationPoint], protocol: str | None = None,
@@ -171,8 +227,7 @@ def panels(points: Sequence[IterationPoint], protocol: str | None = None,
         Panel("loss per edge" + (" (held-out: after training on each bucket)" if len(loss) > 1 else ""), "loss",
               tuple(loss), "no loss recorded"),
         Panel("held-out metrics after each bucket" + (f" ({protocol})" if protocol else ""), "metric",
-              tuple(metrics), "no held-out edges (eval_fraction is 0)" + (
-                  "; fit --valid's evaluations are below" if evaluations else ""), METRIC_LIMITS),
+              tuple(metrics), "no held-out edges (eval_fraction is 0)", METRIC_LIMITS, left_out_when_empty=True),
         validation_panel(evaluations),
         Panel("training edges/s (edges over the wall-clock time of the iteration's buckets)", "edges/s",
               () if speed is None else (speed,), "no training times recorded (stats not written by pbgtrain)"),

@@ -9,7 +9,7 @@ stats of its own, so the run's are read from the directory above, and the kept v
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from pbgtrain.report.collect import (
     iteration_points,
     validation_points,
 )
-from pbgtrain.report.panels import MARK_COLOURS, Event, Panel, panels
+from pbgtrain.report.panels import MARK_COLOURS, Event, Panel, drawn, panels
 from pbgtrain.run_log import COMPLETED, RunTimes, run_records
 
 if TYPE_CHECKING:
@@ -57,14 +57,20 @@ class TrainingReport:
         return panels(self.points, self.protocol, self.evaluations, self.shown)
 
     @property
+    def drawn(self) -> tuple[tuple[Panel, ...], tuple[str, ...]]:
+        """The panels drawn, top to bottom, and the notes of those left out (:func:`~pbgtrain.report.panels.drawn`)."""
+        return drawn(self.panels)
+
+    @property
     def title(self) -> str:
         edges = sum(p.edges for p in self.points)
         marked = "" if self.shown is None else f"; {self.shown.label}"
         return f"{self.checkpoint}: {len(self.points)} iteration(s), {edges:,} training edges{marked}"
 
     def summary(self) -> str:
-        """One line: first → last loss and MRR, the median edges/s, the validation's best, the time
-        of the runs (training, validation, checkpointing) and why the last one stopped early."""
+        """One line: first → last loss and MRR, the median edges/s, the first validation against the
+        best (:func:`validation_summary`), the time of the runs (training, validation,
+        checkpointing) and why the last one stopped early."""
         parts = [f"{len(self.points)} iteration(s) of {self.checkpoint}"]
         if self.shown is not None:
             parts.append(self.shown.label)
@@ -78,9 +84,7 @@ class TrainingReport:
             parts.append(f"median {statistics.median(speeds):,.0f} edges/s")
         valid = [e for e in self.evaluations if "mrr" in e.metrics]
         if valid:
-            best = best_evaluation(self.evaluations)
-            parts.append(f"validation MRR {valid[0].metrics['mrr']:.4f} → {valid[-1].metrics['mrr']:.4f}" + (
-                "" if best is None else f" (best: version {best.version}, {best.metrics['mrr']:.4f})"))
+            parts.append(validation_summary(valid, best_evaluation(self.evaluations)))
         if self.runs:
             parts.append(sum((RunTimes.from_record(r) for r in self.runs), RunTimes()).line())
             last_run = self.runs[-1]
@@ -89,6 +93,29 @@ class TrainingReport:
         elif self.evaluations and self.evaluations[-1].stopped:
             parts.append(f"stopped early after version {self.evaluations[-1].version}")
         return ", ".join(parts)
+
+
+def validation_summary(valid: Sequence[ValidationPoint], best: ValidationPoint | None) -> str:
+    """The validation MRR of the summary line: the first evaluation against the best one (the
+    first being the best, or the only one, said as such; the best's MRR not recorded: against the last).
+
+    >>> def at(version, mrr):
+    ...     return ValidationPoint(version, "valid", None, 10, {"mrr": mrr}, "", 0, 1.0)
+    >>> validation_summary([at(1, .2), at(2, .3), at(3, .25)], at(2, .3))
+    'validation MRR 0.2000 (version 1) → best 0.3000 (version 2) of 3 evaluations'
+    >>> validation_summary([at(1, .3), at(2, .2)], at(1, .3))
+    'validation MRR 0.3000 (version 1), the best of 2 evaluations'
+    >>> validation_summary([at(5, .0444)], at(5, .0444))
+    'validation MRR 0.0444 (version 5), the only evaluation'
+    """
+    first = valid[0]
+    said = f"validation MRR {first.metrics['mrr']:.4f} (version {first.version})"
+    if len(valid) == 1:
+        return f"{said}, the only evaluation"
+    if best is not None and best.version == first.version:
+        return f"{said}, the best of {len(valid)} evaluations"
+    other, which = (valid[-1], "last") if best is None else (best, "best")
+    return f"{said} → {which} {other.metrics['mrr']:.4f} (version {other.version}) of {len(valid)} evaluations"
 
 
 def _run_of(ckpt: CheckpointDir) -> CheckpointDir:

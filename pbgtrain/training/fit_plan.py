@@ -30,6 +30,7 @@ from pbgio.deprecation import warn_renamed
 from pbgio.errors import MissingArtifactError, UsageError
 from pbgio.layout import Layout
 from pbgtrain.choices import PRECISION_CHOICES, OperatorInit, Precision, StepKind
+from pbgtrain.featurized_ranking import same_batch_only
 from pbgtrain.model.model import relation_prediction_problem
 from pbgtrain.model.step_choice import (
     CPU_ATTENTION_KEYS,
@@ -48,6 +49,10 @@ from pbgtrain.model.step_choice import (
 )
 from pbgtrain.training.device import resolve_device, resolve_precision
 
+LAST_VALIDATION_SHARE = 0.1
+"""``--last-validation-share``'s default: past the time cap, a last validation expected to take less
+than a tenth of an epoch of training still runs."""
+
 
 @dataclass(frozen=True)
 class ValidationOptions:
@@ -57,7 +62,9 @@ class ValidationOptions:
     folder, ``./`` for the current directory); ``filter_paths`` empty means the config's
     ``edge_paths`` and the validation path. In a :class:`FitPlan` they are absolute. ``sample``
     (``--valid-sample``): rank a fixed sample of this many validation edges, drawn once by the
-    run's seed (None: all of them).
+    run's seed (None: all of them). ``last_share`` (``--last-validation-share``): past
+    ``--max-minutes``, the last version is validated all the same when its validation is expected
+    to take less than this share of an epoch of training (:func:`pbgtrain.early_stopping.validate_past_cap`).
     """
 
     edge_path: str
@@ -67,6 +74,7 @@ class ValidationOptions:
     lr_decay: float | None = None
     lr_patience: int = 1
     sample: int | None = None
+    last_share: float = LAST_VALIDATION_SHARE
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class FitOptions:
     seed: int = 0
     check_layout: bool = True  # validate the layout (pbgio.validate) before training; --no-validate: not
     interactive: bool = False
-    max_seconds: float | None = None
+    max_seconds: float | None = None  # --max-minutes × 60 (a fresh run takes edge chunks to suit: edge_chunk_plan)
     max_iterations: int | None = None
     rank: int | None = None  # --rank: this trainer's rank in a run of num_machines trainers
     peer_timeout: float | None = None  # seconds without a peer's heartbeat before a distributed run stops
@@ -114,6 +122,8 @@ class FitPlan:
     precision_note: str  # the precision and why, the run's first line (a warning when it will be slow)
     operator_init: OperatorInit  # options.operator_init
     step: StepChoice  # options.step, capture and compile: head, passes, replay; its note a line of the run
+    edge_chunks_note: str | None = None  # why layout.config's num_edge_chunks is not the config's as given
+    # (pbgtrain.training.edge_chunk_plan: a resume keeps the checkpoint's; --max-minutes shortens iterations)
 
 
 def resolve_fit(layout: Layout, options: FitOptions) -> FitPlan:
@@ -296,13 +306,34 @@ def _checked_validation(layout: Layout, validation: ValidationOptions) -> Valida
          f"--lr-patience: expected a number of evaluations ≥ 1, found {validation.lr_patience}"),
         (validation.sample is not None and validation.sample < 1,
          f"--valid-sample: expected a number of edges ≥ 1, found {validation.sample}"),
+        (not validation.last_share >= 0,
+         f"--last-validation-share: expected a share of an epoch ≥ 0, found {validation.last_share:g}"),
     ]
     for bad, message in checks:
         if bad:
             raise UsageError(message)
+    if validation.filter_paths and same_batch_only(layout.config):
+        raise UsageError(f"--filter: {sampled_validation_reason(layout.config.featurized_types())}; no known edge is "
+                         "left out of same-batch candidates: drop --filter")
     try:
         edge_path = str(layout.existing_dir(validation.edge_path, "--valid"))
         filters = tuple(str(layout.existing_dir(p, "--filter")) for p in validation.filter_paths)
     except MissingArtifactError as exc:
         raise UsageError(str(exc)) from None
     return replace(validation, edge_path=edge_path, filter_paths=filters)
+
+
+def sampled_validation_reason(featurized: Sequence[str]) -> str:
+    """Why ``--valid`` ranks same-batch candidates rather than all entities (the config's
+    ``featurized`` entity types take every side that takes negatives:
+    :func:`pbgtrain.featurized_ranking.same_batch_only`): a featurized entity has no table to rank
+    against (docs/guides/featurized.md), and no relation has a plain side to rank instead.
+
+    >>> sampled_validation_reason(["doc"])
+    "--valid ranks same-batch candidates (the config's eval negatives), not all entities: every side that \
+takes negatives is featurized (entity type 'doc': bags of features, with no table to rank against)"
+    """
+    names = ", ".join(repr(t) for t in featurized)
+    types = f"entity types {names}" if len(featurized) > 1 else f"entity type {names}"
+    return ("--valid ranks same-batch candidates (the config's eval negatives), not all entities: every side that "
+            f"takes negatives is featurized ({types}: bags of features, with no table to rank against)")

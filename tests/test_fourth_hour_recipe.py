@@ -1,0 +1,58 @@
+"""Issue 56, point 7: the own-graph recipe's command runs at the precision its rate table was
+measured at (the table's figures are ``--precision auto``'s; the command ran fp32 whatever the CPU).
+The command is read from recipes/README.md as written and run through the real command line,
+shrunk (a WordNet-like graph of the tests' own, two epochs)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from tests.cli import pbgio, pbgtrain
+from tests.wordnet_like import write_wordnet_like
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "recipes" / "README.md"
+
+
+def _own_fit_command() -> list[str]:
+    """The words of the own-graph recipe's ``pbgtrain fit`` command, its continued lines joined."""
+    lines = README.read_text(encoding="utf-8")
+    words: list[str] = []
+    for line in lines[lines.index("pbgtrain fit own/config.json"):].splitlines():
+        words += line.removesuffix("\\").split()
+        if not line.endswith("\\"):
+            return words
+    raise AssertionError("the own recipe's fit command does not end")
+
+
+def _rate_table_precision() -> str:
+    """The ``--precision`` option the rate table's own-recipe figures were measured with (its
+    first figure column's header names it)."""
+    text = README.read_text(encoding="utf-8")
+    header = next(line for line in text.splitlines() if line.startswith("| fit (`tools/bench_rates.py`"))
+    row = next(line for line in text.splitlines() if line.startswith("| sampled: [own/sampled.json]"))
+    assert row
+    found = re.search(r"`(--precision \w+)`", header.split("|")[2])
+    assert found, header
+    return found.group(1)
+
+
+def test_the_own_recipes_command_runs_at_the_precision_of_its_rate_table(tmp_path: Path) -> None:
+    command = _own_fit_command()
+    table = _rate_table_precision()
+    given = [f"--precision {command[i + 1]}" for i, word in enumerate(command) if word == "--precision"]
+    assert given == [table], f"the command gives {given or 'no --precision (fp32)'}; its rate table: {table}"
+
+    write_wordnet_like(tmp_path)
+    config = tmp_path / "config.json"
+    shutil.copy(REPO / "recipes" / "own" / "sampled.json", config)
+    assert pbgio("import", str(config), *(str(tmp_path / s) for s in ("train.csv", "valid.csv", "test.csv")),
+                 "-d", "comma", "--header").returncode == 0
+    options = command[3:]  # after `pbgtrain fit own/config.json`: the paths are relative to the config
+    options[options.index("--valid-sample") + 1] = "20"
+    done = pbgtrain("fit", str(config), *options, "-p", "dimension=8", "-p", "num_epochs=2", "-p", "batch_size=100",
+                    "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"precision (bf16|fp32) \(--precision auto: ", done.stderr), done.stderr
