@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pbgio.checkpoint import CheckpointDir
@@ -278,10 +279,30 @@ def test_the_chunk_choice_is_a_function_of_the_cap_and_the_measured_rate() -> No
     assert chunks_for_time_cap(1, **epoch, cap_seconds=0) == 542
 
 
-def _checkpoint_files(checkpoint: Path, version: int) -> dict[str, bytes]:
-    """The version's files that the run's results are (not training_stats.json: it holds times)."""
-    names = [p.name for p in checkpoint.iterdir() if p.name.endswith(f".v{version}.h5")] + ["config.json"]
-    return {name: (checkpoint / name).read_bytes() for name in sorted(names)}
+def _checkpoint_files(checkpoint: Path, version: int) -> dict[str, object]:
+    """The version's files that the run's results are (not training_stats.json: it holds times):
+    ``config.json``'s bytes, and every dataset's and attribute's bytes of its HDF5 files (not the
+    files' bytes: h5py before 3.11 stamps each object header with the second it was written)."""
+    import h5py
+
+    def contents(path: Path) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        with h5py.File(path, "r") as f:
+            for name, value in f.attrs.items():
+                found[f"/@{name}"] = np.asarray(value).tobytes()
+
+            def visit(name: str, obj: object) -> None:
+                for key, value in obj.attrs.items():  # type: ignore[attr-defined]
+                    found[f"{name}@{key}"] = np.asarray(value).tobytes()
+                if isinstance(obj, h5py.Dataset):
+                    found[name] = np.asarray(obj[()]).tobytes()
+
+            f.visititems(visit)
+        return found
+
+    names = sorted(p.name for p in checkpoint.iterdir() if p.name.endswith(f".v{version}.h5"))
+    return {"config.json": (checkpoint / "config.json").read_bytes(),
+            **{name: contents(checkpoint / name) for name in names}}
 
 
 def test_max_minutes_chooses_edge_chunks_and_the_run_is_the_run_of_those_chunks_by_hand(
