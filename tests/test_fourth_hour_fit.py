@@ -19,10 +19,11 @@ import pytest
 from pbgio.checkpoint import CheckpointDir
 from pbgio.featurized_example import write_featurized_example
 from pbgio.spec.stats import EXTRA_KEY
+from tests import test_new_user_fit
 from tests.cli import pbgio, pbgtrain
-from tests.wordnet_like import write_wordnet_like
 
 TRAIN = ("-p", "edge_paths=data/train", "--no-progress")
+graph = test_new_user_fit.graph  # the imported WordNet-like graph (3 epochs, dimension 8): one fixture for both
 SIDES = ("lhs", "rhs", "both")
 EDGES = 400  # training edges of the featurized layouts (a tenth as many test edges)
 BATCH = 100
@@ -200,14 +201,6 @@ def test_valid_ranks_same_batch_candidates_when_the_plain_side_takes_no_negative
 # --------------------------------------------------------------------------- 2. the last version past the time cap
 
 
-@pytest.fixture
-def graph(tmp_path: Path) -> Path:
-    """A small WordNet-like graph, imported (3 epochs of one iteration each)."""
-    config = write_wordnet_like(tmp_path / "wn", dimension=8, num_epochs=3)
-    splits = [str(config.parent / f"{split}.csv") for split in ("train", "valid", "test")]
-    done = pbgio("import", str(config), *splits, "-d", "comma", "--header")
-    assert done.returncode == 0, done.stderr
-    return config
 
 
 VALID = (*TRAIN, "--valid", "data/valid")

@@ -136,16 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.source.is_dir():
         sys.exit(f"--source {args.source}: not a directory")
-    edges = code_graph(args.source)
-    parts = split(edges, args.valid_fraction, args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
+    write_splits(args.out, code_graph(args.source), args.valid_fraction, args.seed, str(args.source))
+    return 0
+
+
+def write_splits(out: Path, edges: list[Edge], fraction: float, seed: int, source: str) -> None:
+    """``out/{train,valid,test}.tsv`` of ``edges`` (:func:`split`), and a line of their counts."""
+    parts = split(edges, fraction, seed)
+    out.mkdir(parents=True, exist_ok=True)
     for name, part in zip(("train", "valid", "test"), parts, strict=True):
-        (args.out / f"{name}.tsv").write_text("".join(f"{lhs}\t{rel}\t{rhs}\n" for lhs, rel, rhs in part))
+        (out / f"{name}.tsv").write_text("".join(f"{lhs}\t{rel}\t{rhs}\n" for lhs, rel, rhs in part))
     entities = {x for lhs, _, rhs in edges for x in (lhs, rhs)}
     relations = sorted({rel for _, rel, _ in edges})
-    print(f"{args.source}: {len(entities):,} entities, {len(relations)} relations ({', '.join(relations)}), "
+    print(f"{source}: {len(entities):,} entities, {len(relations)} relations ({', '.join(relations)}), "
           f"{len(edges):,} edges: train {len(parts[0]):,}, valid {len(parts[1]):,}, test {len(parts[2]):,}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from code_graph import Edge, split
+from code_graph import Edge, write_splits
 
 POSITIONS = {"noun": "n", "verb": "v", "adj": "a", "adv": "r"}
 KEPT_POINTERS = {  # WordNet's pointer symbols (wninput(5WN)); the inverse of each pair is left out
@@ -93,15 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.source / "data.noun").is_file():
         sys.exit(f"--source {args.source}: no WordNet database (data.noun) there; on Debian or Ubuntu: "
                  "apt-get install wordnet-base")
-    edges = wordnet_graph(args.source)
-    parts = split(edges, args.valid_fraction, args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, part in zip(("train", "valid", "test"), parts, strict=True):
-        (args.out / f"{name}.tsv").write_text("".join(f"{lhs}\t{rel}\t{rhs}\n" for lhs, rel, rhs in part))
-    entities = {x for lhs, _, rhs in edges for x in (lhs, rhs)}
-    relations = sorted({rel for _, rel, _ in edges})
-    print(f"{args.source}: {len(entities):,} entities, {len(relations)} relations ({', '.join(relations)}), "
-          f"{len(edges):,} edges: train {len(parts[0]):,}, valid {len(parts[1]):,}, test {len(parts[2]):,}")
+    write_splits(args.out, wordnet_graph(args.source), args.valid_fraction, args.seed, str(args.source))
     return 0
 
 
