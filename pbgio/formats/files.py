@@ -103,18 +103,20 @@ def open_input(path: storage.AnyPath, what: str) -> BinaryIO:
         return storage.open_binary(path, what)
     _escape(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # The file object owns the descriptor at once and closes it once: an interrupt (Ctrl-C) that
+        # lands while it is handed over can never close it twice and turn into EBADF.
+        f = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")  # noqa: SIM115
     except FileNotFoundError:
         raise MissingArtifactError(storage.display(path), what) from None
     try:
-        mode = os.fstat(fd).st_mode
+        mode = os.fstat(f.fileno()).st_mode
         if not stat.S_ISREG(mode):
             raise FormatError(checks_files.not_regular(storage.display(path), kind_of(mode)))
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb")
+        fcntl.fcntl(f.fileno(), fcntl.F_SETFL, fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & ~os.O_NONBLOCK)
     except BaseException:
-        os.close(fd)
+        f.close()
         raise
+    return f
 
 
 def read_bytes(path: storage.AnyPath, what: str, *, limit: int = TEXT_LIMIT) -> bytes:
