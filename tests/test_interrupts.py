@@ -1,4 +1,5 @@
-"""Ctrl-C inside a finalizer: remembered for check(), and not printed as an "ignored" traceback."""
+"""Ctrl-C in awkward places: inside a finalizer (remembered for check(), not printed as an "ignored"
+traceback) and between any two lines of a small file's read (a KeyboardInterrupt, no descriptor lost)."""
 
 from __future__ import annotations
 
