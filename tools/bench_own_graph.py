@@ -21,6 +21,7 @@ mark, epochs, edges/s, peak RSS, and the ratio of each MRR to the recipe's.
     .venv/bin/python tools/bench_own_graph.py wordnet code                    # every variant, 5 and 15 minutes
     .venv/bin/python tools/bench_own_graph.py wordnet --variants recipe,d100 --minutes 1 3
     .venv/bin/python tools/bench_own_graph.py code --recipe recipes/own/sparse.json --variants recipe
+    .venv/bin/python tools/bench_own_graph.py wordnet --variants "lr 1" --minutes 15 --resume-from 5
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ VARIANTS: dict[str, list[str]] = {
     "lr .3 d400": ["-p", "lr=0.3", "-p", "dimension=400"],
     "lr .3 N3 .005": ["-p", "lr=0.3", "-p", "regularization_coef=0.005"],
     "lr .3 negatives 50+50": ["-p", "lr=0.3", "-p", "num_batch_negs=50", "-p", "num_uniform_negs=50"],
+    "lr .3 batch 5000": ["-p", "lr=0.3", "-p", "batch_size=5000"],
 }
 """One change each to the recipe: the knobs a user turns first (dimension, negatives, learning rate,
 batch, regularization, precision); the epochs are the time axis (``--minutes``)."""
@@ -156,13 +158,19 @@ def recipe_options(minutes: float) -> list[str]:
     return [*options, "--max-minutes", f"{minutes:g}"]
 
 
-def run_variant(work: Path, recipe: str, variant: str, marks: list[float]) -> list[dict[str, Any]]:
+def run_variant(work: Path, recipe: str, variant: str, marks: list[float], resume_from: float = 0.0
+                ) -> list[dict[str, Any]]:
     """``variant`` of ``recipe`` (its name) trained to each mark of ``marks`` (minutes; each run
-    resumes the one before), evaluated on test after each."""
+    resumes the one before), evaluated on test after each. With ``resume_from`` M > 0 the variant's
+    model folder holds a run to M minutes already (an earlier call's): it is resumed, and the marks
+    up to M are not run again."""
     model = f"model-{recipe}-{variant.replace(' ', '-')}"
-    shutil.rmtree(work / model, ignore_errors=True)
-    figures, done = [], 0.0
-    for mark in marks:
+    if resume_from <= 0:
+        shutil.rmtree(work / model, ignore_errors=True)
+    elif not (work / model / "checkpoint_version.txt").is_file():
+        sys.exit(f"--resume-from {resume_from:g}: {work / model} holds no run of {variant!r} to resume")
+    figures, done = [], resume_from
+    for mark in (m for m in marks if m > resume_from):
         options = [*recipe_options(mark - done), *VARIANTS[variant]]
         run = run_python(CHILD, {"work": str(work), "model": model, "options": options})
         if not run.ok:
@@ -184,6 +192,9 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
     parser.add_argument("--minutes", type=float, nargs="+", default=[5.0, 15.0],
                         help="the marks at which the picked version is evaluated on test")
+    parser.add_argument("--resume-from", type=float, default=0.0, metavar="MINUTES",
+                        help="each variant's model folder holds a run to MINUTES already (an earlier call with "
+                             "that mark): resume it to the later marks instead of starting afresh")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     variants = args.variants.split(",")
@@ -201,8 +212,9 @@ def main() -> None:
         work = prepare(args.root, graph, args.recipe.resolve())
         figures[graph] = {}
         for variant in variants:
-            figures[graph][variant] = run_variant(work, args.recipe.stem, variant, sorted(args.minutes))
-        base = figures[graph].get("recipe")
+            figures[graph][variant] = run_variant(work, args.recipe.stem, variant, sorted(args.minutes),
+                                                   args.resume_from)
+        base = figures[graph].get("recipe") if args.resume_from <= 0 else None
         for variant, marks in figures[graph].items():
             cells = []
             for i, mark in enumerate(marks):
@@ -211,7 +223,8 @@ def main() -> None:
             last = marks[-1]
             rows.append([graph, variant, *cells, str(last["epochs"]), f"{last['edges_per_s']:,.0f}",
                          f"{max(m['peak_rss_bytes'] for m in marks) / 2**30:.2f}"])
-    print(format_table(["graph", "variant", *(f"test MRR at {m:g} min" for m in sorted(args.minutes)), "epochs",
+    shown = [m for m in sorted(args.minutes) if m > args.resume_from]
+    print(format_table(["graph", "variant", *(f"test MRR at {m:g} min" for m in shown), "epochs",
                         "edges/s", "peak GiB"], rows))
     if args.json:
         write_json(args.json, figures)
